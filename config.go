@@ -1,0 +1,354 @@
+package lameduck
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/lameduck/lameduck/health"
+)
+
+// DefaultEnvPrefix is the prefix of the environment variables lameduck reads
+// when [Config.EnvPrefix] is empty.
+const DefaultEnvPrefix = "LAMEDUCK_"
+
+// NoDelay, set as [Config.ShutdownDelay], pins a zero lame-duck window
+// whatever the environment says. (A zero ShutdownDelay means "unset": the
+// environment, then the default, decides.) A zero window still flips
+// readiness to 503 at the signal; it only removes the pause (seed 004).
+const NoDelay time.Duration = -1
+
+// Environments that [Config.Env] and LAMEDUCK_ENV accept.
+const (
+	// EnvKubernetes selects the platform guide's cloud defaults: a 5s
+	// lame-duck window and a 30s teardown.
+	EnvKubernetes = "kubernetes"
+	// EnvLocal selects the laptop defaults: no window (Ctrl-C stops now) and
+	// a 60s teardown.
+	EnvLocal = "local"
+)
+
+// ErrInvalidConfig is wrapped by every error [New] returns for a bad
+// setting, whether it came from a Config field or an environment variable.
+// The error's text names the setting, the value and the fix.
+var ErrInvalidConfig = errors.New("invalid configuration")
+
+// Config configures a [Lifecycle]. Every setting is a field; the environment
+// (variables named EnvPrefix + the name given below) fills only the fields
+// the code left at their zero value, and a built-in default fills the rest.
+//
+// The zero Config is valid: it reads everything from the environment and
+// defaults. Defaults follow the platform guide (seed 004, "Configuration"):
+// inside Kubernetes (KUBERNETES_SERVICE_HOST is set, or LAMEDUCK_ENV is
+// "kubernetes") the window is 5s and the teardown 30s; elsewhere the window
+// is 0 and the teardown 60s, so Ctrl-C on a laptop stops now.
+//
+// Durations in the environment are Go durations with a unit ("5s",
+// "250ms"); a bare number, a negative value or a zero teardown is an error
+// that names the variable, the value and the fix, never a silent zero. An
+// empty variable means unset. A variable that starts with the prefix but is
+// not a lameduck setting is an error too, so a misspelt name is not
+// silently ignored.
+type Config struct {
+	// EnvPrefix is the prefix of the environment variables read. Default
+	// "LAMEDUCK_".
+	EnvPrefix string
+	// LookupEnv reads one environment variable. Default os.LookupEnv. Tests
+	// set it to read from a map.
+	LookupEnv func(key string) (string, bool)
+	// Environ lists the environment as "KEY=value" strings, used only to
+	// find misspelt variables. Default os.Environ; when LookupEnv is set and
+	// Environ is not, no such check is made.
+	Environ func() []string
+
+	// Env is EnvKubernetes or EnvLocal and selects the defaults below.
+	// Env: ENV. Default: EnvKubernetes when KUBERNETES_SERVICE_HOST is set,
+	// else EnvLocal.
+	Env string
+	// ShutdownDelay is the lame-duck window, a time.Duration: how long the
+	// application keeps serving normally after the signal, with /readyz
+	// already 503, so that endpoint removal can reach kube-proxy, ingresses
+	// and load balancers before the listener closes. Zero means unset; use
+	// NoDelay for a zero window. Negative values other than NoDelay are an
+	// error. Env: SHUTDOWN_DELAY. Default 5s in Kubernetes, 0 elsewhere.
+	ShutdownDelay time.Duration
+	// ShutdownTeardown is the budget, a time.Duration, for draining in-flight
+	// requests after the window (http.Server.Shutdown of every server).
+	// When it is spent, what is left is closed by force and Run returns an
+	// error wrapping context.DeadlineExceeded. Zero means unset; it must be
+	// positive, because a zero budget cuts every in-flight request at once
+	// (seed 004). Env: SHUTDOWN_TEARDOWN. Default 30s in Kubernetes, 60s
+	// elsewhere.
+	ShutdownTeardown time.Duration
+	// TerminationGrace is the pod's terminationGracePeriodSeconds, as a
+	// time.Duration, which a chart passes in. When set, Run logs the shutdown
+	// budget against it and warns, with every number, when delay + teardown
+	// does not fit. Zero means unknown. Env: TERMINATION_GRACE.
+	TerminationGrace time.Duration
+
+	// PreStop serves GET /prestop, a preStop hook over HTTP: it starts the
+	// shutdown sequence exactly as SIGTERM does and answers 200 when the
+	// lame-duck window has passed. Env: PRESTOP ("true"/"false"). Default
+	// false. Setting PreStopToken turns it on too.
+	PreStop bool
+	// PreStopToken, when set, is required in the X-Lameduck-Token header of
+	// GET /prestop; a request without it gets 401 and drains nothing, since
+	// anyone who reaches the port could otherwise drain the pod.
+	// Env: PRESTOP_TOKEN.
+	PreStopToken string
+	// ExitOnSecondSignal makes a second SIGTERM or SIGINT, after a first
+	// signal started the sequence, exit the process at once with code 128 +
+	// the signal's number, for people at a terminal. By default a second
+	// signal is logged and changes nothing (seed 004: "a second SIGTERM (or
+	// a second Ctrl-C) does not shorten it"). The SIGTERM that the kubelet
+	// sends after a GET /prestop hook is never a second signal.
+	// Env: EXIT_ON_SECOND_SIGNAL ("true"/"false").
+	ExitOnSecondSignal bool
+	// ProbeAddr, when set, serves the probes on their own listener at this
+	// address (such as ":9090") instead of on every server registered with
+	// AddServer. The default, probes on the application's own listener,
+	// makes liveness prove that listener answers. The probe listener closes
+	// last, after the application's servers have drained. Env: PROBE_ADDR.
+	ProbeAddr string
+
+	// Version and Commit are written into every probe body. Default: read
+	// from the binary's build information (health.BuildInfo).
+	Version, Commit string
+	// Fields, when set, adds members to every probe body (such as
+	// {"mode":"cloud"}); it is called once per probe, concurrently.
+	Fields func() map[string]any
+	// Logger receives one line per phase change. Default slog.Default().
+	Logger *slog.Logger
+	// Clock is the source of time for the window, the budget and request
+	// ages. Default: the system clock. Tests inject lameducktest.Clock.
+	Clock Clock
+	// Signals start the shutdown sequence. Default SIGTERM and SIGINT.
+	// Set IgnoreSignals to listen for none (embedding, tests).
+	Signals []os.Signal
+	// IgnoreSignals stops Run from listening for signals at all; the
+	// sequence then starts only through BeginShutdown, GET /prestop, Run's
+	// context or a fatal error.
+	IgnoreSignals bool
+}
+
+// setting describes one environment variable.
+type setting struct {
+	name string // without the prefix
+	fix  string // an example of a good value
+}
+
+var settings = []setting{
+	{"ENV", `"kubernetes" or "local"`},
+	{"SHUTDOWN_DELAY", `a Go duration with a unit, such as "5s"`},
+	{"SHUTDOWN_TEARDOWN", `a positive Go duration with a unit, such as "30s"`},
+	{"TERMINATION_GRACE", `the pod's terminationGracePeriodSeconds as a Go duration, such as "60s"`},
+	{"PRESTOP", `"true" or "false"`},
+	{"PRESTOP_TOKEN", `any non-empty secret`},
+	{"EXIT_ON_SECOND_SIGNAL", `"true" or "false"`},
+	{"PROBE_ADDR", `a listen address such as ":9090"`},
+}
+
+// resolve fills every unset field of c from the environment and defaults and
+// validates the result. It returns all problems at once, joined.
+func (c Config) resolve() (Config, error) {
+	if c.EnvPrefix == "" {
+		c.EnvPrefix = DefaultEnvPrefix
+	}
+	if c.LookupEnv == nil {
+		c.LookupEnv = os.LookupEnv
+		if c.Environ == nil {
+			c.Environ = os.Environ
+		}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Clock == nil {
+		c.Clock = systemClock{}
+	}
+	if len(c.Signals) == 0 {
+		c.Signals = defaultSignals()
+	}
+	if c.Version == "" || c.Commit == "" {
+		v, cm := health.BuildInfo()
+		if c.Version == "" {
+			c.Version = v
+		}
+		if c.Commit == "" {
+			c.Commit = cm
+		}
+	}
+
+	var errs []error
+	env := func(name string) (string, bool) {
+		v, ok := c.LookupEnv(c.EnvPrefix + name)
+		v = strings.TrimSpace(v)
+		return v, ok && v != ""
+	}
+	bad := func(name, value, why string) {
+		fix := ""
+		for _, s := range settings {
+			if s.name == name {
+				fix = s.fix
+			}
+		}
+		errs = append(errs, fmt.Errorf("lameduck: %s%s=%q: %s; set it to %s or unset it: %w",
+			c.EnvPrefix, name, value, why, fix, ErrInvalidConfig))
+	}
+	dur := func(field *time.Duration, name string) (fromEnv bool) {
+		if *field != 0 {
+			return false
+		}
+		v, ok := env(name)
+		if !ok {
+			return false
+		}
+		d, err := parseDuration(v)
+		if err != nil {
+			bad(name, v, err.Error())
+			return false
+		}
+		*field = d
+		return true
+	}
+	boolean := func(field *bool, name string) {
+		if *field {
+			return
+		}
+		if v, ok := env(name); ok {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				bad(name, v, "not a boolean")
+				return
+			}
+			*field = b
+		}
+	}
+	str := func(field *string, name string) {
+		if *field == "" {
+			if v, ok := env(name); ok {
+				*field = v
+			}
+		}
+	}
+
+	// Unknown variables with our prefix: a typo must not be silently lost.
+	if c.Environ != nil {
+		for _, kv := range c.Environ() {
+			k, _, _ := strings.Cut(kv, "=")
+			name, ok := strings.CutPrefix(k, c.EnvPrefix)
+			if !ok {
+				continue
+			}
+			if !slices.ContainsFunc(settings, func(s setting) bool { return s.name == name }) {
+				known := make([]string, len(settings))
+				for i, s := range settings {
+					known[i] = c.EnvPrefix + s.name
+				}
+				errs = append(errs, fmt.Errorf("lameduck: %s is not a lameduck setting; known: %s; fix the spelling or unset it: %w",
+					k, strings.Join(known, ", "), ErrInvalidConfig))
+			}
+		}
+	}
+
+	str(&c.Env, "ENV")
+	envFromVar := c.Env != ""
+	switch c.Env {
+	case EnvKubernetes, EnvLocal:
+	case "":
+		if v, _ := c.LookupEnv("KUBERNETES_SERVICE_HOST"); v != "" {
+			c.Env = EnvKubernetes
+		} else {
+			c.Env = EnvLocal
+		}
+	default:
+		if envFromVar {
+			bad("ENV", c.Env, "unknown environment")
+		}
+		c.Env = EnvLocal
+	}
+
+	delaySet := c.ShutdownDelay != 0
+	if c.ShutdownDelay < 0 && c.ShutdownDelay != NoDelay {
+		errs = append(errs, fmt.Errorf("lameduck: Config.ShutdownDelay=%s: must not be negative; use lameduck.NoDelay for a zero window: %w", c.ShutdownDelay, ErrInvalidConfig))
+	}
+	if dur(&c.ShutdownDelay, "SHUTDOWN_DELAY") {
+		delaySet = true
+		if c.ShutdownDelay < 0 {
+			bad("SHUTDOWN_DELAY", c.ShutdownDelay.String(), "must not be negative")
+		} else if c.ShutdownDelay == 0 {
+			c.ShutdownDelay = NoDelay
+		}
+	}
+	if c.ShutdownTeardown < 0 {
+		errs = append(errs, fmt.Errorf("lameduck: Config.ShutdownTeardown=%s: must be positive; use e.g. 30*time.Second: %w", c.ShutdownTeardown, ErrInvalidConfig))
+	}
+	if v, ok := env("SHUTDOWN_TEARDOWN"); ok && c.ShutdownTeardown == 0 {
+		d, err := parseDuration(v)
+		switch {
+		case err != nil:
+			bad("SHUTDOWN_TEARDOWN", v, err.Error())
+		case d <= 0:
+			bad("SHUTDOWN_TEARDOWN", v, "must be greater than zero: a zero teardown cuts every in-flight request at once")
+		default:
+			c.ShutdownTeardown = d
+		}
+	}
+	if c.TerminationGrace < 0 {
+		errs = append(errs, fmt.Errorf("lameduck: Config.TerminationGrace=%s: must be positive or zero (unknown): %w", c.TerminationGrace, ErrInvalidConfig))
+	}
+	if v, ok := env("TERMINATION_GRACE"); ok && c.TerminationGrace == 0 {
+		d, err := parseDuration(v)
+		switch {
+		case err != nil:
+			bad("TERMINATION_GRACE", v, err.Error())
+		case d <= 0:
+			bad("TERMINATION_GRACE", v, "must be greater than zero")
+		default:
+			c.TerminationGrace = d
+		}
+	}
+	boolean(&c.PreStop, "PRESTOP")
+	str(&c.PreStopToken, "PRESTOP_TOKEN")
+	if c.PreStopToken != "" {
+		c.PreStop = true
+	}
+	boolean(&c.ExitOnSecondSignal, "EXIT_ON_SECOND_SIGNAL")
+	str(&c.ProbeAddr, "PROBE_ADDR")
+
+	if !delaySet {
+		if c.Env == EnvKubernetes {
+			c.ShutdownDelay = 5 * time.Second
+		} else {
+			c.ShutdownDelay = NoDelay
+		}
+	}
+	if c.ShutdownTeardown == 0 {
+		if c.Env == EnvKubernetes {
+			c.ShutdownTeardown = 30 * time.Second
+		} else {
+			c.ShutdownTeardown = 60 * time.Second
+		}
+	}
+	return c, errors.Join(errs...)
+}
+
+// window returns the resolved lame-duck window (NoDelay becomes 0).
+func (c *Config) window() time.Duration { return max(c.ShutdownDelay, 0) }
+
+// parseDuration is time.ParseDuration with the errors an operator can act on.
+func parseDuration(v string) (time.Duration, error) {
+	if _, err := strconv.ParseFloat(v, 64); err == nil {
+		return 0, fmt.Errorf("a duration needs a unit (write %ss or %sms)", v, v)
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, errors.New("not a Go duration")
+	}
+	return d, nil
+}

@@ -1,0 +1,87 @@
+package lameduck
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Event is a named one-shot signal in the Lifecycle's sequence: it fires
+// once, at a recorded time, and never un-fires. Handlers and tests wait on
+// exactly the event they need instead of polling the phase (the model of
+// kube-apiserver's lifecycle signals, plus timestamps; DESIGN.md, house
+// style 6).
+//
+// Event's methods are safe for concurrent use. The zero value is not usable;
+// a Lifecycle makes its own.
+type Event struct {
+	name string
+	ch   chan struct{}
+	once sync.Once
+	at   atomic.Pointer[time.Time] // set before ch is closed
+}
+
+func newEvent(name string) *Event { return &Event{name: name, ch: make(chan struct{})} }
+
+// Name returns the event's name, such as "shutdown-initiated".
+func (e *Event) Name() string { return e.name }
+
+// Done returns a channel that is closed when the event fires.
+func (e *Event) Done() <-chan struct{} { return e.ch }
+
+// Fired reports whether the event has fired.
+func (e *Event) Fired() bool { return e.at.Load() != nil }
+
+// At returns when the event fired, read from the Lifecycle's clock, and
+// false if it has not fired yet.
+func (e *Event) At() (time.Time, bool) {
+	if t := e.at.Load(); t != nil {
+		return *t, true
+	}
+	return time.Time{}, false
+}
+
+// fire records at and closes the channel; it reports whether this call was
+// the one that fired it.
+func (e *Event) fire(at time.Time) bool {
+	fired := false
+	e.once.Do(func() {
+		e.at.Store(&at)
+		close(e.ch)
+		fired = true
+	})
+	return fired
+}
+
+// Events are the one-shot events of one Lifecycle, in the order they fire.
+// A field is never nil. Events that a run skips (StartupDone when a startup
+// task fails, WindowEnded when the signal never comes before a fatal error)
+// may stay unfired until Stopped.
+type Events struct {
+	// StartupDone fires when every startup task has returned nil and the
+	// phase becomes serving.
+	StartupDone *Event
+	// ShutdownInitiated fires when the sequence starts: the first SIGTERM or
+	// SIGINT, a GET /prestop, a call to Lifecycle.Shutdown, the cancellation
+	// of Run's context, or a fatal error. /readyz answers 503 draining from
+	// this instant.
+	ShutdownInitiated *Event
+	// WindowEnded fires when the lame-duck window has passed and teardown
+	// begins. GET /prestop answers at this instant.
+	WindowEnded *Event
+	// HTTPDrained fires when every registered server has shut down, cleanly
+	// or by force at the teardown budget.
+	HTTPDrained *Event
+	// Stopped fires when the sequence has finished, just before Run returns.
+	Stopped *Event
+}
+
+func newEvents() *Events {
+	return &Events{
+		StartupDone:       newEvent("startup-done"),
+		ShutdownInitiated: newEvent("shutdown-initiated"),
+		WindowEnded:       newEvent("window-ended"),
+		HTTPDrained:       newEvent("http-drained"),
+		Stopped:           newEvent("stopped"),
+	}
+}

@@ -1,0 +1,3 @@
+module github.com/lameduck/lameduck
+
+go 1.26

@@ -1,0 +1,161 @@
+package health
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strconv"
+)
+
+// Report is one probe answer before it is rendered.
+//
+// The zero value is a 503 with an empty status word; callers always set
+// Status. A Report is a value: it is built per request and not shared.
+type Report struct {
+	// Status is the body's "status" word; it also decides the HTTP code
+	// unless Code is set.
+	Status Status
+	// Code overrides the HTTP status code; 0 means Status.Code().
+	Code int
+	// Fields are extra members of the JSON envelope, such as "phase". They
+	// never replace the reserved members status, version, commit and checks.
+	Fields map[string]any
+	// Checks maps a check's name to its result text ("ok",
+	// "error: connection refused", ...). Rendered as the "checks" object;
+	// omitted when nil.
+	Checks map[string]string
+}
+
+// Info names the build that answers. Every body carries its Version and
+// Commit (seed 004: "a probe response also tells you which build answered").
+//
+// The zero value renders empty strings; use [BuildInfo] to fill it. An Info
+// must not be modified once a handler uses it; Fields may be called
+// concurrently by concurrent probes and must be safe for that.
+type Info struct {
+	// Version is written as "version".
+	Version string
+	// Commit is written as "commit".
+	Commit string
+	// Fields, when non-nil, is called once per probe and its members are
+	// added to the envelope, such as {"mode":"cloud"}. Members named status,
+	// version, commit or checks are ignored: the envelope's own win.
+	Fields func() map[string]any
+}
+
+var reserved = []string{"status", "version", "commit", "checks"}
+
+// Write renders rep to w as the answer to r.
+//
+// It sets Content-Type: application/json and Cache-Control: no-store, writes
+// the status code (rep.Code, or rep.Status.Code()), and, unless r is a HEAD
+// request, a body shaped like
+//
+//	{"status":"degraded","version":"v1.2.0","commit":"a984b10",
+//	 "phase":"serving","checks":{"db":"ok","s3":"error: connection refused"}}
+//
+// status, version and commit come first; info.Fields() and rep.Fields follow
+// in sorted order (rep.Fields win a clash); checks come last. A value that
+// cannot be encoded as JSON is written as its error text rather than
+// dropping the whole body. Write does not check the method; see [Handler].
+func Write(w http.ResponseWriter, r *http.Request, info *Info, rep Report) {
+	code := rep.Code
+	if code == 0 {
+		code = rep.Status.Code()
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	if r.Method == http.MethodHead {
+		w.WriteHeader(code)
+		return
+	}
+	body := Render(info, rep)
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(code)
+	_, _ = w.Write(body)
+}
+
+// Render returns the JSON body [Write] would send for rep, with a trailing
+// newline. It is safe for concurrent use.
+func Render(info *Info, rep Report) []byte {
+	var extra map[string]any
+	if info != nil && info.Fields != nil {
+		extra = info.Fields()
+	}
+	merged := make(map[string]any, len(extra)+len(rep.Fields))
+	for k, v := range extra {
+		merged[k] = v
+	}
+	for k, v := range rep.Fields {
+		merged[k] = v
+	}
+	keys := make([]string, 0, len(merged))
+	for k := range merged {
+		if !slices.Contains(reserved, k) {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+
+	var b bytes.Buffer
+	b.WriteString(`{"status":`)
+	writeJSON(&b, string(rep.Status))
+	var version, commit string
+	if info != nil {
+		version, commit = info.Version, info.Commit
+	}
+	b.WriteString(`,"version":`)
+	writeJSON(&b, version)
+	b.WriteString(`,"commit":`)
+	writeJSON(&b, commit)
+	for _, k := range keys {
+		b.WriteByte(',')
+		writeJSON(&b, k)
+		b.WriteByte(':')
+		writeJSON(&b, merged[k])
+	}
+	if rep.Checks != nil {
+		b.WriteString(`,"checks":`)
+		writeJSON(&b, rep.Checks) // encoding/json sorts map keys
+	}
+	b.WriteString("}\n")
+	return b.Bytes()
+}
+
+func writeJSON(b *bytes.Buffer, v any) {
+	out, err := json.Marshal(v)
+	if err != nil {
+		out, _ = json.Marshal("unencodable: " + err.Error())
+	}
+	b.Write(out)
+}
+
+// Handler returns an [http.Handler] that answers GET and HEAD requests with
+// the [Report] that probe returns, rendered by [Write].
+//
+// Any other method gets 405 Method Not Allowed with "Allow: GET, HEAD" and a
+// JSON body {"status":"method not allowed", ...}; probe is not called.
+// probe is called once per request, concurrently for concurrent requests,
+// and must be safe for that.
+func Handler(info *Info, probe func(*http.Request) Report) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !AllowedMethod(w, r, info) {
+			return
+		}
+		Write(w, r, info, probe(r))
+	})
+}
+
+// AllowedMethod reports whether r is a GET or HEAD request. When it is not,
+// it has already answered 405 with "Allow: GET, HEAD" and the caller must
+// write nothing more.
+func AllowedMethod(w http.ResponseWriter, r *http.Request, info *Info) bool {
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		return true
+	}
+	w.Header().Set("Allow", "GET, HEAD")
+	Write(w, r, info, Report{Status: "method not allowed", Code: http.StatusMethodNotAllowed})
+	return false
+}

@@ -1,0 +1,576 @@
+package lameduck
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/lameduck/lameduck/health"
+)
+
+// ErrStartupFailed is wrapped by the error Run returns when a startup task
+// fails. The process never reported ready.
+var ErrStartupFailed = errors.New("startup failed")
+
+// ErrAlreadyRunning is returned by AddServer and AddStartupTask after Run
+// has started, and by a second call to Run.
+var ErrAlreadyRunning = errors.New("lameduck: the Lifecycle is already running")
+
+// Lifecycle takes a Go service through its life in Kubernetes: it binds the
+// registered servers, answers the liveness, readiness and startup probes
+// truthfully, runs startup tasks, and on SIGTERM (or SIGINT, GET /prestop,
+// BeginShutdown, or the cancellation of Run's context) runs the shutdown
+// sequence of the platform guide (seed 004, "The shutdown sequence"):
+//
+//  1. /readyz answers 503 draining at once, before any wait, and one log
+//     line says so with the window's length;
+//  2. the lame-duck window (Config.ShutdownDelay): the application keeps
+//     serving normally, new connections are accepted, /healthz stays 200;
+//  3. teardown: http.Server.Shutdown of every registered server under one
+//     budget (Config.ShutdownTeardown); what is left at the budget is closed
+//     by force and named in the log (method, path, age).
+//
+// Create one with [New]; the zero value is not usable. A Lifecycle runs
+// once. All methods are safe for concurrent use.
+type Lifecycle struct {
+	cfg     Config // resolved; immutable after New
+	log     *slog.Logger
+	clock   Clock
+	info    health.Info
+	events  *Events
+	phase   atomic.Int32 // a Phase; only moves forward
+	track   *tracker
+	probes  http.Handler
+	exit    func(code int) // os.Exit; replaced by in-package tests
+	startCx context.Context
+	cancel  context.CancelFunc // cancels startCx: startup tasks stop at the signal
+
+	mu        sync.Mutex
+	servers   []*server     // guarded by mu
+	startup   []startupTask // guarded by mu
+	running   bool          // guarded by mu: Run has been called
+	initiated bool          // guarded by mu: the sequence has started
+	bySignal  bool          // guarded by mu: a signal started it
+	reason    string        // guarded by mu: what started it
+}
+
+type server struct {
+	srv    *http.Server
+	ln     net.Listener
+	probes bool // the Config.ProbeAddr listener: shut down last
+}
+
+type startupTask struct {
+	name string
+	fn   func(context.Context) error
+}
+
+// New returns a Lifecycle configured by cfg, filled from the environment and
+// the defaults as [Config] describes.
+//
+// It returns an error wrapping [ErrInvalidConfig] that names every bad
+// setting, its value and the fix; nothing is bound and no goroutine is
+// started, so a caller can exit non-zero before listening.
+func New(cfg Config) (*Lifecycle, error) {
+	cfg, err := cfg.resolve()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &Lifecycle{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		clock:   cfg.Clock,
+		info:    health.Info{Version: cfg.Version, Commit: cfg.Commit, Fields: cfg.Fields},
+		events:  newEvents(),
+		track:   newTracker(cfg.Clock),
+		exit:    os.Exit,
+		startCx: ctx,
+		cancel:  cancel,
+	}
+	l.probes = l.newProbeHandler()
+	if cfg.ProbeAddr != "" {
+		l.servers = append(l.servers, &server{
+			srv:    &http.Server{Addr: cfg.ProbeAddr, Handler: l.probes, ReadHeaderTimeout: 5 * time.Second},
+			probes: true,
+		})
+	}
+	return l, nil
+}
+
+// Config returns the resolved configuration: every field filled from the
+// code, the environment or the defaults. ShutdownDelay is NoDelay when the
+// window is zero.
+func (l *Lifecycle) Config() Config { return l.cfg }
+
+// Phase returns the current phase.
+func (l *Lifecycle) Phase() Phase { return Phase(l.phase.Load()) }
+
+// Events returns the Lifecycle's one-shot events, for handlers and tests to
+// wait on.
+func (l *Lifecycle) Events() *Events { return l.events }
+
+// InFlight returns the application requests in flight on the registered
+// servers, oldest first. Probe and /prestop requests are not counted.
+func (l *Lifecycle) InFlight() []InFlightRequest { return l.track.snapshot() }
+
+// AddServer registers srv to be served by Run and shut down by the sequence.
+//
+// If ln is nil, Run binds srv.Addr (":http" when empty) over TCP; a bind
+// failure makes Run return at once. At Run, srv.Handler (or
+// http.DefaultServeMux when nil) is wrapped: requests to /healthz, /readyz,
+// /startupz and, when enabled, /prestop are answered by the probes (unless
+// Config.ProbeAddr moves them to their own listener), and every other
+// request is tracked as in flight. Do not call srv's Serve, Shutdown or
+// Close yourself.
+//
+// AddServer returns ErrAlreadyRunning once Run has started.
+func (l *Lifecycle) AddServer(srv *http.Server, ln net.Listener) error {
+	if srv == nil {
+		return errors.New("lameduck: AddServer: nil *http.Server")
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.running {
+		return ErrAlreadyRunning
+	}
+	l.servers = append(l.servers, &server{srv: srv, ln: ln})
+	return nil
+}
+
+// AddStartupTask registers boot work (migrations, cache warm-up) that runs
+// after the listeners are bound, so the probes answer while it runs:
+// /startupz and /readyz 503 starting, /healthz 200. Tasks run one after the
+// other in the order they were added; when all have returned nil the phase
+// becomes serving. ctx is cancelled when the shutdown sequence starts.
+//
+// A task that returns an error stops the boot: the phase never becomes
+// serving, the log names the task and its error, the servers are shut down
+// without a lame-duck window (the pod was never ready, so no endpoint routes
+// to it), and Run returns an error wrapping ErrStartupFailed.
+//
+// AddStartupTask returns ErrAlreadyRunning once Run has started.
+func (l *Lifecycle) AddStartupTask(name string, fn func(ctx context.Context) error) error {
+	if fn == nil {
+		return fmt.Errorf("lameduck: AddStartupTask(%q): nil function", name)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.running {
+		return ErrAlreadyRunning
+	}
+	l.startup = append(l.startup, startupTask{name, fn})
+	return nil
+}
+
+// BeginShutdown starts the shutdown sequence, as SIGTERM would, and returns
+// at once; Run carries the sequence out. reason is written in the log.
+//
+// It reports whether this call started the sequence; a later call (or
+// signal) changes nothing. It may be called before Run, in which case Run
+// binds, then runs the sequence straight away.
+func (l *Lifecycle) BeginShutdown(reason string) bool {
+	return l.begin(reason, false)
+}
+
+// begin flips readiness and fires ShutdownInitiated, once.
+func (l *Lifecycle) begin(reason string, bySignal bool) bool {
+	now := l.clock.Now()
+	l.mu.Lock()
+	if l.initiated {
+		l.mu.Unlock()
+		return false
+	}
+	l.initiated, l.bySignal, l.reason = true, bySignal, reason
+	for {
+		p := l.phase.Load()
+		if p >= int32(PhaseDraining) || l.phase.CompareAndSwap(p, int32(PhaseDraining)) {
+			break
+		}
+	}
+	l.mu.Unlock()
+	l.events.ShutdownInitiated.fire(now)
+	l.cancel()
+	w := l.cfg.window()
+	l.log.Info(fmt.Sprintf("lameduck: draining — /readyz now 503, waiting %s for endpoint removal", w),
+		"reason", reason, "window", w.String(), "teardown", l.cfg.ShutdownTeardown.String(),
+		"in_flight", l.track.inflight.Load())
+	return true
+}
+
+// onSignal handles every signal after Run installed its handler.
+func (l *Lifecycle) onSignal(sig os.Signal) {
+	if l.begin("signal "+sigName(sig), true) {
+		return
+	}
+	l.mu.Lock()
+	bySignal, reason := l.bySignal, l.reason
+	l.bySignal = true // any later signal is a second signal
+	l.mu.Unlock()
+	switch {
+	case !bySignal && reason == reasonPreStop:
+		l.log.Info("lameduck: "+sigName(sig)+" after the preStop hook: the sequence is already running; no second window",
+			"phase", l.Phase().String())
+	case bySignal && l.cfg.ExitOnSecondSignal:
+		l.log.Error("lameduck: second "+sigName(sig)+": exiting now without finishing the drain",
+			"setting", l.cfg.EnvPrefix+"EXIT_ON_SECOND_SIGNAL=true", "in_flight", l.track.inflight.Load())
+		l.exit(exitCode(sig))
+	default:
+		l.log.Warn("lameduck: "+sigName(sig)+" ignored: the shutdown sequence runs to completion",
+			"phase", l.Phase().String(), "started_by", reason,
+			"hint", "set "+l.cfg.EnvPrefix+"EXIT_ON_SECOND_SIGNAL=true to exit on a second signal")
+	}
+}
+
+func sigName(sig os.Signal) string {
+	if s, ok := sig.(interface{ String() string }); ok {
+		switch s.String() {
+		case "terminated":
+			return "SIGTERM"
+		case "interrupt":
+			return "SIGINT"
+		}
+		return s.String()
+	}
+	return fmt.Sprint(sig)
+}
+
+// Run serves until the shutdown sequence has finished. Its steps, in order:
+//
+//  1. log the configuration and the shutdown budget (against
+//     Config.TerminationGrace when set, with a warning when it does not fit);
+//  2. bind every registered server; if one cannot bind, close the others and
+//     return the error at once, before any request is served;
+//  3. serve, with the probes answering; run the startup tasks; then the
+//     phase becomes serving;
+//  4. wait for SIGTERM or SIGINT, GET /prestop, BeginShutdown, the
+//     cancellation of ctx, or a server that stops with an error;
+//  5. run the sequence: readiness 503, the lame-duck window, teardown.
+//
+// Run returns only when the sequence has finished, never early on
+// http.ErrServerClosed. It returns nil after a clean drain; an error wrapping
+// context.DeadlineExceeded when the teardown budget ran out and requests
+// were cut; an error wrapping ErrStartupFailed when a startup task failed;
+// the bind or serve error otherwise. Run logs every error it returns, so a
+// caller need only set the exit code. From the start of the sequence to the
+// return takes at most ShutdownDelay + ShutdownTeardown, whatever handlers
+// do.
+//
+// Run does not wait for handlers still running after their connection was
+// closed by force, nor for hijacked connections (http.Server.Shutdown's own
+// limits). A second signal does not shorten the sequence unless
+// Config.ExitOnSecondSignal is set. Cancelling ctx starts the sequence; it
+// does not shorten it either.
+func (l *Lifecycle) Run(ctx context.Context) error {
+	l.mu.Lock()
+	if l.running {
+		l.mu.Unlock()
+		return ErrAlreadyRunning
+	}
+	l.running = true
+	servers := append([]*server(nil), l.servers...)
+	tasks := append([]startupTask(nil), l.startup...)
+	l.mu.Unlock()
+	defer l.cancel()
+
+	l.logBudget()
+
+	// 2. Bind.
+	for i, s := range servers {
+		if s.ln != nil {
+			continue
+		}
+		addr := s.srv.Addr
+		if addr == "" {
+			addr = ":http"
+		}
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			for _, b := range servers[:i] {
+				_ = b.ln.Close()
+			}
+			err = fmt.Errorf("lameduck: listen on %s: %w", addr, err)
+			l.log.Error(err.Error())
+			l.finish(l.clock.Now())
+			return err
+		}
+		s.ln = ln
+	}
+	for _, s := range servers {
+		if !s.probes {
+			s.srv.Handler = l.wrap(s.srv.Handler)
+		}
+		l.log.Info("lameduck: listening", "addr", s.ln.Addr().String(), "probes", s.probes || l.cfg.ProbeAddr == "")
+	}
+
+	// Signals.
+	var wg sync.WaitGroup
+	stopSignals := make(chan struct{})
+	if !l.cfg.IgnoreSignals {
+		sigs := make(chan os.Signal, 4)
+		signal.Notify(sigs, l.cfg.Signals...)
+		wg.Go(func() {
+			defer signal.Stop(sigs)
+			for {
+				select {
+				case sig := <-sigs:
+					l.onSignal(sig)
+				case <-stopSignals:
+					return
+				}
+			}
+		})
+	}
+	defer func() { close(stopSignals); wg.Wait() }()
+	stopCtx := context.AfterFunc(ctx, func() { l.begin("context cancelled", false) })
+	defer stopCtx()
+
+	// 3. Serve.
+	serveErrs := make(chan error, len(servers))
+	var serving sync.WaitGroup
+	for _, s := range servers {
+		serving.Go(func() {
+			if err := s.srv.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				serveErrs <- fmt.Errorf("lameduck: serve on %s: %w", s.ln.Addr(), err)
+			}
+		})
+	}
+	startupDone := make(chan error, 1)
+	startupRunning := make(chan struct{})
+	go func() {
+		defer close(startupRunning)
+		startupDone <- l.runStartup(tasks)
+	}()
+
+	// 4. Wait.
+	var fatal error
+	startupOver := false
+wait:
+	for {
+		select {
+		case err := <-startupDone:
+			startupOver = true
+			if err != nil {
+				fatal = err
+				l.begin("startup failed", false)
+				break wait
+			}
+			if l.phase.CompareAndSwap(int32(PhaseStarting), int32(PhaseServing)) {
+				l.events.StartupDone.fire(l.clock.Now())
+				l.log.Info("lameduck: serving — /startupz and /readyz now 200", "startup_tasks", len(tasks))
+			} else {
+				l.events.StartupDone.fire(l.clock.Now())
+			}
+		case err := <-serveErrs:
+			fatal = err
+			l.log.Error(err.Error())
+			l.begin("server failed", false)
+			break wait
+		case <-l.events.ShutdownInitiated.Done():
+			break wait
+		}
+	}
+
+	// 5. The sequence.
+	start, _ := l.events.ShutdownInitiated.At()
+	if !errors.Is(fatal, ErrStartupFailed) {
+		l.lameDuckWindow()
+	}
+	l.events.WindowEnded.fire(l.clock.Now())
+	l.phase.Store(int32(PhaseStopping))
+	err := l.teardown(servers, start, &serving)
+	if !startupOver {
+		l.awaitStartup(startupRunning, start)
+	}
+	l.finish(start)
+	return errors.Join(fatal, err)
+}
+
+// logBudget logs the resolved settings and the grace-period arithmetic
+// (seed 004, "Sizing terminationGracePeriodSeconds").
+func (l *Lifecycle) logBudget() {
+	c := &l.cfg
+	total := c.window() + c.ShutdownTeardown
+	attrs := []any{"env", c.Env, "window", c.window().String(), "teardown", c.ShutdownTeardown.String(),
+		"budget", total.String(), "prestop", c.PreStop}
+	if c.TerminationGrace == 0 {
+		l.log.Info("lameduck: shutdown budget "+c.window().String()+" + "+c.ShutdownTeardown.String()+" = "+total.String(), attrs...)
+		return
+	}
+	attrs = append(attrs, "termination_grace", c.TerminationGrace.String())
+	if total > c.TerminationGrace {
+		l.log.Warn(fmt.Sprintf("lameduck: shutdown budget does not fit: delay %s + teardown %s = %s > terminationGracePeriodSeconds %s; "+
+			"the kubelet will SIGKILL the pod mid-teardown; lower %sSHUTDOWN_DELAY or %sSHUTDOWN_TEARDOWN, or raise terminationGracePeriodSeconds to at least %s",
+			c.window(), c.ShutdownTeardown, total, c.TerminationGrace, c.EnvPrefix, c.EnvPrefix, total), attrs...)
+		return
+	}
+	l.log.Info(fmt.Sprintf("lameduck: shutdown budget delay %s + teardown %s = %s ≤ terminationGracePeriodSeconds %s",
+		c.window(), c.ShutdownTeardown, total, c.TerminationGrace), attrs...)
+}
+
+// runStartup runs the startup tasks in order; the first error stops it.
+func (l *Lifecycle) runStartup(tasks []startupTask) error {
+	for _, t := range tasks {
+		began := l.clock.Now()
+		err := l.callStartup(t)
+		took := l.clock.Now().Sub(began)
+		if err != nil {
+			if l.startCx.Err() != nil {
+				// Interrupted by the signal: not a failure of the task.
+				l.log.Info("lameduck: startup task interrupted by shutdown", "task", t.name, "error", err.Error(), "took", took.String())
+				return nil
+			}
+			err = fmt.Errorf("lameduck: startup task %q: %w: %w", t.name, ErrStartupFailed, err)
+			l.log.Error(err.Error(), "task", t.name, "took", took.String())
+			return err
+		}
+		l.log.Info("lameduck: startup task done", "task", t.name, "took", took.String())
+		if l.startCx.Err() != nil {
+			return nil
+		}
+	}
+	return nil
+}
+
+func (l *Lifecycle) callStartup(t startupTask) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("panic: %v", v)
+		}
+	}()
+	return t.fn(l.startCx)
+}
+
+// awaitStartup waits for startup tasks that are still running after the
+// teardown, up to the end of the overall bound.
+func (l *Lifecycle) awaitStartup(done <-chan struct{}, start time.Time) {
+	left := start.Add(l.cfg.window() + l.cfg.ShutdownTeardown).Sub(l.clock.Now())
+	t := l.clock.NewTimer(left)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C():
+		l.log.Warn("lameduck: a startup task is still running at exit; it ignored its context")
+	}
+}
+
+// lameDuckWindow waits Config.ShutdownDelay from the start of the sequence.
+func (l *Lifecycle) lameDuckWindow() {
+	start, _ := l.events.ShutdownInitiated.At()
+	left := start.Add(l.cfg.window()).Sub(l.clock.Now())
+	if left <= 0 {
+		return
+	}
+	t := l.clock.NewTimer(left)
+	defer t.Stop()
+	<-t.C()
+}
+
+// teardown shuts every server down under the teardown budget: the
+// application's servers together, then the probe listener.
+func (l *Lifecycle) teardown(servers []*server, start time.Time, serving *sync.WaitGroup) error {
+	budget := l.cfg.ShutdownTeardown
+	began := l.clock.Now()
+	l.log.Info("lameduck: teardown — closing listeners, draining in-flight requests",
+		"budget", budget.String(), "in_flight", l.track.inflight.Load(), "servers", len(servers))
+
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	deadline := l.clock.NewTimer(budget)
+	var timerWG sync.WaitGroup
+	timerWG.Go(func() {
+		select {
+		case <-deadline.C():
+			cancel(context.DeadlineExceeded)
+		case <-ctx.Done():
+		}
+	})
+	defer func() { deadline.Stop(); cancel(nil); timerWG.Wait() }()
+
+	var cut []InFlightRequest
+	var cutOnce sync.Once
+	var forced atomic.Bool
+	shut := func(group []*server) {
+		var wg sync.WaitGroup
+		for _, s := range group {
+			wg.Go(func() {
+				if err := s.srv.Shutdown(ctx); err != nil {
+					forced.Store(true)
+					cutOnce.Do(func() { cut = l.track.snapshot() })
+					_ = s.srv.Close()
+				}
+			})
+		}
+		wg.Wait()
+	}
+	var app, probes []*server
+	for _, s := range servers {
+		if s.probes {
+			probes = append(probes, s)
+		} else {
+			app = append(app, s)
+		}
+	}
+	shut(app)
+	shut(probes)
+	serving.Wait()
+	l.events.HTTPDrained.fire(l.clock.Now())
+	took := l.clock.Now().Sub(began)
+
+	if !forced.Load() {
+		l.log.Info("lameduck: teardown done — every in-flight request finished", "took", took.String())
+		return nil
+	}
+	var b strings.Builder
+	for i, r := range cut {
+		if i == 20 {
+			fmt.Fprintf(&b, ", and %d more", len(cut)-i)
+			break
+		}
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s %s (age %s)", r.Method, r.Path, r.Age.Round(time.Millisecond))
+	}
+	l.log.Error(fmt.Sprintf("lameduck: teardown budget %s spent; cut %d in-flight request(s): %s", budget, len(cut), b.String()),
+		"budget", budget.String(), "cut", len(cut))
+	return fmt.Errorf("lameduck: teardown budget %s spent: %w", budget, context.DeadlineExceeded)
+}
+
+// finish fires Stopped and logs the end of the sequence.
+func (l *Lifecycle) finish(start time.Time) {
+	l.phase.Store(int32(PhaseStopped))
+	now := l.clock.Now()
+	l.events.Stopped.fire(now)
+	if !l.events.ShutdownInitiated.Fired() {
+		return
+	}
+	l.log.Info("lameduck: stopped", "since_signal", now.Sub(start).Round(time.Millisecond).String())
+}
+
+// wrap routes probe paths to the probes (unless they have their own
+// listener) and tracks every other request as in flight.
+func (l *Lifecycle) wrap(app http.Handler) http.Handler {
+	if app == nil {
+		app = http.DefaultServeMux
+	}
+	mount := l.cfg.ProbeAddr == ""
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if mount && l.isProbePath(r.URL.Path) {
+			l.probes.ServeHTTP(w, r)
+			return
+		}
+		rec := l.track.begin(r)
+		defer l.track.end(rec)
+		app.ServeHTTP(w, r)
+	})
+}

@@ -1,0 +1,123 @@
+package lameduck
+
+import (
+	"crypto/subtle"
+	"net/http"
+	"strings"
+
+	"github.com/lameduck/lameduck/health"
+)
+
+// The paths the probes answer on. /readyz/<name> is reserved for one
+// check's answer (the Kubernetes API server's convention).
+const (
+	PathLiveness  = "/healthz"
+	PathReadiness = "/readyz"
+	PathStartup   = "/startupz"
+	PathPreStop   = "/prestop"
+)
+
+// PreStopTokenHeader carries Config.PreStopToken on GET /prestop; in a pod
+// spec it goes in lifecycle.preStop.httpGet.httpHeaders.
+const PreStopTokenHeader = "X-Lameduck-Token"
+
+const reasonPreStop = "preStop hook"
+
+func (l *Lifecycle) isProbePath(p string) bool {
+	switch p {
+	case PathLiveness, PathReadiness, PathStartup:
+		return true
+	case PathPreStop:
+		return l.cfg.PreStop
+	}
+	return strings.HasPrefix(p, PathReadiness+"/")
+}
+
+// ProbeHandler returns the handler that answers the probes, for an
+// application that mounts them itself (on a router of its own, say). It
+// serves:
+//
+//   - GET /healthz (liveness): always 200 {"status":"ok",...} while the
+//     process serves, including through the drain: a liveness failure would
+//     make the kubelet kill the pod mid-drain (seed 004).
+//   - GET /readyz (readiness): 503 {"status":"starting"} during boot, 200
+//     {"status":"ok"} while serving, 503 {"status":"draining"} from the
+//     shutdown signal on, for good.
+//   - GET /startupz (startup): 503 {"status":"starting"} until every startup
+//     task has returned, then 200 {"status":"ok"}.
+//   - GET /prestop, when Config.PreStop is set: starts the shutdown sequence
+//     and answers 200 {"status":"draining"} when the lame-duck window has
+//     passed; 401 without the right X-Lameduck-Token when PreStopToken is
+//     set. Without PreStop, 404.
+//
+// Every body also carries "version", "commit", "phase" and Config.Fields.
+// Methods other than GET and HEAD get 405. Other paths get 404. Servers
+// registered with AddServer already serve these paths; ProbeHandler is for
+// mounting them elsewhere.
+func (l *Lifecycle) ProbeHandler() http.Handler { return l.probes }
+
+func (l *Lifecycle) newProbeHandler() http.Handler {
+	live := health.Handler(&l.info, func(*http.Request) health.Report {
+		return l.report(health.StatusOK)
+	})
+	ready := health.Handler(&l.info, func(*http.Request) health.Report {
+		switch l.Phase() {
+		case PhaseStarting:
+			return l.report(health.StatusStarting)
+		case PhaseServing:
+			return l.report(health.StatusOK)
+		default:
+			return l.report(health.StatusDraining)
+		}
+	})
+	startup := health.Handler(&l.info, func(*http.Request) health.Report {
+		if l.events.StartupDone.Fired() {
+			return l.report(health.StatusOK)
+		}
+		return l.report(health.StatusStarting)
+	})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch p := r.URL.Path; {
+		case p == PathLiveness:
+			live.ServeHTTP(w, r)
+		case p == PathReadiness:
+			ready.ServeHTTP(w, r)
+		case p == PathStartup:
+			startup.ServeHTTP(w, r)
+		case p == PathPreStop && l.cfg.PreStop:
+			l.servePreStop(w, r)
+		default:
+			health.Write(w, r, &l.info, health.Report{Status: "not found", Code: http.StatusNotFound})
+		}
+	})
+}
+
+func (l *Lifecycle) report(s health.Status) health.Report {
+	return health.Report{Status: s, Fields: map[string]any{"phase": l.Phase().String()}}
+}
+
+// servePreStop is the preStop hook over HTTP (seed 004, "When to enable the
+// preStop hook"): it starts the sequence exactly as SIGTERM does and holds
+// the kubelet until the window has passed, so the SIGTERM that follows adds
+// no second window.
+func (l *Lifecycle) servePreStop(w http.ResponseWriter, r *http.Request) {
+	if !health.AllowedMethod(w, r, &l.info) {
+		return
+	}
+	if tok := l.cfg.PreStopToken; tok != "" &&
+		subtle.ConstantTimeCompare([]byte(r.Header.Get(PreStopTokenHeader)), []byte(tok)) != 1 {
+		l.log.Warn("lameduck: GET /prestop refused: missing or wrong "+PreStopTokenHeader+" header; nothing drained",
+			"remote", r.RemoteAddr)
+		health.Write(w, r, &l.info, health.Report{Status: "unauthorized", Code: http.StatusUnauthorized})
+		return
+	}
+	l.begin(reasonPreStop, false)
+	select {
+	case <-l.events.WindowEnded.Done():
+		rep := l.report(health.StatusDraining)
+		rep.Code = http.StatusOK
+		rep.Fields["window"] = l.cfg.window().String()
+		health.Write(w, r, &l.info, rep)
+	case <-r.Context().Done():
+	}
+}
