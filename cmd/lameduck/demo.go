@@ -1,0 +1,153 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/lameduck/lameduck"
+	"github.com/spf13/cobra"
+)
+
+// maxSlow bounds GET /slow?d=, so a typo cannot hold a request for a day.
+const maxSlow = 10 * time.Minute
+
+type demoOptions struct {
+	addr         string
+	startupDelay time.Duration
+	logFormat    string
+}
+
+func newDemoCommand() *cobra.Command {
+	var o demoOptions
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Run a demo service that answers the probes and drains on SIGTERM",
+		Long: `Run a demo HTTP service built on lameduck.
+
+Routes: GET / (a small JSON answer), GET /slow?d=DURATION (answers after d, at
+most 10m), and the probes GET /healthz, /readyz, /startupz, plus GET /prestop
+when LAMEDUCK_PRESTOP=true. Send SIGTERM (or press Ctrl-C) to watch the drain:
+/readyz turns 503 at once, the lame-duck window passes, in-flight requests
+finish, and the process exits 0.
+
+Every LAMEDUCK_* environment variable applies (LAMEDUCK_SHUTDOWN_DELAY,
+LAMEDUCK_SHUTDOWN_TEARDOWN, LAMEDUCK_ENV, LAMEDUCK_TERMINATION_GRACE, ...).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runDemo(cmd.Context(), o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.addr, "addr", ":8080", "listen address")
+	f.DurationVar(&o.startupDelay, "startup-delay", 0, "simulated boot work before the service is ready, such as 2s")
+	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
+	return cmd
+}
+
+func newLogger(format string) (*slog.Logger, error) {
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, nil)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, nil)), nil
+	}
+	return nil, fmt.Errorf(`--log-format=%q: unknown format; use "text" or "json"`, format)
+}
+
+func runDemo(ctx context.Context, o demoOptions) error {
+	if o.startupDelay < 0 {
+		return fmt.Errorf("--startup-delay=%s: must not be negative; use 0s for none", o.startupDelay)
+	}
+	log, err := newLogger(o.logFormat)
+	if err != nil {
+		return err
+	}
+	lc, err := lameduck.New(lameduck.Config{Logger: log})
+	if err != nil {
+		log.Error(err.Error())
+		return exitError{err}
+	}
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		host, _ := os.Hostname()
+		writeJSON(w, http.StatusOK, map[string]any{
+			"service": "lameduck demo",
+			"host":    host,
+			"phase":   lc.Phase().String(),
+		})
+	})
+	mux.HandleFunc("GET /slow", func(w http.ResponseWriter, r *http.Request) {
+		d, msg := parseSlow(r.URL.Query())
+		if msg != "" {
+			writeJSON(w, http.StatusBadRequest, map[string]any{"error": msg})
+			return
+		}
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			writeJSON(w, http.StatusOK, map[string]any{"slept": d.String()})
+		case <-r.Context().Done(): // the client left, or the connection was cut
+		}
+	})
+
+	srv := &http.Server{Addr: o.addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	if err := lc.AddServer(srv, nil); err != nil {
+		return err
+	}
+	if o.startupDelay > 0 {
+		d := o.startupDelay
+		if err := lc.AddStartupTask("simulated boot work", func(ctx context.Context) error {
+			t := time.NewTimer(d)
+			defer t.Stop()
+			select {
+			case <-t.C:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}); err != nil {
+			return err
+		}
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if err := lc.Run(ctx); err != nil {
+		return exitError{err} // Run has logged it
+	}
+	return nil
+}
+
+// parseSlow reads d from /slow's query; msg says what is wrong with it.
+func parseSlow(q map[string][]string) (d time.Duration, msg string) {
+	v := ""
+	if vs := q["d"]; len(vs) > 0 {
+		v = vs[0]
+	}
+	if v == "" {
+		return 0, "missing d: pass a Go duration, such as /slow?d=2s"
+	}
+	d, err := time.ParseDuration(v)
+	switch {
+	case err != nil:
+		return 0, fmt.Sprintf("d=%q is not a Go duration with a unit; write, for example, d=2s or d=250ms", v)
+	case d < 0:
+		return 0, fmt.Sprintf("d=%q is negative; use 0s or more", v)
+	case d > maxSlow:
+		return 0, fmt.Sprintf("d=%q is over the %s limit", v, maxSlow)
+	}
+	return d, ""
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,15 @@
+module github.com/lameduck/lameduck/cmd/lameduck
+
+go 1.26
+
+require (
+	github.com/lameduck/lameduck v0.0.0
+	github.com/spf13/cobra v1.10.2
+)
+
+require (
+	github.com/inconshreveable/mousetrap v1.1.0 // indirect
+	github.com/spf13/pflag v1.0.9 // indirect
+)
+
+replace github.com/lameduck/lameduck => ../..

@@ -1,0 +1,42 @@
+// Command lameduck runs lameduck's demo service and, later, its tools.
+//
+//	lameduck demo [--addr :8080] [--startup-delay 0s] [--log-format text|json]
+//
+// The demo serves GET / and GET /slow?d=DURATION behind the probes and drains
+// on SIGTERM exactly as a service built on lameduck would. Every LAMEDUCK_*
+// variable applies; see the README's configuration table.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+// run executes the command line and returns the process's exit code.
+func run(args []string) int {
+	root := &cobra.Command{
+		Use:           "lameduck",
+		Short:         "Probes that tell the truth and a shutdown that drops nothing, for Go services in Kubernetes",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newDemoCommand())
+	root.SetArgs(args)
+	if err := root.Execute(); err != nil {
+		if _, logged := err.(exitError); !logged {
+			fmt.Fprintln(os.Stderr, "lameduck:", err)
+		}
+		return 1
+	}
+	return 0
+}
+
+// exitError is an error that has already been logged; main only sets the
+// exit code.
+type exitError struct{ error }

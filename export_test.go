@@ -1,0 +1,9 @@
+package lameduck
+
+import "os"
+
+// SetExit replaces os.Exit for tests of ExitOnSecondSignal.
+func SetExit(l *Lifecycle, f func(int)) { l.exit = f }
+
+// Signal delivers sig as Run's signal handler would.
+func Signal(l *Lifecycle, sig os.Signal) { l.onSignal(sig) }

@@ -1,0 +1,159 @@
+package lameduck_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lameduck/lameduck"
+	"github.com/lameduck/lameduck/lameducktest"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+var epoch = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+// logBuffer is a goroutine-safe log sink.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// env returns a LookupEnv reading only from m.
+func env(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+type harness struct {
+	t     *testing.T
+	lc    *lameduck.Lifecycle
+	clock *lameducktest.Clock
+	logs  *logBuffer
+	done  chan error
+}
+
+// newHarness returns a Lifecycle on a fake clock, reading no environment and
+// no signals, with cfg's explicit fields kept.
+func newHarness(t *testing.T, cfg lameduck.Config) *harness {
+	t.Helper()
+	h := &harness{t: t, clock: lameducktest.NewClock(epoch), logs: &logBuffer{}}
+	cfg.Clock = h.clock
+	cfg.Logger = slog.New(slog.NewTextHandler(h.logs, nil))
+	if cfg.LookupEnv == nil {
+		cfg.LookupEnv = env(nil)
+	}
+	cfg.IgnoreSignals = true
+	lc, err := lameduck.New(cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	h.lc = lc
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("logs:\n%s", h.logs)
+		}
+	})
+	return h
+}
+
+// serve registers a loopback server for handler and returns its base URL.
+func (h *harness) serve(handler http.Handler) string {
+	h.t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if err := h.lc.AddServer(&http.Server{Handler: handler}, ln); err != nil {
+		h.t.Fatal(err)
+	}
+	return "http://" + ln.Addr().String()
+}
+
+// run starts Run and returns at once; wait collects its result.
+func (h *harness) run() {
+	h.done = make(chan error, 1)
+	go func() { h.done <- h.lc.Run(context.Background()) }()
+}
+
+func (h *harness) wait() error {
+	h.t.Helper()
+	select {
+	case err := <-h.done:
+		return err
+	case <-time.After(10 * time.Second):
+		h.t.Fatal("Run did not return")
+		return nil
+	}
+}
+
+// await blocks until ev fires, or fails the test after 10s of real time (a
+// hang guard, not a synchronisation).
+func await(t *testing.T, ev *lameduck.Event) {
+	t.Helper()
+	select {
+	case <-ev.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("event %s never fired", ev.Name())
+	}
+}
+
+// timers waits until the fake clock has n pending timers.
+func (h *harness) timers(n int) {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := h.clock.WaitForTimers(ctx, n); err != nil {
+		h.t.Fatalf("waiting for %d timers (have %d): %v", n, h.clock.Pending(), err)
+	}
+}
+
+type probe struct {
+	code int
+	body string
+}
+
+func get(t *testing.T, c *http.Client, url string) probe {
+	t.Helper()
+	resp, err := c.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return probe{resp.StatusCode, string(b)}
+}
+
+func (p probe) status(t *testing.T, code int, word string) {
+	t.Helper()
+	if p.code != code || !strings.Contains(p.body, `"status":"`+word+`"`) {
+		t.Fatalf("got %d %s; want %d status %q", p.code, p.body, code, word)
+	}
+}
+
+func client(t *testing.T) *http.Client {
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, Timeout: 10 * time.Second}
+}

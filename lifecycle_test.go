@@ -1,0 +1,345 @@
+package lameduck_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lameduck/lameduck"
+)
+
+func TestPhasesThroughACleanShutdown(t *testing.T) {
+	h := newHarness(t, lameduck.Config{ShutdownDelay: 5 * time.Second, ShutdownTeardown: 30 * time.Second})
+	release := make(chan struct{})
+	booted := make(chan struct{})
+	h.lc.AddStartupTask("warm-up", func(ctx context.Context) error {
+		close(booted)
+		<-release
+		return nil
+	})
+	base := h.serve(http.NotFoundHandler())
+	c := client(t)
+	h.run()
+
+	<-booted
+	if got := h.lc.Phase(); got != lameduck.PhaseStarting {
+		t.Fatalf("phase during boot = %s", got)
+	}
+	get(t, c, base+"/healthz").status(t, 200, "ok")
+	get(t, c, base+"/readyz").status(t, 503, "starting")
+	get(t, c, base+"/startupz").status(t, 503, "starting")
+
+	close(release)
+	await(t, h.lc.Events().StartupDone)
+	get(t, c, base+"/readyz").status(t, 200, "ok")
+	get(t, c, base+"/startupz").status(t, 200, "ok")
+
+	h.lc.BeginShutdown("test")
+	// Readiness flips before any wait: no clock advance yet.
+	if got := h.lc.Phase(); got != lameduck.PhaseDraining {
+		t.Fatalf("phase right after BeginShutdown = %s, want draining", got)
+	}
+	get(t, c, base+"/readyz").status(t, 503, "draining")
+	get(t, c, base+"/healthz").status(t, 200, "ok")
+	get(t, c, base+"/startupz").status(t, 200, "ok")
+
+	h.timers(1) // the window's timer
+	h.clock.Advance(5*time.Second - time.Nanosecond)
+	if h.lc.Events().WindowEnded.Fired() {
+		t.Fatal("window ended before 5s")
+	}
+	// The application still serves inside the window, on new connections.
+	if p := get(t, client(t), base+"/nothing"); p.code != 404 {
+		t.Fatalf("application route during the window: %d", p.code)
+	}
+	h.clock.Advance(time.Nanosecond)
+	if err := h.wait(); err != nil {
+		t.Fatalf("Run = %v, want nil", err)
+	}
+	ev := h.lc.Events()
+	s, _ := ev.ShutdownInitiated.At()
+	w, _ := ev.WindowEnded.At()
+	if w.Sub(s) != 5*time.Second {
+		t.Fatalf("window lasted %s, want exactly 5s", w.Sub(s))
+	}
+	if h.lc.Phase() != lameduck.PhaseStopped {
+		t.Fatalf("phase after Run = %s", h.lc.Phase())
+	}
+	if n := strings.Count(h.logs.String(), "draining — /readyz now 503, waiting 5s for endpoint removal"); n != 1 {
+		t.Fatalf("draining line said %d times, want once:\n%s", n, h.logs)
+	}
+}
+
+func TestTeardownCutsAtItsBudget(t *testing.T) {
+	h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 3 * time.Second})
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	defer close(release)
+	base := h.serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(entered)
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	h.run()
+	await(t, h.lc.Events().StartupDone)
+	c := client(t)
+	reqDone := make(chan error, 1)
+	go func() {
+		resp, err := c.Get(base + "/stuck")
+		if err == nil {
+			resp.Body.Close()
+		}
+		reqDone <- err
+	}()
+	<-entered
+	h.clock.Advance(1500 * time.Millisecond) // the request is 1.5s old at the signal
+	h.lc.BeginShutdown("test")
+	h.timers(1)
+	h.clock.Advance(time.Second) // window
+	await(t, h.lc.Events().WindowEnded)
+	h.timers(1) // the teardown budget's timer
+	h.clock.Advance(3*time.Second - time.Nanosecond)
+	select {
+	case err := <-h.done:
+		t.Fatalf("Run returned %v before the budget was spent", err)
+	default:
+	}
+	h.clock.Advance(time.Nanosecond)
+	err := h.wait()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Run = %v, want an error wrapping context.DeadlineExceeded", err)
+	}
+	if err := <-reqDone; err == nil {
+		t.Fatal("the stuck request was answered; it should have been cut")
+	}
+	logs := h.logs.String()
+	if !strings.Contains(logs, "cut 1 in-flight request(s): GET /stuck (age 5.5s)") {
+		t.Fatalf("log does not name the cut request with its age:\n%s", logs)
+	}
+}
+
+func TestSecondSignalChangesNothing(t *testing.T) {
+	h := newHarness(t, lameduck.Config{ShutdownDelay: 4 * time.Second, ShutdownTeardown: 10 * time.Second})
+	exited := -1
+	lameduck.SetExit(h.lc, func(code int) { exited = code })
+	h.serve(http.NotFoundHandler())
+	h.run()
+	await(t, h.lc.Events().StartupDone)
+	lameduck.Signal(h.lc, syscall.SIGTERM)
+	h.timers(1)
+	h.clock.Advance(time.Second)
+	lameduck.Signal(h.lc, syscall.SIGTERM)
+	lameduck.Signal(h.lc, syscall.SIGINT)
+	h.clock.Advance(3*time.Second - time.Nanosecond)
+	if h.lc.Events().WindowEnded.Fired() {
+		t.Fatal("a second signal shortened the window")
+	}
+	h.clock.Advance(time.Nanosecond)
+	if err := h.wait(); err != nil {
+		t.Fatal(err)
+	}
+	if exited != -1 {
+		t.Fatalf("exit(%d) called without ExitOnSecondSignal", exited)
+	}
+	if n := strings.Count(h.logs.String(), "ignored: the shutdown sequence runs to completion"); n != 2 {
+		t.Fatalf("want each extra signal logged once, got %d:\n%s", n, h.logs)
+	}
+}
+
+func TestExitOnSecondSignal(t *testing.T) {
+	h := newHarness(t, lameduck.Config{ShutdownDelay: 4 * time.Second, ExitOnSecondSignal: true})
+	exited := make(chan int, 1)
+	lameduck.SetExit(h.lc, func(code int) { exited <- code })
+	h.serve(http.NotFoundHandler())
+	h.run()
+	await(t, h.lc.Events().StartupDone)
+	lameduck.Signal(h.lc, syscall.SIGINT)
+	lameduck.Signal(h.lc, syscall.SIGINT)
+	if code := <-exited; code != 130 {
+		t.Fatalf("exit code %d, want 130 (128+SIGINT)", code)
+	}
+	h.timers(1)
+	h.clock.Advance(4 * time.Second)
+	if err := h.wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestPreStopThenSIGTERMGivesOneWindow(t *testing.T) {
+	h := newHarness(t, lameduck.Config{ShutdownDelay: 5 * time.Second, PreStopToken: "s3cret", ExitOnSecondSignal: true})
+	lameduck.SetExit(h.lc, func(code int) { t.Errorf("exit(%d): the SIGTERM after the hook is not a second signal", code) })
+	base := h.serve(http.NotFoundHandler())
+	h.run()
+	await(t, h.lc.Events().StartupDone)
+	c := client(t)
+
+	// Without the token nothing drains.
+	get(t, c, base+"/prestop").status(t, 401, "unauthorized")
+	if h.lc.Events().ShutdownInitiated.Fired() {
+		t.Fatal("an unauthorised /prestop started the drain")
+	}
+
+	hook := make(chan probe, 1)
+	go func() {
+		req, _ := http.NewRequest("GET", base+"/prestop", nil)
+		req.Header.Set(lameduck.PreStopTokenHeader, "s3cret")
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Error(err)
+			hook <- probe{}
+			return
+		}
+		defer resp.Body.Close()
+		hook <- probe{code: resp.StatusCode}
+	}()
+	await(t, h.lc.Events().ShutdownInitiated)
+	get(t, c, base+"/readyz").status(t, 503, "draining")
+	h.timers(1)
+	h.clock.Advance(4 * time.Second)
+	select {
+	case p := <-hook:
+		t.Fatalf("hook answered %d before the window passed", p.code)
+	default:
+	}
+	h.clock.Advance(time.Second)
+	if p := <-hook; p.code != 200 {
+		t.Fatalf("hook answered %d, want 200", p.code)
+	}
+	// The kubelet's SIGTERM after the hook adds no second window.
+	lameduck.Signal(h.lc, syscall.SIGTERM)
+	if err := h.wait(); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := h.lc.Events().ShutdownInitiated.At()
+	e, _ := h.lc.Events().Stopped.At()
+	if e.Sub(s) != 5*time.Second {
+		t.Fatalf("sequence took %s on the fake clock, want exactly one 5s window", e.Sub(s))
+	}
+	if !strings.Contains(h.logs.String(), "SIGTERM after the preStop hook: the sequence is already running; no second window") {
+		t.Fatalf("missing log line:\n%s", h.logs)
+	}
+}
+
+func TestPreStopIsOptIn(t *testing.T) {
+	h := newHarness(t, lameduck.Config{})
+	rec := httptest.NewRecorder()
+	h.lc.ProbeHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/prestop", nil))
+	if rec.Code != 404 || h.lc.Events().ShutdownInitiated.Fired() {
+		t.Fatalf("GET /prestop without PreStop: %d, drain started=%v", rec.Code, h.lc.Events().ShutdownInitiated.Fired())
+	}
+}
+
+func TestStartupFailureNeverReady(t *testing.T) {
+	h := newHarness(t, lameduck.Config{ShutdownDelay: 5 * time.Second})
+	ready := make(chan probe, 1)
+	h.lc.AddStartupTask("migrate", func(ctx context.Context) error {
+		rec := httptest.NewRecorder()
+		h.lc.ProbeHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+		ready <- probe{rec.Code, rec.Body.String()}
+		return errors.New("schema version 7 is newer than this binary")
+	})
+	h.lc.AddStartupTask("never", func(ctx context.Context) error {
+		t.Error("a task after a failed one ran")
+		return nil
+	})
+	h.serve(http.NotFoundHandler())
+	h.run()
+	err := h.wait() // no window: the clock is never advanced
+	if !errors.Is(err, lameduck.ErrStartupFailed) || !strings.Contains(err.Error(), `"migrate"`) {
+		t.Fatalf("Run = %v, want ErrStartupFailed naming the task", err)
+	}
+	(<-ready).status(t, 503, "starting")
+	if h.lc.Events().StartupDone.Fired() {
+		t.Fatal("StartupDone fired after a failed task")
+	}
+	if !strings.Contains(h.logs.String(), `startup task \"migrate\": startup failed: schema version 7`) {
+		t.Fatalf("log does not name the task and its error:\n%s", h.logs)
+	}
+}
+
+func TestShutdownDuringStartupCancelsTheTask(t *testing.T) {
+	h := newHarness(t, lameduck.Config{ShutdownDelay: 2 * time.Second})
+	started := make(chan struct{})
+	h.lc.AddStartupTask("warm-up", func(ctx context.Context) error {
+		close(started)
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	h.serve(http.NotFoundHandler())
+	h.run()
+	<-started
+	h.lc.BeginShutdown("test")
+	h.timers(1)
+	h.clock.Advance(2 * time.Second)
+	if err := h.wait(); err != nil {
+		t.Fatalf("Run = %v; an interrupted boot is not a failure", err)
+	}
+	if h.lc.Events().StartupDone.Fired() {
+		t.Fatal("StartupDone fired for an interrupted boot")
+	}
+}
+
+func TestContextCancellationStartsTheSequence(t *testing.T) {
+	h := newHarness(t, lameduck.Config{ShutdownDelay: 2 * time.Second})
+	h.serve(http.NotFoundHandler())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.lc.Run(ctx) }()
+	await(t, h.lc.Events().StartupDone)
+	cancel()
+	await(t, h.lc.Events().ShutdownInitiated)
+	h.timers(1)
+	h.clock.Advance(2 * time.Second)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestBindFailureReturnsAtOnce(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	h := newHarness(t, lameduck.Config{ShutdownDelay: time.Hour})
+	h.lc.AddServer(&http.Server{Addr: taken.Addr().String()}, nil)
+	err = h.lc.Run(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "listen on "+taken.Addr().String()) {
+		t.Fatalf("Run = %v, want the bind error", err)
+	}
+	if err := h.lc.AddServer(&http.Server{}, nil); !errors.Is(err, lameduck.ErrAlreadyRunning) {
+		t.Fatalf("AddServer after Run = %v", err)
+	}
+}
+
+func TestProbeListener(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second, ProbeAddr: addr})
+	app := h.serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(299) }))
+	h.run()
+	await(t, h.lc.Events().StartupDone)
+	c := client(t)
+	get(t, c, "http://"+addr+"/readyz").status(t, 200, "ok")
+	if p := get(t, c, app+"/readyz"); p.code != 299 {
+		t.Fatalf("the app's /readyz went to the probes (%d) although ProbeAddr is set", p.code)
+	}
+	h.lc.BeginShutdown("test")
+	h.timers(1)
+	h.clock.Advance(time.Second)
+	if err := h.wait(); err != nil {
+		t.Fatal(err)
+	}
+}
