@@ -203,7 +203,7 @@ func (l *Lifecycle) begin(reason string, bySignal bool) bool {
 	w := l.cfg.window()
 	l.log.Info(fmt.Sprintf("lameduck: draining — /readyz now 503, waiting %s for endpoint removal", w),
 		"reason", reason, "window", w.String(), "teardown", l.cfg.ShutdownTeardown.String(),
-		"in_flight", l.track.inflight.Load())
+		"in_flight", l.track.inflight())
 	return true
 }
 
@@ -222,7 +222,7 @@ func (l *Lifecycle) onSignal(sig os.Signal) {
 			"phase", l.Phase().String())
 	case bySignal && l.cfg.ExitOnSecondSignal:
 		l.log.Error("lameduck: second "+sigName(sig)+": exiting now without finishing the drain",
-			"setting", l.cfg.EnvPrefix+"EXIT_ON_SECOND_SIGNAL=true", "in_flight", l.track.inflight.Load())
+			"setting", l.cfg.EnvPrefix+"EXIT_ON_SECOND_SIGNAL=true", "in_flight", l.track.inflight())
 		l.exit(exitCode(sig))
 	default:
 		l.log.Warn("lameduck: "+sigName(sig)+" ignored: the shutdown sequence runs to completion",
@@ -481,7 +481,7 @@ func (l *Lifecycle) teardown(servers []*server, start time.Time, serving *sync.W
 	budget := l.cfg.ShutdownTeardown
 	began := l.clock.Now()
 	l.log.Info("lameduck: teardown — closing listeners, draining in-flight requests",
-		"budget", budget.String(), "in_flight", l.track.inflight.Load(), "servers", len(servers))
+		"budget", budget.String(), "in_flight", l.track.inflight(), "servers", len(servers))
 
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)

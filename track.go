@@ -11,16 +11,16 @@ import (
 // tracker records the requests in flight on the application's servers, so
 // that teardown can name what it cut (method, path, age).
 //
-// Its hot path (begin/end, on every request) allocates nothing: records come
-// from a sync.Pool and sit on intrusive lists spread over shards, so
-// concurrent requests rarely meet on one lock. begin and end are safe for
+// Its hot path (begin/end, on every request) allocates nothing and writes no
+// shared counter: records come from a sync.Pool, which keeps them per P, and
+// each record belongs for life to one of several sharded intrusive lists, so
+// concurrent requests rarely meet on one lock or one cache line. begin and end are safe for
 // concurrent use; no lock is held across a callback or I/O.
 type tracker struct {
-	clock    Clock
-	inflight atomic.Int64
-	next     atomic.Uint32
-	pool     sync.Pool
-	shards   [trackShards]trackShard
+	clock  Clock
+	next   atomic.Uint32 // spreads new records over the shards
+	pool   sync.Pool
+	shards [trackShards]trackShard
 }
 
 const trackShards = 16
@@ -28,7 +28,8 @@ const trackShards = 16
 type trackShard struct {
 	mu   sync.Mutex
 	head *reqRecord // guarded by mu
-	_    [48]byte   // keep shards on separate cache lines
+	n    int64      // records linked; guarded by mu
+	_    [40]byte   // keep shards on separate cache lines
 }
 
 // reqRecord is one request in flight. Its fields are written before it is
@@ -42,7 +43,9 @@ type reqRecord struct {
 
 func newTracker(c Clock) *tracker {
 	t := &tracker{clock: c}
-	t.pool.New = func() any { return new(reqRecord) }
+	t.pool.New = func() any {
+		return &reqRecord{shard: &t.shards[t.next.Add(1)%trackShards]}
+	}
 	return t
 }
 
@@ -50,24 +53,23 @@ func newTracker(c Clock) *tracker {
 func (t *tracker) begin(r *http.Request) *reqRecord {
 	rec := t.pool.Get().(*reqRecord)
 	rec.method, rec.path, rec.start = r.Method, r.URL.Path, t.clock.Now()
-	s := &t.shards[t.next.Add(1)%trackShards]
-	rec.shard = s
+	s := rec.shard
 	s.mu.Lock()
 	rec.next = s.head
 	if s.head != nil {
 		s.head.prev = rec
 	}
 	s.head = rec
+	s.n++
 	s.mu.Unlock()
-	t.inflight.Add(1)
 	return rec
 }
 
 // end removes rec from the in-flight set and recycles it.
 func (t *tracker) end(rec *reqRecord) {
-	t.inflight.Add(-1)
 	s := rec.shard
 	s.mu.Lock()
+	s.n--
 	if rec.prev != nil {
 		rec.prev.next = rec.next
 	} else {
@@ -77,7 +79,7 @@ func (t *tracker) end(rec *reqRecord) {
 		rec.next.prev = rec.prev
 	}
 	s.mu.Unlock()
-	*rec = reqRecord{}
+	*rec = reqRecord{shard: s}
 	t.pool.Put(rec)
 }
 
@@ -88,6 +90,18 @@ type InFlightRequest struct {
 	Path   string
 	// Age is how long the request had been running, by the Lifecycle's clock.
 	Age time.Duration
+}
+
+// inflight returns how many requests are in flight.
+func (t *tracker) inflight() int64 {
+	var n int64
+	for i := range t.shards {
+		s := &t.shards[i]
+		s.mu.Lock()
+		n += s.n
+		s.mu.Unlock()
+	}
+	return n
 }
 
 // snapshot returns the requests in flight, oldest first.

@@ -1,0 +1,146 @@
+package lameduck_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lameduck/lameduck"
+)
+
+func newFromEnv(t *testing.T, vars map[string]string, cfg lameduck.Config) (*lameduck.Lifecycle, error) {
+	t.Helper()
+	cfg.LookupEnv = env(vars)
+	cfg.Environ = func() []string {
+		var out []string
+		for k, v := range vars {
+			out = append(out, k+"="+v)
+		}
+		return out
+	}
+	return lameduck.New(cfg)
+}
+
+func TestConfigDefaults(t *testing.T) {
+	for _, tc := range []struct {
+		name            string
+		vars            map[string]string
+		delay, teardown time.Duration
+		env             string
+	}{
+		{"local", nil, lameduck.NoDelay, 60 * time.Second, lameduck.EnvLocal},
+		{"detected kubernetes", map[string]string{"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, 5 * time.Second, 30 * time.Second, lameduck.EnvKubernetes},
+		{"declared kubernetes", map[string]string{"LAMEDUCK_ENV": "kubernetes"}, 5 * time.Second, 30 * time.Second, lameduck.EnvKubernetes},
+		{"declared local inside kubernetes", map[string]string{"LAMEDUCK_ENV": "local", "KUBERNETES_SERVICE_HOST": "10.0.0.1"}, lameduck.NoDelay, 60 * time.Second, lameduck.EnvLocal},
+		{"zero delay in kubernetes", map[string]string{"LAMEDUCK_ENV": "kubernetes", "LAMEDUCK_SHUTDOWN_DELAY": "0s"}, lameduck.NoDelay, 30 * time.Second, lameduck.EnvKubernetes},
+		{"empty means unset", map[string]string{"LAMEDUCK_ENV": "kubernetes", "LAMEDUCK_SHUTDOWN_DELAY": ""}, 5 * time.Second, 30 * time.Second, lameduck.EnvKubernetes},
+		{"explicit", map[string]string{"LAMEDUCK_SHUTDOWN_DELAY": "250ms", "LAMEDUCK_SHUTDOWN_TEARDOWN": "2m"}, 250 * time.Millisecond, 2 * time.Minute, lameduck.EnvLocal},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lc, err := newFromEnv(t, tc.vars, lameduck.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := lc.Config()
+			if c.ShutdownDelay != tc.delay || c.ShutdownTeardown != tc.teardown || c.Env != tc.env {
+				t.Fatalf("got delay %s teardown %s env %s; want %s %s %s", c.ShutdownDelay, c.ShutdownTeardown, c.Env, tc.delay, tc.teardown, tc.env)
+			}
+		})
+	}
+}
+
+func TestConfigCodeWinsOverEnvironment(t *testing.T) {
+	lc, err := newFromEnv(t, map[string]string{"LAMEDUCK_SHUTDOWN_DELAY": "9s", "LAMEDUCK_SHUTDOWN_TEARDOWN": "9s"},
+		lameduck.Config{ShutdownDelay: lameduck.NoDelay, ShutdownTeardown: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := lc.Config(); c.ShutdownDelay != lameduck.NoDelay || c.ShutdownTeardown != 2*time.Second {
+		t.Fatalf("environment overrode the code: %+v", c)
+	}
+}
+
+func TestConfigPrefix(t *testing.T) {
+	lc, err := newFromEnv(t, map[string]string{"SHOP_SHUTDOWN_DELAY": "3s", "LAMEDUCK_SHUTDOWN_DELAY": "9s"},
+		lameduck.Config{EnvPrefix: "SHOP_"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := lc.Config().ShutdownDelay; d != 3*time.Second {
+		t.Fatalf("delay %s, want 3s from SHOP_SHUTDOWN_DELAY", d)
+	}
+}
+
+func TestConfigErrorsNameSettingValueAndFix(t *testing.T) {
+	for _, tc := range []struct {
+		vars map[string]string
+		cfg  lameduck.Config
+		want []string
+	}{
+		{map[string]string{"LAMEDUCK_SHUTDOWN_DELAY": "5"}, lameduck.Config{}, []string{`LAMEDUCK_SHUTDOWN_DELAY="5"`, "needs a unit", "5s"}},
+		{map[string]string{"LAMEDUCK_SHUTDOWN_DELAY": "-1s"}, lameduck.Config{}, []string{`LAMEDUCK_SHUTDOWN_DELAY="-1s"`, "must not be negative"}},
+		{map[string]string{"LAMEDUCK_SHUTDOWN_DELAY": "soon"}, lameduck.Config{}, []string{`LAMEDUCK_SHUTDOWN_DELAY="soon"`, "not a Go duration"}},
+		{map[string]string{"LAMEDUCK_SHUTDOWN_TEARDOWN": "0s"}, lameduck.Config{}, []string{`LAMEDUCK_SHUTDOWN_TEARDOWN="0s"`, "greater than zero"}},
+		{map[string]string{"LAMEDUCK_SHUTDOWN_TEARDOWN": "30"}, lameduck.Config{}, []string{`LAMEDUCK_SHUTDOWN_TEARDOWN="30"`, "30s"}},
+		{map[string]string{"LAMEDUCK_TERMINATION_GRACE": "60"}, lameduck.Config{}, []string{`LAMEDUCK_TERMINATION_GRACE="60"`, "60s"}},
+		{map[string]string{"LAMEDUCK_ENV": "prod"}, lameduck.Config{}, []string{`LAMEDUCK_ENV="prod"`, `"kubernetes" or "local"`}},
+		{map[string]string{"LAMEDUCK_PRESTOP": "yes please"}, lameduck.Config{}, []string{`LAMEDUCK_PRESTOP="yes please"`, "boolean"}},
+		{map[string]string{"LAMEDUCK_SHUTDOWN_DELAYS": "5s"}, lameduck.Config{}, []string{"LAMEDUCK_SHUTDOWN_DELAYS is not a lameduck setting", "LAMEDUCK_SHUTDOWN_DELAY"}},
+		{nil, lameduck.Config{ShutdownDelay: -time.Second}, []string{"Config.ShutdownDelay=-1s", "NoDelay"}},
+		{nil, lameduck.Config{ShutdownTeardown: -time.Second}, []string{"Config.ShutdownTeardown=-1s"}},
+	} {
+		_, err := newFromEnv(t, tc.vars, tc.cfg)
+		if !errors.Is(err, lameduck.ErrInvalidConfig) {
+			t.Errorf("%v %+v: err = %v, want ErrInvalidConfig", tc.vars, tc.cfg, err)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%v: error %q does not contain %q", tc.vars, err, w)
+			}
+		}
+		if !strings.HasPrefix(err.Error(), "lameduck: ") {
+			t.Errorf("error %q does not begin with lameduck:", err)
+		}
+	}
+}
+
+func TestConfigReportsEveryBadSetting(t *testing.T) {
+	_, err := newFromEnv(t, map[string]string{"LAMEDUCK_SHUTDOWN_DELAY": "5", "LAMEDUCK_SHUTDOWN_TEARDOWN": "0s"}, lameduck.Config{})
+	if err == nil || !strings.Contains(err.Error(), "SHUTDOWN_DELAY") || !strings.Contains(err.Error(), "SHUTDOWN_TEARDOWN") {
+		t.Fatalf("want both settings named, got %v", err)
+	}
+}
+
+func TestConfigPreStopToken(t *testing.T) {
+	lc, err := newFromEnv(t, map[string]string{"LAMEDUCK_PRESTOP_TOKEN": "x"}, lameduck.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !lc.Config().PreStop {
+		t.Fatal("a token does not enable the preStop hook")
+	}
+}
+
+func TestBudgetLog(t *testing.T) {
+	for _, tc := range []struct {
+		grace time.Duration
+		want  string
+	}{
+		{60 * time.Second, "delay 5s + teardown 30s = 35s ≤ terminationGracePeriodSeconds 1m0s"},
+		{30 * time.Second, "delay 5s + teardown 30s = 35s > terminationGracePeriodSeconds 30s"},
+	} {
+		h := newHarness(t, lameduck.Config{ShutdownDelay: 5 * time.Second, ShutdownTeardown: 30 * time.Second, TerminationGrace: tc.grace})
+		h.lc.BeginShutdown("test")
+		h.run()
+		h.timers(1)
+		h.clock.Advance(5 * time.Second)
+		if err := h.wait(); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(h.logs.String(), tc.want) {
+			t.Errorf("log lacks %q:\n%s", tc.want, h.logs)
+		}
+	}
+}

@@ -1,0 +1,113 @@
+package lameduck_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+
+	"github.com/lameduck/lameduck"
+)
+
+// trackedHandler returns the handler a registered server really runs: the
+// application's handler wrapped by the Lifecycle.
+func trackedHandler(tb testing.TB, app http.Handler) (*lameduck.Lifecycle, http.Handler) {
+	tb.Helper()
+	lc, err := lameduck.New(lameduck.Config{LookupEnv: env(nil), IgnoreSignals: true})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return lc, lameduck.Wrap(lc, app)
+}
+
+type nopWriter struct{ h http.Header }
+
+func (w nopWriter) Header() http.Header         { return w.h }
+func (w nopWriter) Write(p []byte) (int, error) { return len(p), nil }
+func (w nopWriter) WriteHeader(int)             {}
+
+var okHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) })
+
+func TestTrackingAllocatesNothing(t *testing.T) {
+	_, h := trackedHandler(t, okHandler)
+	req := httptest.NewRequest("GET", "/api/orders", nil)
+	w := nopWriter{http.Header{}}
+	h.ServeHTTP(w, req) // warm the pool
+	if n := testing.AllocsPerRun(1000, func() { h.ServeHTTP(w, req) }); n != 0 {
+		t.Fatalf("tracking allocates %.1f times per request, want 0", n)
+	}
+}
+
+func TestInFlightListsRunningRequests(t *testing.T) {
+	entered := make(chan struct{}, 3)
+	release := make(chan struct{})
+	lc, h := trackedHandler(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		entered <- struct{}{}
+		<-release
+	}))
+	var wg sync.WaitGroup
+	for _, p := range []string{"/a", "/b", "/c"} {
+		wg.Go(func() { h.ServeHTTP(nopWriter{http.Header{}}, httptest.NewRequest("POST", p, nil)) })
+	}
+	for range 3 {
+		<-entered
+	}
+	// Probes are not application requests.
+	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/healthz", nil))
+	got := lc.InFlight()
+	if len(got) != 3 {
+		t.Fatalf("InFlight = %+v, want 3 requests", got)
+	}
+	seen := map[string]bool{}
+	for _, r := range got {
+		if r.Method != "POST" {
+			t.Errorf("method %q", r.Method)
+		}
+		seen[r.Path] = true
+	}
+	if !seen["/a"] || !seen["/b"] || !seen["/c"] {
+		t.Fatalf("paths %v", seen)
+	}
+	close(release)
+	wg.Wait()
+	if got := lc.InFlight(); len(got) != 0 {
+		t.Fatalf("after the requests ended InFlight = %+v", got)
+	}
+}
+
+func TestInFlightSurvivesAPanickingHandler(t *testing.T) {
+	lc, h := trackedHandler(t, http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("boom") }))
+	func() {
+		defer func() { _ = recover() }()
+		h.ServeHTTP(nopWriter{http.Header{}}, httptest.NewRequest("GET", "/x", nil))
+	}()
+	if got := lc.InFlight(); len(got) != 0 {
+		t.Fatalf("a panicking request stayed in flight: %+v", got)
+	}
+}
+
+// BenchmarkHandler compares the application's handler alone with the same
+// handler behind lameduck's request tracking (run with -benchmem; compare
+// with benchstat).
+func BenchmarkHandler(b *testing.B) {
+	req := httptest.NewRequest("GET", "/api/orders", nil)
+	b.Run("bare", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			w := nopWriter{http.Header{}}
+			for pb.Next() {
+				okHandler.ServeHTTP(w, req)
+			}
+		})
+	})
+	b.Run("tracked", func(b *testing.B) {
+		_, h := trackedHandler(b, okHandler)
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			w := nopWriter{http.Header{}}
+			for pb.Next() {
+				h.ServeHTTP(w, req)
+			}
+		})
+	})
+}
