@@ -426,14 +426,14 @@ func (l *Lifecycle) runStartup(tasks []startupTask) error {
 		if err != nil {
 			if l.startCx.Err() != nil {
 				// Interrupted by the signal: not a failure of the task.
-				l.log.Info("lameduck: startup task interrupted by shutdown", "task", t.name, "error", err.Error(), "took", took.String())
+				l.log.Info("lameduck: startup task interrupted by shutdown", "task", t.name, "error", err.Error(), "took", took.Round(time.Millisecond).String())
 				return nil
 			}
 			err = fmt.Errorf("lameduck: startup task %q: %w: %w", t.name, ErrStartupFailed, err)
-			l.log.Error(err.Error(), "task", t.name, "took", took.String())
+			l.log.Error(err.Error(), "task", t.name, "took", took.Round(time.Millisecond).String())
 			return err
 		}
-		l.log.Info("lameduck: startup task done", "task", t.name, "took", took.String())
+		l.log.Info("lameduck: startup task done", "task", t.name, "took", took.Round(time.Millisecond).String())
 		if l.startCx.Err() != nil {
 			return nil
 		}
@@ -527,7 +527,7 @@ func (l *Lifecycle) teardown(servers []*server, start time.Time, serving *sync.W
 	took := l.clock.Now().Sub(began)
 
 	if !forced.Load() {
-		l.log.Info("lameduck: teardown done — every in-flight request finished", "took", took.String())
+		l.log.Info("lameduck: teardown done — every in-flight request finished", "took", took.Round(time.Millisecond).String())
 		return nil
 	}
 	var b strings.Builder
