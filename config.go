@@ -91,6 +91,25 @@ type Config struct {
 	// does not fit. Zero means unknown. Env: TERMINATION_GRACE.
 	TerminationGrace time.Duration
 
+	// JoinBudget is the one budget, a time.Duration, for joining every
+	// background task (GoWrite, GoLoop) after the HTTP drain. It is spent
+	// inside the teardown budget, not added to it, so the exit costs the
+	// same whether the application started two tasks or twenty (seed 004,
+	// "The background join"). Tasks still running when it is spent are
+	// named once in a warning. Zero means unset; it must be positive and
+	// less than ShutdownTeardown. Env: JOIN_BUDGET. Default 500ms.
+	JoinBudget time.Duration
+	// HookShare is the largest fraction of the teardown budget the drain
+	// hooks may use, in (0, 1); the HTTP drain gets at least the rest, so
+	// in-flight requests keep a window (seed 004: "split ⅔ / ⅓"). Zero
+	// means unset. Env: HOOK_SHARE (such as "0.5"). Default 2/3.
+	HookShare float64
+	// OnPanic, when set, receives every panic lameduck recovers (in a
+	// background task, a drain hook, a closer): what panicked ("write
+	// audit-row"), the value and the stack. Hand it to the error tracker.
+	// It must be safe for concurrent use; a panic inside it is swallowed.
+	OnPanic func(what string, value any, stack []byte)
+
 	// PreStop serves GET /prestop, a preStop hook over HTTP: it starts the
 	// shutdown sequence exactly as SIGTERM does and answers 200 when the
 	// lame-duck window has passed. Env: PRESTOP ("true"/"false"). Default
@@ -151,6 +170,8 @@ var settings = []setting{
 	{"PRESTOP_TOKEN", `any non-empty secret`},
 	{"EXIT_ON_SECOND_SIGNAL", `"true" or "false"`},
 	{"PROBE_ADDR", `a listen address such as ":9090"`},
+	{"JOIN_BUDGET", `a positive Go duration below the teardown budget, such as "500ms"`},
+	{"HOOK_SHARE", `a fraction between 0 and 1, such as "0.66"`},
 }
 
 // resolve fills every unset field of c from the environment and defaults and
@@ -197,7 +218,7 @@ func (c Config) resolve() (Config, error) {
 				fix = s.fix
 			}
 		}
-		errs = append(errs, fmt.Errorf("lameduck: %s%s=%q: %s; set it to %s or unset it: %w",
+		errs = append(errs, fmt.Errorf("lameduck: %s%s=%q: %s; set it to %s, or unset it: %w",
 			c.EnvPrefix, name, value, why, fix, ErrInvalidConfig))
 	}
 	dur := func(field *time.Duration, name string) (fromEnv bool) {
@@ -321,6 +342,39 @@ func (c Config) resolve() (Config, error) {
 	boolean(&c.ExitOnSecondSignal, "EXIT_ON_SECOND_SIGNAL")
 	str(&c.ProbeAddr, "PROBE_ADDR")
 
+	if c.JoinBudget < 0 {
+		errs = append(errs, fmt.Errorf("lameduck: Config.JoinBudget=%s: must be positive; use e.g. 500*time.Millisecond: %w", c.JoinBudget, ErrInvalidConfig))
+	}
+	joinFromEnv := false
+	if v, ok := env("JOIN_BUDGET"); ok && c.JoinBudget == 0 {
+		d, err := parseDuration(v)
+		switch {
+		case err != nil:
+			bad("JOIN_BUDGET", v, err.Error())
+		case d <= 0:
+			bad("JOIN_BUDGET", v, "must be greater than zero")
+		default:
+			c.JoinBudget, joinFromEnv = d, true
+		}
+	}
+	if c.HookShare < 0 || c.HookShare >= 1 {
+		errs = append(errs, fmt.Errorf("lameduck: Config.HookShare=%g: must be in (0, 1): %w", c.HookShare, ErrInvalidConfig))
+	}
+	if v, ok := env("HOOK_SHARE"); ok && c.HookShare == 0 {
+		f, err := strconv.ParseFloat(v, 64)
+		switch {
+		case err != nil:
+			bad("HOOK_SHARE", v, "not a number")
+		case f <= 0 || f >= 1:
+			bad("HOOK_SHARE", v, "must be between 0 and 1, exclusive")
+		default:
+			c.HookShare = f
+		}
+	}
+	if c.HookShare == 0 {
+		c.HookShare = 2.0 / 3
+	}
+
 	if !delaySet {
 		if c.Env == EnvKubernetes {
 			c.ShutdownDelay = 5 * time.Second
@@ -334,6 +388,17 @@ func (c Config) resolve() (Config, error) {
 		} else {
 			c.ShutdownTeardown = 60 * time.Second
 		}
+	}
+	if c.JoinBudget == 0 {
+		c.JoinBudget = min(500*time.Millisecond, c.ShutdownTeardown/2)
+	}
+	if c.JoinBudget >= c.ShutdownTeardown {
+		where := "Config.JoinBudget"
+		if joinFromEnv {
+			where = c.EnvPrefix + "JOIN_BUDGET"
+		}
+		errs = append(errs, fmt.Errorf("lameduck: %s=%s: must be less than the teardown budget %s, which it is spent inside; lower it or raise %sSHUTDOWN_TEARDOWN: %w",
+			where, c.JoinBudget, c.ShutdownTeardown, c.EnvPrefix, ErrInvalidConfig))
 	}
 	return c, errors.Join(errs...)
 }

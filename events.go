@@ -62,16 +62,23 @@ type Events struct {
 	// phase becomes serving.
 	StartupDone *Event
 	// ShutdownInitiated fires when the sequence starts: the first SIGTERM or
-	// SIGINT, a GET /prestop, a call to Lifecycle.Shutdown, the cancellation
+	// SIGINT, a GET /prestop, a call to Lifecycle.BeginShutdown, the cancellation
 	// of Run's context, or a fatal error. /readyz answers 503 draining from
 	// this instant.
 	ShutdownInitiated *Event
 	// WindowEnded fires when the lame-duck window has passed and teardown
 	// begins. GET /prestop answers at this instant.
 	WindowEnded *Event
+	// HooksDrained fires when the drain hooks have returned or overrun
+	// their share of the teardown budget (at once when there are none).
+	HooksDrained *Event
 	// HTTPDrained fires when every registered server has shut down, cleanly
 	// or by force at the teardown budget.
 	HTTPDrained *Event
+	// Joined fires when the background join is over: every GoWrite and
+	// GoLoop task has returned, or the join budget is spent. From then on
+	// new background work is refused.
+	Joined *Event
 	// Stopped fires when the sequence has finished, just before Run returns.
 	Stopped *Event
 }
@@ -81,7 +88,9 @@ func newEvents() *Events {
 		StartupDone:       newEvent("startup-done"),
 		ShutdownInitiated: newEvent("shutdown-initiated"),
 		WindowEnded:       newEvent("window-ended"),
+		HooksDrained:      newEvent("hooks-drained"),
 		HTTPDrained:       newEvent("http-drained"),
+		Joined:            newEvent("joined"),
 		Stopped:           newEvent("stopped"),
 	}
 }

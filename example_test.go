@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"time"
 
 	"github.com/lameduck/lameduck"
@@ -30,22 +31,24 @@ func ExampleLifecycle_Run() {
 	lc.AddServer(&http.Server{Handler: http.NotFoundHandler()}, ln)
 	lc.AddStartupTask("warm-up", func(ctx context.Context) error { return nil })
 
-	seen := make(chan [2]lameduck.Phase, 1)
 	go func() {
 		<-lc.Events().StartupDone.Done()
-		before := lc.Phase()
-		lc.BeginShutdown("example") // readiness is 503 when this returns
-		seen <- [2]lameduck.Phase{before, lc.Phase()}
+		lc.BeginShutdown("example") // /readyz is 503 when this returns
 	}()
 	err = lc.Run(context.Background())
-	phases := <-seen
-	fmt.Println("phase:", phases[0])
-	fmt.Println("phase:", phases[1])
-	fmt.Println("Run:", err, "phase:", lc.Phase())
+	fmt.Println("Run:", err)
+	fmt.Println("phase:", lc.Phase())
+	rec := httptest.NewRecorder()
+	lc.ProbeHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+	fmt.Println("/readyz:", rec.Code)
+	start, _ := lc.Events().ShutdownInitiated.At()
+	end, _ := lc.Events().Stopped.At()
+	fmt.Println("within the bound:", end.Sub(start) <= 5*time.Second)
 	// Output:
-	// phase: serving
-	// phase: draining
-	// Run: <nil> phase: stopped
+	// Run: <nil>
+	// phase: stopped
+	// /readyz: 503
+	// within the bound: true
 }
 
 // Bad settings are refused before anything listens, with the variable, the
@@ -61,5 +64,5 @@ func ExampleNew_badSetting() {
 	})
 	fmt.Println(err)
 	// Output:
-	// lameduck: LAMEDUCK_SHUTDOWN_DELAY="5": a duration needs a unit (write 5s or 5ms); set it to a Go duration with a unit, such as "5s" or unset it: invalid configuration
+	// lameduck: LAMEDUCK_SHUTDOWN_DELAY="5": a duration needs a unit (write 5s or 5ms); set it to a Go duration with a unit, such as "5s", or unset it: invalid configuration
 }

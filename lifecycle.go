@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,13 +51,18 @@ type Lifecycle struct {
 	probes  http.Handler
 	exit    func(code int) // os.Exit; replaced by in-package tests
 	startCx context.Context
-	cancel  context.CancelFunc // cancels startCx: startup tasks stop at the signal
+	cancel  context.CancelFunc // cancels startCx and loopCtx: at the signal
+	loopCtx context.Context    // the context of GoLoop tasks
+	bg      *registry
 
 	mu        sync.Mutex
 	servers   []*server     // guarded by mu
 	startup   []startupTask // guarded by mu
+	hooks     []namedFunc   // drain hooks, in order; guarded by mu
+	closers   []namedFunc   // closers, in order of registration; guarded by mu
 	running   bool          // guarded by mu: Run has been called
 	initiated bool          // guarded by mu: the sequence has started
+	skipWindow bool         // guarded by mu: it started before the pod was ever ready
 	bySignal  bool          // guarded by mu: a signal started it
 	reason    string        // guarded by mu: what started it
 }
@@ -96,6 +100,8 @@ func New(cfg Config) (*Lifecycle, error) {
 		exit:    os.Exit,
 		startCx: ctx,
 		cancel:  cancel,
+		loopCtx: ctx,
+		bg:      newRegistry(),
 	}
 	l.probes = l.newProbeHandler()
 	if cfg.ProbeAddr != "" {
@@ -191,19 +197,30 @@ func (l *Lifecycle) begin(reason string, bySignal bool) bool {
 		return false
 	}
 	l.initiated, l.bySignal, l.reason = true, bySignal, reason
+	var was Phase
 	for {
 		p := l.phase.Load()
 		if p >= int32(PhaseDraining) || l.phase.CompareAndSwap(p, int32(PhaseDraining)) {
+			was = Phase(p)
 			break
 		}
 	}
+	// A pod that never became ready is in no endpoint: nothing to wait for.
+	l.skipWindow = was == PhaseStarting
+	skip := l.skipWindow
 	l.mu.Unlock()
-	l.events.ShutdownInitiated.fire(now)
-	l.cancel()
-	w := l.cfg.window()
-	l.log.Info(fmt.Sprintf("lameduck: draining — /readyz now 503, waiting %s for endpoint removal", w),
-		"reason", reason, "window", w.String(), "teardown", l.cfg.ShutdownTeardown.String(),
+	// Readiness is 503 from here on; the log line comes before anything
+	// else of the sequence can happen.
+	w := l.window()
+	msg := fmt.Sprintf("lameduck: draining — /readyz now 503, waiting %s for endpoint removal", w)
+	if skip {
+		msg = "lameduck: draining — /readyz stays 503; the pod never became ready, so no lame-duck window"
+	}
+	l.log.Info(msg, "reason", reason, "window", w.String(), "teardown", l.cfg.ShutdownTeardown.String(),
 		"in_flight", l.track.inflight())
+	l.events.ShutdownInitiated.fire(now)
+	l.bg.refuseLoops()
+	l.cancel()
 	return true
 }
 
@@ -382,12 +399,10 @@ wait:
 
 	// 5. The sequence.
 	start, _ := l.events.ShutdownInitiated.At()
-	if !errors.Is(fatal, ErrStartupFailed) {
-		l.lameDuckWindow()
-	}
+	l.lameDuckWindow()
 	l.events.WindowEnded.fire(l.clock.Now())
 	l.phase.Store(int32(PhaseStopping))
-	err := l.teardown(servers, start, &serving)
+	err := l.teardown(servers, &serving)
 	if !startupOver {
 		l.awaitStartup(startupRunning, start)
 	}
@@ -453,7 +468,7 @@ func (l *Lifecycle) callStartup(t startupTask) (err error) {
 // awaitStartup waits for startup tasks that are still running after the
 // teardown, up to the end of the overall bound.
 func (l *Lifecycle) awaitStartup(done <-chan struct{}, start time.Time) {
-	left := start.Add(l.cfg.window() + l.cfg.ShutdownTeardown).Sub(l.clock.Now())
+	left := start.Add(l.window() + l.cfg.ShutdownTeardown).Sub(l.clock.Now())
 	t := l.clock.NewTimer(left)
 	defer t.Stop()
 	select {
@@ -463,87 +478,27 @@ func (l *Lifecycle) awaitStartup(done <-chan struct{}, start time.Time) {
 	}
 }
 
-// lameDuckWindow waits Config.ShutdownDelay from the start of the sequence.
+// window returns the length of this run's lame-duck window: the configured
+// delay, or zero when the sequence started before the pod was ever ready.
+func (l *Lifecycle) window() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.skipWindow {
+		return 0
+	}
+	return l.cfg.window()
+}
+
+// lameDuckWindow waits the window from the start of the sequence.
 func (l *Lifecycle) lameDuckWindow() {
 	start, _ := l.events.ShutdownInitiated.At()
-	left := start.Add(l.cfg.window()).Sub(l.clock.Now())
+	left := start.Add(l.window()).Sub(l.clock.Now())
 	if left <= 0 {
 		return
 	}
 	t := l.clock.NewTimer(left)
 	defer t.Stop()
 	<-t.C()
-}
-
-// teardown shuts every server down under the teardown budget: the
-// application's servers together, then the probe listener.
-func (l *Lifecycle) teardown(servers []*server, start time.Time, serving *sync.WaitGroup) error {
-	budget := l.cfg.ShutdownTeardown
-	began := l.clock.Now()
-	l.log.Info("lameduck: teardown — closing listeners, draining in-flight requests",
-		"budget", budget.String(), "in_flight", l.track.inflight(), "servers", len(servers))
-
-	ctx, cancel := context.WithCancelCause(context.Background())
-	defer cancel(nil)
-	deadline := l.clock.NewTimer(budget)
-	var timerWG sync.WaitGroup
-	timerWG.Go(func() {
-		select {
-		case <-deadline.C():
-			cancel(context.DeadlineExceeded)
-		case <-ctx.Done():
-		}
-	})
-	defer func() { deadline.Stop(); cancel(nil); timerWG.Wait() }()
-
-	var cut []InFlightRequest
-	var cutOnce sync.Once
-	var forced atomic.Bool
-	shut := func(group []*server) {
-		var wg sync.WaitGroup
-		for _, s := range group {
-			wg.Go(func() {
-				if err := s.srv.Shutdown(ctx); err != nil {
-					forced.Store(true)
-					cutOnce.Do(func() { cut = l.track.snapshot() })
-					_ = s.srv.Close()
-				}
-			})
-		}
-		wg.Wait()
-	}
-	var app, probes []*server
-	for _, s := range servers {
-		if s.probes {
-			probes = append(probes, s)
-		} else {
-			app = append(app, s)
-		}
-	}
-	shut(app)
-	shut(probes)
-	serving.Wait()
-	l.events.HTTPDrained.fire(l.clock.Now())
-	took := l.clock.Now().Sub(began)
-
-	if !forced.Load() {
-		l.log.Info("lameduck: teardown done — every in-flight request finished", "took", took.Round(time.Millisecond).String())
-		return nil
-	}
-	var b strings.Builder
-	for i, r := range cut {
-		if i == 20 {
-			fmt.Fprintf(&b, ", and %d more", len(cut)-i)
-			break
-		}
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		fmt.Fprintf(&b, "%s %s (age %s)", r.Method, r.Path, r.Age.Round(time.Millisecond))
-	}
-	l.log.Error(fmt.Sprintf("lameduck: teardown budget %s spent; cut %d in-flight request(s): %s", budget, len(cut), b.String()),
-		"budget", budget.String(), "cut", len(cut))
-	return fmt.Errorf("lameduck: teardown budget %s spent: %w", budget, context.DeadlineExceeded)
 }
 
 // finish fires Stopped and logs the end of the sequence.

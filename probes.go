@@ -116,7 +116,7 @@ func (l *Lifecycle) servePreStop(w http.ResponseWriter, r *http.Request) {
 	case <-l.events.WindowEnded.Done():
 		rep := l.report(health.StatusDraining)
 		rep.Code = http.StatusOK
-		rep.Fields["window"] = l.cfg.window().String()
+		rep.Fields["window"] = l.window().String()
 		health.Write(w, r, &l.info, rep)
 	case <-r.Context().Done():
 	}

@@ -1,0 +1,250 @@
+package lameduck
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// ErrShuttingDown is returned by GoLoop once the shutdown sequence has
+// started: a loop would run on an already-cancelled context, so its caller
+// should record the work as deferred (to its reconciliation sweep, say)
+// instead (seed 004, "The background join").
+var ErrShuttingDown = errors.New("lameduck: shutting down: no new loops")
+
+// ErrJoined is returned by GoWrite and GoLoop once the background join is
+// over: nobody is left to wait for the work, so it is refused and logged
+// rather than started.
+var ErrJoined = errors.New("lameduck: the background join is over: no new work")
+
+// registry counts the background tasks of one Lifecycle by name, so the join
+// can wait for them under one budget and name the ones that overran.
+type registry struct {
+	mu      sync.Mutex
+	running map[string]int // tasks running, by name; guarded by mu
+	total   int            // sum of running; guarded by mu
+	idle    chan struct{}  // closed while total == 0; guarded by mu
+	loops   bool           // loops refused (the signal came); guarded by mu
+	joined  bool           // everything refused (the join is over); guarded by mu
+}
+
+func newRegistry() *registry {
+	idle := make(chan struct{})
+	close(idle)
+	return &registry{running: map[string]int{}, idle: idle}
+}
+
+// enter counts one task in, unless the registry refuses it.
+func (r *registry) enter(name string, loop bool) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case r.joined:
+		return ErrJoined
+	case loop && r.loops:
+		return ErrShuttingDown
+	}
+	if r.total == 0 {
+		r.idle = make(chan struct{})
+	}
+	r.running[name]++
+	r.total++
+	return nil
+}
+
+func (r *registry) leave(name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.running[name]--; r.running[name] == 0 {
+		delete(r.running, name)
+	}
+	if r.total--; r.total == 0 {
+		close(r.idle)
+	}
+}
+
+// count returns how many tasks are running.
+func (r *registry) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.total
+}
+
+func (r *registry) refuseLoops() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.loops = true
+}
+
+// idleCh returns a channel closed when no task is running; a task that
+// starts another before it ends keeps it open, so waiting on it re-reads
+// the registry until it is empty.
+func (r *registry) idleCh() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.idle
+}
+
+// close refuses all further work and returns what is still running, as
+// "audit-row ×3, invite-email ×1" (sorted by name) and the count.
+func (r *registry) close() (string, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.joined = true
+	names := make([]string, 0, len(r.running))
+	for n := range r.running {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = fmt.Sprintf("%s ×%d", n, r.running[n])
+	}
+	return strings.Join(parts, ", "), r.total
+}
+
+// GoWrite starts fn as a named best-effort background write (seed 004's
+// goSafe): an audit row, a last_used_at stamp, an invitation email.
+//
+// ctx carries the write's own deadline, timeout (a time.Duration; zero means
+// no deadline of its own, negative is an error), and is never cancelled by
+// the shutdown: the point is to let the last write finish inside the grace
+// period. Writes are still started while the pod drains (requests are
+// answered until teardown ends, so the audit row of a mutation answered 200
+// during a rolling update must be covered) and the background join waits
+// for them, re-reading the registry until it is empty, so a write started by
+// a task being joined is joined too, out of the same budget.
+//
+// A non-nil error from fn is logged with the task's name; a panic is
+// recovered, logged with its stack and handed to Config.OnPanic; the
+// process lives on.
+//
+// GoWrite returns ErrJoined, and logs the refusal, once the join is over.
+// It is safe for concurrent use and does not block.
+func (l *Lifecycle) GoWrite(name string, timeout time.Duration, fn func(ctx context.Context) error) error {
+	if err := l.checkTask("GoWrite", name, timeout, fn); err != nil {
+		return err
+	}
+	if err := l.bg.enter(name, false); err != nil {
+		l.log.Warn("lameduck: background write refused: "+err.Error(), "task", name)
+		return err
+	}
+	go func() {
+		defer l.bg.leave(name)
+		ctx, cancel := l.withTimeout(context.Background(), timeout)
+		defer cancel()
+		l.runTask("write", name, ctx, fn)
+	}()
+	return nil
+}
+
+// GoLoop starts fn as a named long-running background task (seed 004's
+// goUntilShutdown): a sweep, a lease campaign. ctx is cancelled when the
+// shutdown sequence starts; the background join then waits for fn to
+// return, so the process never exits between a claim and its release.
+//
+// GoLoop returns ErrShuttingDown once the sequence has started and
+// ErrJoined once the join is over; both refusals are logged. Errors and
+// panics from fn are handled as in GoWrite. It is safe for concurrent use
+// and does not block.
+func (l *Lifecycle) GoLoop(name string, fn func(ctx context.Context) error) error {
+	if err := l.checkTask("GoLoop", name, 0, fn); err != nil {
+		return err
+	}
+	if err := l.bg.enter(name, true); err != nil {
+		l.log.Info("lameduck: background loop refused: "+err.Error(), "task", name)
+		return err
+	}
+	go func() {
+		defer l.bg.leave(name)
+		l.runTask("loop", name, l.loopCtx, fn)
+	}()
+	return nil
+}
+
+func (l *Lifecycle) checkTask(method, name string, timeout time.Duration, fn any) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("lameduck: %s: empty task name; name the task so an overrun can be named", method)
+	case timeout < 0:
+		return fmt.Errorf("lameduck: %s(%q): timeout=%s is negative; use 0 for no deadline of its own", method, name, timeout)
+	case fn == nil:
+		return fmt.Errorf("lameduck: %s(%q): nil function", method, name)
+	}
+	return nil
+}
+
+// runTask runs one background task, recovering a panic.
+func (l *Lifecycle) runTask(kind, name string, ctx context.Context, fn func(context.Context) error) {
+	defer func() {
+		if v := recover(); v != nil {
+			l.panicked(kind+" "+name, v, debug.Stack())
+		}
+	}()
+	if err := fn(ctx); err != nil && !(kind == "loop" && errors.Is(err, context.Canceled) && l.loopCtx.Err() != nil) {
+		l.log.Warn("lameduck: background "+kind+" failed", "task", name, "error", err.Error())
+	}
+}
+
+// panicked logs a recovered panic and hands it to Config.OnPanic.
+func (l *Lifecycle) panicked(what string, v any, stack []byte) {
+	l.log.Error(fmt.Sprintf("lameduck: panic in %s: %v", what, v), "stack", string(stack))
+	if l.cfg.OnPanic != nil {
+		func() {
+			defer func() { _ = recover() }() // a broken hook must not kill the process either
+			l.cfg.OnPanic(what, v, stack)
+		}()
+	}
+}
+
+// withTimeout is context.WithTimeout on the Lifecycle's clock; d == 0 means
+// no deadline.
+func (l *Lifecycle) withTimeout(parent context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if d == 0 {
+		return context.WithCancel(parent)
+	}
+	if _, ok := l.clock.(systemClock); ok {
+		return context.WithTimeout(parent, d)
+	}
+	ctx, cancel := context.WithCancelCause(parent)
+	t := l.clock.NewTimer(d)
+	stop := context.AfterFunc(ctx, func() { t.Stop() })
+	go func() {
+		select {
+		case <-t.C():
+			cancel(context.DeadlineExceeded)
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() { stop(); cancel(context.Canceled) }
+}
+
+// join waits for every background task, up to budget, then refuses all new
+// work. It reports whether everything finished.
+func (l *Lifecycle) join(budget time.Duration) bool {
+	began := l.clock.Now()
+	t := l.clock.NewTimer(budget)
+	defer t.Stop()
+	clean := true
+	select {
+	case <-l.bg.idleCh():
+	case <-t.C():
+		clean = false
+	}
+	running, n := l.bg.close()
+	took := l.clock.Now().Sub(began).Round(time.Millisecond)
+	if n > 0 {
+		clean = false
+		l.log.Warn(fmt.Sprintf("lameduck: join: %s spent; still running: %s", budget, running),
+			"budget", budget.String(), "still_running", n)
+	} else {
+		l.log.Info("lameduck: join done — every background task finished", "took", took.String())
+	}
+	l.events.Joined.fire(l.clock.Now())
+	return clean
+}
