@@ -55,16 +55,16 @@ type Lifecycle struct {
 	loopCtx context.Context    // the context of GoLoop tasks
 	bg      *registry
 
-	mu        sync.Mutex
-	servers   []*server     // guarded by mu
-	startup   []startupTask // guarded by mu
-	hooks     []namedFunc   // drain hooks, in order; guarded by mu
-	closers   []namedFunc   // closers, in order of registration; guarded by mu
-	running   bool          // guarded by mu: Run has been called
-	initiated bool          // guarded by mu: the sequence has started
-	skipWindow bool         // guarded by mu: it started before the pod was ever ready
-	bySignal  bool          // guarded by mu: a signal started it
-	reason    string        // guarded by mu: what started it
+	mu         sync.Mutex
+	servers    []*server     // guarded by mu
+	startup    []startupTask // guarded by mu
+	hooks      []namedFunc   // drain hooks, in order; guarded by mu
+	closers    []namedFunc   // closers, in order of registration; guarded by mu
+	running    bool          // guarded by mu: Run has been called
+	initiated  bool          // guarded by mu: the sequence has started
+	skipWindow bool          // guarded by mu: it started before the pod was ever ready
+	bySignal   bool          // guarded by mu: a signal started it
+	reason     string        // guarded by mu: what started it
 }
 
 type server struct {
