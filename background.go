@@ -167,7 +167,7 @@ func (l *Lifecycle) GoLoop(name string, fn func(ctx context.Context) error) erro
 	return nil
 }
 
-func (l *Lifecycle) checkTask(method, name string, timeout time.Duration, fn any) error {
+func (l *Lifecycle) checkTask(method, name string, timeout time.Duration, fn func(context.Context) error) error {
 	switch {
 	case name == "":
 		return fmt.Errorf("lameduck: %s: empty task name; name the task so an overrun can be named", method)

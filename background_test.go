@@ -1,0 +1,325 @@
+package lameduck_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lameduck/lameduck"
+)
+
+// started runs a Lifecycle with one server on a fake clock until it serves.
+func started(t *testing.T, cfg lameduck.Config) *harness {
+	t.Helper()
+	h := newHarness(t, cfg)
+	h.serve(http.NotFoundHandler())
+	h.run()
+	await(t, h.lc.Events().StartupDone)
+	return h
+}
+
+// endWindow starts the sequence and advances the clock through the window.
+func (h *harness) endWindow(window time.Duration) {
+	h.t.Helper()
+	h.lc.BeginShutdown("test")
+	h.timers(1)
+	h.clock.Advance(window)
+	await(h.t, h.lc.Events().WindowEnded)
+}
+
+func TestWriteDuringTheWindowIsJoined(t *testing.T) {
+	h := started(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 10 * time.Second})
+	h.lc.BeginShutdown("test")
+	release := make(chan struct{})
+	var wrote atomic.Bool
+	if err := h.lc.GoWrite("audit-row", 0, func(ctx context.Context) error {
+		<-release
+		wrote.Store(true)
+		return nil
+	}); err != nil {
+		t.Fatalf("a write during the window was refused: %v", err)
+	}
+	h.timers(1)
+	h.clock.Advance(time.Second)
+	await(t, h.lc.Events().HTTPDrained)
+	if h.lc.Events().Joined.Fired() {
+		t.Fatal("the join ended with a write still running")
+	}
+	close(release)
+	if err := h.wait(); err != nil {
+		t.Fatal(err)
+	}
+	if !wrote.Load() {
+		t.Fatal("Run returned before the write finished")
+	}
+	if !strings.Contains(h.logs.String(), "join done — every background task finished") {
+		t.Fatalf("join not logged:\n%s", h.logs)
+	}
+}
+
+func TestJoinBudgetNamesEachOverrunOnce(t *testing.T) {
+	h := started(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 10 * time.Second, JoinBudget: 500 * time.Millisecond})
+	release := make(chan struct{})
+	defer close(release)
+	h.lc.BeginShutdown("test")
+	for range 3 {
+		h.lc.GoWrite("audit-row", 0, func(context.Context) error { <-release; return nil })
+	}
+	h.lc.GoWrite("invite-email", 0, func(context.Context) error { <-release; return nil })
+	h.lc.GoWrite("last-used-at", 0, func(context.Context) error { return nil })
+	h.timers(1)
+	h.clock.Advance(time.Second)
+	await(t, h.lc.Events().HTTPDrained)
+	h.timers(1) // the join's budget
+	h.clock.Advance(500*time.Millisecond - time.Nanosecond)
+	if h.lc.Events().Joined.Fired() {
+		t.Fatal("the join ended before its budget")
+	}
+	h.clock.Advance(time.Nanosecond)
+	if err := h.wait(); err != nil {
+		t.Fatalf("Run = %v; a join overrun is a warning, not a failure", err)
+	}
+	logs := h.logs.String()
+	if n := strings.Count(logs, "join: 500ms spent; still running: audit-row ×3, invite-email ×1"); n != 1 {
+		t.Fatalf("want one warning naming each task once with its count, got %d:\n%s", n, logs)
+	}
+	s, _ := h.lc.Events().ShutdownInitiated.At()
+	e, _ := h.lc.Events().Stopped.At()
+	if e.Sub(s) > 11*time.Second {
+		t.Fatalf("the sequence took %s, more than delay + teardown", e.Sub(s))
+	}
+}
+
+func TestWriteAskedForByAJoinedTaskIsJoined(t *testing.T) {
+	h := started(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 10 * time.Second})
+	release := make(chan struct{})
+	var last atomic.Bool
+	h.lc.GoLoop("sweep", func(ctx context.Context) error {
+		<-ctx.Done()
+		<-release
+		// The sweep's final audit row, asked for on its way out.
+		return h.lc.GoWrite("final-audit-row", 0, func(context.Context) error {
+			last.Store(true)
+			return nil
+		})
+	})
+	h.endWindow(time.Second)
+	await(t, h.lc.Events().HTTPDrained)
+	close(release)
+	if err := h.wait(); err != nil {
+		t.Fatal(err)
+	}
+	if !last.Load() {
+		t.Fatalf("the last write was not joined:\n%s", h.logs)
+	}
+}
+
+func TestLoopsAreCancelledAtTheSignalAndRefusedAfter(t *testing.T) {
+	h := started(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 10 * time.Second})
+	cancelled := make(chan struct{})
+	h.lc.GoLoop("lease", func(ctx context.Context) error {
+		<-ctx.Done()
+		close(cancelled)
+		return ctx.Err()
+	})
+	h.lc.BeginShutdown("test")
+	<-cancelled // at the signal, before the window has passed
+	err := h.lc.GoLoop("late-sweep", func(context.Context) error { t.Error("a refused loop ran"); return nil })
+	if !errors.Is(err, lameduck.ErrShuttingDown) {
+		t.Fatalf("GoLoop after the signal = %v, want ErrShuttingDown", err)
+	}
+	h.timers(1)
+	h.clock.Advance(time.Second)
+	if err := h.wait(); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(h.logs.String(), "background loop failed") {
+		t.Fatalf("a loop ending with its cancelled context was logged as a failure:\n%s", h.logs)
+	}
+}
+
+func TestWorkAfterTheJoinIsRefusedAndLogged(t *testing.T) {
+	h := started(t, lameduck.Config{ShutdownDelay: time.Second})
+	h.endWindow(time.Second)
+	if err := h.wait(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.lc.GoWrite("too-late", 0, func(context.Context) error { t.Error("ran"); return nil }); !errors.Is(err, lameduck.ErrJoined) {
+		t.Fatalf("GoWrite after the join = %v, want ErrJoined", err)
+	}
+	if err := h.lc.GoLoop("too-late-loop", func(context.Context) error { t.Error("ran"); return nil }); !errors.Is(err, lameduck.ErrJoined) {
+		t.Fatalf("GoLoop after the join = %v, want ErrJoined", err)
+	}
+	if !strings.Contains(h.logs.String(), `refused: lameduck: the background join is over: no new work" task=too-late`) {
+		t.Fatalf("refusal not logged:\n%s", h.logs)
+	}
+}
+
+// store is a stand-in for a database pool: writing to it once closed is the
+// bug the join exists to prevent.
+type store struct {
+	mu     sync.Mutex
+	closed bool
+	rows   int
+}
+
+func (s *store) insert() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errors.New("write to a closed store")
+	}
+	s.rows++
+	return nil
+}
+
+func TestClosersRunAfterTheJoinInReverseOrder(t *testing.T) {
+	h := started(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 10 * time.Second})
+	db := &store{}
+	var order []string
+	var mu sync.Mutex
+	note := func(s string) { mu.Lock(); order = append(order, s); mu.Unlock() }
+	h.lc.AddCloser("tracer", func(context.Context) error { note("tracer"); return nil })
+	h.lc.AddCloser("db", func(context.Context) error {
+		if !h.lc.Events().Joined.Fired() {
+			t.Error("a closer ran before the join")
+		}
+		db.mu.Lock()
+		db.closed = true
+		db.mu.Unlock()
+		note("db")
+		return nil
+	})
+	release := make(chan struct{})
+	h.lc.BeginShutdown("test")
+	var writeErr atomic.Value
+	h.lc.GoWrite("audit-row", 0, func(context.Context) error {
+		<-release
+		if err := db.insert(); err != nil {
+			writeErr.Store(err)
+		}
+		return nil
+	})
+	h.timers(1)
+	h.clock.Advance(time.Second)
+	await(t, h.lc.Events().HTTPDrained)
+	close(release)
+	if err := h.wait(); err != nil {
+		t.Fatal(err)
+	}
+	if err, _ := writeErr.Load().(error); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(order, []string{"db", "tracer"}) || db.rows != 1 {
+		t.Fatalf("closers ran %v, rows %d; want [db tracer] after one row", order, db.rows)
+	}
+}
+
+func TestDrainHooksRunInOrderWithinTheirShare(t *testing.T) {
+	h := started(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 30 * time.Second, JoinBudget: time.Second})
+	var mu sync.Mutex
+	var order []string
+	note := func(s string) { mu.Lock(); order = append(order, s); mu.Unlock() }
+	h.lc.AddDrainHook("dispatcher", func(ctx context.Context) error { note("dispatcher"); return nil })
+	entered := make(chan struct{})
+	stuck := make(chan struct{})
+	defer close(stuck)
+	h.lc.AddDrainHook("run-console", func(ctx context.Context) error {
+		note("run-console")
+		close(entered)
+		<-stuck // ignores its context
+		return nil
+	})
+	h.lc.AddDrainHook("never", func(ctx context.Context) error { note("never"); return nil })
+	h.endWindow(time.Second)
+	<-entered
+	h.timers(1) // the hooks' deadline: ⅔ of 30s after the window
+	h.clock.Advance(20*time.Second - time.Nanosecond)
+	if h.lc.Events().HooksDrained.Fired() {
+		t.Fatal("hooks cut before ⅔ of the budget")
+	}
+	h.clock.Advance(time.Nanosecond)
+	await(t, h.lc.Events().HooksDrained)
+	err := h.wait()
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), `"run-console"`) {
+		t.Fatalf("Run = %v, want an overrun naming the hook", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(order, []string{"dispatcher", "run-console"}) {
+		t.Fatalf("hooks ran %v", order)
+	}
+	if !strings.Contains(h.logs.String(), `drain hook \"run-console\" overran the hooks' share 20s of the teardown budget" hook=run-console not_run=never`) {
+		t.Fatalf("overrun not named:\n%s", h.logs)
+	}
+}
+
+func TestBackgroundPanicsAreRecoveredAndReported(t *testing.T) {
+	var got atomic.Value
+	h := started(t, lameduck.Config{ShutdownDelay: time.Second, OnPanic: func(what string, v any, stack []byte) {
+		if len(stack) == 0 {
+			t.Error("no stack")
+		}
+		got.Store(what + ": " + v.(string))
+	}})
+	joined := make(chan struct{})
+	h.lc.GoWrite("audit-row", 0, func(context.Context) error {
+		defer close(joined)
+		panic("nil map")
+	})
+	<-joined
+	h.endWindow(time.Second)
+	if err := h.wait(); err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := got.Load().(string); s != "write audit-row: nil map" {
+		t.Fatalf("OnPanic got %q", s)
+	}
+	if !strings.Contains(h.logs.String(), "panic in write audit-row: nil map") {
+		t.Fatalf("panic not logged:\n%s", h.logs)
+	}
+}
+
+func TestWriteHasItsOwnDeadline(t *testing.T) {
+	h := started(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 10 * time.Second, JoinBudget: 5 * time.Second})
+	deadline := make(chan error, 1)
+	h.lc.GoWrite("invite-email", 2*time.Second, func(ctx context.Context) error {
+		<-ctx.Done()
+		deadline <- context.Cause(ctx)
+		return ctx.Err()
+	})
+	h.timers(1)
+	h.clock.Advance(2 * time.Second)
+	if err := <-deadline; !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the write's context ended with %v", err)
+	}
+	h.endWindow(time.Second)
+	if err := h.wait(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(h.logs.String(), "background write failed") {
+		t.Fatalf("the write's error was not logged:\n%s", h.logs)
+	}
+}
+
+func TestBadTasksAreRefused(t *testing.T) {
+	h := newHarness(t, lameduck.Config{})
+	for _, err := range []error{
+		h.lc.GoWrite("", 0, func(context.Context) error { return nil }),
+		h.lc.GoWrite("x", -time.Second, func(context.Context) error { return nil }),
+		h.lc.GoWrite("x", 0, nil),
+		h.lc.GoLoop("", func(context.Context) error { return nil }),
+		h.lc.AddDrainHook("", nil),
+		h.lc.AddCloser("db", nil),
+	} {
+		if err == nil || !strings.HasPrefix(err.Error(), "lameduck: ") {
+			t.Errorf("want a lameduck: error, got %v", err)
+		}
+	}
+}
