@@ -1,0 +1,111 @@
+package lameduck_test
+
+import (
+	"context"
+	"net/http"
+	"regexp"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lameduck/lameduck"
+)
+
+// census lists every goroutine lameduck itself starts, by the function that
+// starts it, with what joins it (seed 004 keeps the same census as a test).
+// A goroutine started anywhere else in the package fails TestCensus until it
+// is listed here with its join.
+var census = map[string]string{
+	"(*Lifecycle).Run": "the signal loop (stopped and waited for before Run returns); one Serve per " +
+		"server (returns when teardown shuts it down; waited for in drainHTTP); the startup tasks " +
+		"(waited for up to the end of the bound, or named as still running)",
+	"(*Lifecycle).drainHTTP": "the budget's timer (waited for before drainHTTP returns); one " +
+		"http.Server.Shutdown per server (waited for)",
+	"(*Lifecycle).GoWrite":     "the write (counted in the registry by name; the join waits for it or names it)",
+	"(*Lifecycle).GoLoop":      "the loop (cancelled at the signal; the join waits for it or names it)",
+	"(*Lifecycle).callUntil":   "a drain hook or closer (waited for until its deadline, else named once)",
+	"(*Lifecycle).withTimeout": "a deadline on an injected fake clock (ends with its context); none on the system clock",
+}
+
+var frameRE = regexp.MustCompile(`(?m)^github\.com/lameduck/lameduck\.(\(\*?\w+\)\.\w+|\w+)(?:\.func\d+)*(?:\.\d+)*\(`)
+
+// starters returns the lameduck functions whose goroutines are alive, named
+// by the outermost lameduck frame of each goroutine's stack.
+func starters() []string {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	var out []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "lameduck_test.") && !strings.Contains(g, "created by github.com/lameduck/lameduck.") &&
+			!strings.Contains(g, "created by sync.(*WaitGroup).Go") {
+			continue // the test's own goroutines
+		}
+		m := frameRE.FindAllStringSubmatch(g, -1)
+		if len(m) == 0 {
+			continue
+		}
+		out = append(out, m[len(m)-1][1])
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+func TestCensus(t *testing.T) {
+	h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 30 * time.Second})
+	seen := map[string]bool{}
+	look := func() {
+		for _, s := range starters() {
+			seen[s] = true
+		}
+	}
+	boot := make(chan struct{})
+	h.lc.AddStartupTask("warm-up", func(context.Context) error { <-boot; return nil })
+	hook := make(chan struct{})
+	inHook := make(chan struct{})
+	h.lc.AddDrainHook("dispatcher", func(context.Context) error { close(inHook); <-hook; return nil })
+	write := make(chan struct{})
+	h.lc.GoWrite("audit-row", time.Minute, func(context.Context) error { <-write; return nil })
+	h.lc.GoLoop("lease", func(ctx context.Context) error { <-ctx.Done(); return nil })
+	req := make(chan struct{})
+	inReq := make(chan struct{})
+	base := h.serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { close(inReq); <-req }))
+	h.run()
+	look() // booting, with a write and a loop running
+	close(boot)
+	await(t, h.lc.Events().StartupDone)
+	go func() {
+		if resp, err := client(t).Get(base + "/"); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	<-inReq
+	h.endWindow(time.Second)
+	<-inHook
+	look() // in a drain hook
+	close(hook)
+	await(t, h.lc.Events().HooksDrained)
+	// Draining HTTP with a request in flight: wait until its goroutines show.
+	for deadline := time.Now().Add(5 * time.Second); !slices.Contains(starters(), "(*Lifecycle).drainHTTP") && time.Now().Before(deadline); {
+		runtime.Gosched()
+	}
+	look()
+	close(req)
+	close(write)
+	if err := h.wait(); err != nil {
+		t.Fatal(err)
+	}
+
+	for s := range seen {
+		if _, ok := census[s]; !ok {
+			t.Errorf("goroutine started by %s is not in the census: list it with what joins it", s)
+		}
+	}
+	for _, want := range []string{"(*Lifecycle).Run", "(*Lifecycle).GoWrite", "(*Lifecycle).GoLoop", "(*Lifecycle).callUntil", "(*Lifecycle).drainHTTP"} {
+		if !seen[want] {
+			t.Errorf("the census run never saw a goroutine of %s; the test no longer exercises it (saw %v)", want, seen)
+		}
+	}
+	// goleak (TestMain) checks that none of them outlives the test.
+}
