@@ -28,6 +28,7 @@ type registry struct {
 	mu      sync.Mutex
 	running map[string]int // tasks running, by name; guarded by mu
 	total   int            // sum of running; guarded by mu
+	ended   int            // tasks that have returned, ever; guarded by mu
 	idle    chan struct{}  // closed while total == 0; guarded by mu
 	loops   bool           // loops refused (the signal came); guarded by mu
 	joined  bool           // everything refused (the join is over); guarded by mu
@@ -63,16 +64,17 @@ func (r *registry) leave(name string) {
 	if r.running[name]--; r.running[name] == 0 {
 		delete(r.running, name)
 	}
+	r.ended++
 	if r.total--; r.total == 0 {
 		close(r.idle)
 	}
 }
 
-// count returns how many tasks are running.
-func (r *registry) count() int {
+// count returns how many tasks are running and how many have ended.
+func (r *registry) count() (running, ended int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.total
+	return r.total, r.ended
 }
 
 func (r *registry) refuseLoops() {
@@ -228,6 +230,7 @@ func (l *Lifecycle) withTimeout(parent context.Context, d time.Duration) (contex
 // work. It reports whether everything finished.
 func (l *Lifecycle) join(budget time.Duration) bool {
 	began := l.clock.Now()
+	waiting, ended0 := l.bg.count()
 	t := l.clock.NewTimer(budget)
 	defer t.Stop()
 	clean := true
@@ -237,13 +240,16 @@ func (l *Lifecycle) join(budget time.Duration) bool {
 		clean = false
 	}
 	running, n := l.bg.close()
+	_, ended1 := l.bg.count()
+	joined := ended1 - ended0 // includes writes asked for during the join
 	took := l.clock.Now().Sub(began).Round(time.Millisecond)
 	if n > 0 {
 		clean = false
 		l.log.Warn(fmt.Sprintf("lameduck: join: %s spent; still running: %s", budget, running),
-			"budget", budget.String(), "still_running", n)
+			"budget", budget.String(), "joined", joined, "still_running", n)
 	} else {
-		l.log.Info("lameduck: join done — every background task finished", "took", took.String())
+		l.log.Info(fmt.Sprintf("lameduck: join done — every background task finished (%d joined)", joined),
+			"took", took.String(), "joined", joined, "waited_for", waiting)
 	}
 	l.events.Joined.fire(l.clock.Now())
 	return clean

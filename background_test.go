@@ -58,7 +58,7 @@ func TestWriteDuringTheWindowIsJoined(t *testing.T) {
 	if !wrote.Load() {
 		t.Fatal("Run returned before the write finished")
 	}
-	if !strings.Contains(h.logs.String(), "join done — every background task finished") {
+	if !strings.Contains(h.logs.String(), "join done — every background task finished (1 joined)") {
 		t.Fatalf("join not logged:\n%s", h.logs)
 	}
 }

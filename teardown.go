@@ -43,9 +43,10 @@ func (l *Lifecycle) teardown(servers []*server, serving *sync.WaitGroup) error {
 		join, closeReserve = budget/4, budget/4
 	}
 	httpEnd := end.Add(-join - closeReserve)
+	bgRunning, _ := l.bg.count()
 	l.log.Info("lameduck: teardown — closing listeners, draining in-flight requests",
 		"budget", budget.String(), "in_flight", l.track.inflight(), "servers", len(servers),
-		"hooks", len(hooks), "background", l.bg.count())
+		"hooks", len(hooks), "background", bgRunning)
 
 	var errs []error
 	if len(hooks) > 0 {

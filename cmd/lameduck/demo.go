@@ -30,7 +30,9 @@ func newDemoCommand() *cobra.Command {
 		Long: `Run a demo HTTP service built on lameduck.
 
 Routes: GET / (a small JSON answer), GET /slow?d=DURATION (answers after d, at
-most 10m), and the probes GET /healthz, /readyz, /startupz, plus GET /prestop
+most 10m), POST /write?name=NAME&d=DURATION (a background write of d, joined at
+shutdown; 202, or 503 once refused), POST /loop?name=NAME (a background loop
+ticking every 100ms until the signal; 503 after it), and the probes GET /healthz, /readyz, /startupz, plus GET /prestop
 when LAMEDUCK_PRESTOP=true. Send SIGTERM (or press Ctrl-C) to watch the drain:
 /readyz turns 503 at once, the lame-duck window passes, in-flight requests
 finish, and the process exits 0.
@@ -95,6 +97,65 @@ func runDemo(ctx context.Context, o demoOptions) error {
 			writeJSON(w, http.StatusOK, map[string]any{"slept": d.String()})
 		case <-r.Context().Done(): // the client left, or the connection was cut
 		}
+	})
+
+	// Background work (issue: the background join): POST /write starts a
+	// best-effort write of d; POST /loop starts a loop ticking every 100ms.
+	mux.HandleFunc("POST /write", func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		name := q.Get("name")
+		if name == "" {
+			writeJSON(w, http.StatusBadRequest, map[string]any{"error": "missing name: pass /write?name=audit-row&d=200ms"})
+			return
+		}
+		d, msg := parseSlow(q)
+		if msg != "" {
+			writeJSON(w, http.StatusBadRequest, map[string]any{"error": msg})
+			return
+		}
+		err := lc.GoWrite(name, 0, func(ctx context.Context) error {
+			t := time.NewTimer(d)
+			defer t.Stop()
+			select {
+			case <-t.C:
+				log.Info("demo: write done", "task", name, "took", d.String())
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		})
+		if err != nil {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": err.Error()})
+			return
+		}
+		writeJSON(w, http.StatusAccepted, map[string]any{"write": name, "d": d.String()})
+	})
+	mux.HandleFunc("POST /loop", func(w http.ResponseWriter, r *http.Request) {
+		name := r.URL.Query().Get("name")
+		if name == "" {
+			writeJSON(w, http.StatusBadRequest, map[string]any{"error": "missing name: pass /loop?name=sweep"})
+			return
+		}
+		err := lc.GoLoop(name, func(ctx context.Context) error {
+			tick := time.NewTicker(100 * time.Millisecond)
+			defer tick.Stop()
+			ticks := 0
+			for {
+				select {
+				case <-tick.C:
+					ticks++
+				case <-ctx.Done():
+					log.Info("demo: loop stopped", "task", name, "ticks", ticks)
+					return nil
+				}
+			}
+		})
+		if err != nil {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": err.Error(),
+				"reason": "the pod is shutting down; record the work as deferred"})
+			return
+		}
+		writeJSON(w, http.StatusAccepted, map[string]any{"loop": name})
 	})
 
 	srv := &http.Server{Addr: o.addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
