@@ -239,7 +239,8 @@ func TestDrainHooksRunInOrderWithinTheirShare(t *testing.T) {
 	h.lc.AddDrainHook("never", func(ctx context.Context) error { note("never"); return nil })
 	h.endWindow(time.Second)
 	<-entered
-	h.timers(1) // the hooks' deadline: ⅔ of 30s after the window
+	await(t, h.lc.Events().HTTPDrained) // the hooks run beside the HTTP drain
+	h.timers(1)                         // the hooks' deadline: ⅔ of 30s after the window
 	h.clock.Advance(20*time.Second - time.Nanosecond)
 	if h.lc.Events().HooksDrained.Fired() {
 		t.Fatal("hooks cut before ⅔ of the budget")

@@ -23,6 +23,7 @@ var census = map[string]string{
 		"(waited for up to the end of the bound, or named as still running)",
 	"(*Lifecycle).drainHTTP": "the budget's timer (waited for before drainHTTP returns); one " +
 		"http.Server.Shutdown per server (waited for)",
+	"(*Lifecycle).teardown":    "the drain hooks, run beside the HTTP drain (waited for before the join)",
 	"(*Lifecycle).GoWrite":     "the write (counted in the registry by name; the join waits for it or names it)",
 	"(*Lifecycle).GoLoop":      "the loop (cancelled at the signal; the join waits for it or names it)",
 	"(*Lifecycle).callUntil":   "a drain hook or closer (waited for until its deadline, else named once)",
@@ -61,7 +62,8 @@ func TestCensus(t *testing.T) {
 		}
 	}
 	boot := make(chan struct{})
-	h.lc.AddStartupTask("warm-up", func(context.Context) error { <-boot; return nil })
+	inBoot := make(chan struct{})
+	h.lc.AddStartupTask("warm-up", func(context.Context) error { close(inBoot); <-boot; return nil })
 	hook := make(chan struct{})
 	inHook := make(chan struct{})
 	h.lc.AddDrainHook("dispatcher", func(context.Context) error { close(inHook); <-hook; return nil })
@@ -72,6 +74,7 @@ func TestCensus(t *testing.T) {
 	inReq := make(chan struct{})
 	base := h.serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { close(inReq); <-req }))
 	h.run()
+	<-inBoot
 	look() // booting, with a write and a loop running
 	close(boot)
 	await(t, h.lc.Events().StartupDone)

@@ -33,6 +33,17 @@ const (
 	EnvLocal = "local"
 )
 
+// Drain modes that [Config.DrainMode] and LAMEDUCK_DRAIN_MODE accept.
+const (
+	// DrainDelay waits the fixed lame-duck window, ShutdownDelay, after the
+	// signal (seed 004).
+	DrainDelay = "delay"
+	// DrainIdle waits until the pod's traffic goes idle: nothing in flight
+	// and no request arrived or completed for IdleWindow, at least
+	// ShutdownDelay and at most DrainTimeout after the signal (seed 000).
+	DrainIdle = "idle"
+)
+
 // ErrInvalidConfig is wrapped by every error [New] returns for a bad
 // setting, whether it came from a Config field or an environment variable.
 // The error's text names the setting, the value and the fix.
@@ -90,6 +101,29 @@ type Config struct {
 	// budget against it and warns, with every number, when delay + teardown
 	// does not fit. Zero means unknown. Env: TERMINATION_GRACE.
 	TerminationGrace time.Duration
+
+	// DrainMode is DrainDelay (the default) or DrainIdle and decides how the
+	// lame-duck window ends. Env: DRAIN_MODE.
+	DrainMode string
+	// IdleWindow, a time.Duration, is how long traffic must have been idle
+	// for the idle drain to end: nothing in flight (WebSockets and other
+	// hijacked connections aside) and no application request arrived or
+	// completed, and no KeepAlive call, for this long. Only in DrainIdle
+	// mode. Zero means unset; negative is an error. Env: IDLE_WINDOW.
+	// Default 10s (seed 000's graceful_shutdown_idle_seconds).
+	IdleWindow time.Duration
+	// DrainTimeout, a time.Duration, bounds the idle drain's wait after the
+	// signal, so a steady trickle of traffic cannot hold the pod past its
+	// grace period. Only in DrainIdle mode; it must be at least
+	// ShutdownDelay. Zero means unset. Env: DRAIN_TIMEOUT. Default 30s.
+	DrainTimeout time.Duration
+	// SendRetryAfter keeps the listeners open during teardown, until the
+	// in-flight requests have drained, and answers every new request with
+	// 503, Retry-After: 1 and Connection: close instead of a refused
+	// connection: for deployments without a readiness-aware load balancer
+	// (seed 000's legacy drain; the Kubernetes API server's
+	// --shutdown-send-retry-after). Env: SEND_RETRY_AFTER.
+	SendRetryAfter bool
 
 	// JoinBudget is the one budget, a time.Duration, for joining every
 	// background task (GoWrite, GoLoop) after the HTTP drain. It is spent
@@ -170,6 +204,10 @@ var settings = []setting{
 	{"PRESTOP_TOKEN", `any non-empty secret`},
 	{"EXIT_ON_SECOND_SIGNAL", `"true" or "false"`},
 	{"PROBE_ADDR", `a listen address such as ":9090"`},
+	{"DRAIN_MODE", `"delay" or "idle"`},
+	{"IDLE_WINDOW", `a positive Go duration, such as "10s"`},
+	{"DRAIN_TIMEOUT", `a positive Go duration at least the shutdown delay, such as "30s"`},
+	{"SEND_RETRY_AFTER", `"true" or "false"`},
 	{"JOIN_BUDGET", `a positive Go duration below the teardown budget, such as "500ms"`},
 	{"HOOK_SHARE", `a fraction between 0 and 1, such as "0.66"`},
 }
@@ -342,6 +380,34 @@ func (c Config) resolve() (Config, error) {
 	boolean(&c.ExitOnSecondSignal, "EXIT_ON_SECOND_SIGNAL")
 	str(&c.ProbeAddr, "PROBE_ADDR")
 
+	str(&c.DrainMode, "DRAIN_MODE")
+	switch c.DrainMode {
+	case "":
+		c.DrainMode = DrainDelay
+	case DrainDelay, DrainIdle:
+	default:
+		bad("DRAIN_MODE", c.DrainMode, "unknown drain mode")
+	}
+	positive := func(field *time.Duration, name string) {
+		if *field < 0 {
+			errs = append(errs, fmt.Errorf("lameduck: Config.%s=%s: must be positive: %w", name, *field, ErrInvalidConfig))
+			return
+		}
+		env := map[string]string{"IdleWindow": "IDLE_WINDOW", "DrainTimeout": "DRAIN_TIMEOUT"}[name]
+		if dur(field, env) && *field <= 0 {
+			bad(env, field.String(), "must be greater than zero")
+		}
+	}
+	positive(&c.IdleWindow, "IdleWindow")
+	positive(&c.DrainTimeout, "DrainTimeout")
+	if c.IdleWindow == 0 {
+		c.IdleWindow = 10 * time.Second
+	}
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = 30 * time.Second
+	}
+	boolean(&c.SendRetryAfter, "SEND_RETRY_AFTER")
+
 	if c.JoinBudget < 0 {
 		errs = append(errs, fmt.Errorf("lameduck: Config.JoinBudget=%s: must be positive; use e.g. 500*time.Millisecond: %w", c.JoinBudget, ErrInvalidConfig))
 	}
@@ -392,6 +458,10 @@ func (c Config) resolve() (Config, error) {
 	if c.JoinBudget == 0 {
 		c.JoinBudget = min(500*time.Millisecond, c.ShutdownTeardown/2)
 	}
+	if c.DrainMode == DrainIdle && c.DrainTimeout < c.window() {
+		errs = append(errs, fmt.Errorf("lameduck: %sDRAIN_TIMEOUT=%s is shorter than %sSHUTDOWN_DELAY=%s, the idle drain's minimum; raise it: %w",
+			c.EnvPrefix, c.DrainTimeout, c.EnvPrefix, c.window(), ErrInvalidConfig))
+	}
 	if c.JoinBudget >= c.ShutdownTeardown {
 		where := "Config.JoinBudget"
 		if joinFromEnv {
@@ -405,6 +475,15 @@ func (c Config) resolve() (Config, error) {
 
 // window returns the resolved lame-duck window (NoDelay becomes 0).
 func (c *Config) window() time.Duration { return max(c.ShutdownDelay, 0) }
+
+// maxWindow returns the longest the lame-duck window can last: the delay, or
+// the idle drain's bound.
+func (c *Config) maxWindow() time.Duration {
+	if c.DrainMode == DrainIdle {
+		return max(c.DrainTimeout, c.window())
+	}
+	return c.window()
+}
 
 // parseDuration is time.ParseDuration with the errors an operator can act on.
 func parseDuration(v string) (time.Duration, error) {

@@ -47,6 +47,7 @@ type Lifecycle struct {
 	info    health.Info
 	events  *Events
 	phase   atomic.Int32 // a Phase; only moves forward
+	state   atomic.Int32 // what the middleware does: serving, draining or rejecting
 	track   *tracker
 	probes  http.Handler
 	exit    func(code int) // os.Exit; replaced by in-package tests
@@ -208,11 +209,26 @@ func (l *Lifecycle) begin(reason string, bySignal bool) bool {
 	// A pod that never became ready is in no endpoint: nothing to wait for.
 	l.skipWindow = was == PhaseStarting
 	skip := l.skipWindow
+	servers := append([]*server(nil), l.servers...)
 	l.mu.Unlock()
+	l.state.Store(stateDraining)
+	l.track.stampEnds.Store(true)
+	// Hand keep-alive clients over: every HTTP/1 response from now on
+	// carries Connection: close, and idle connections close now, so clients
+	// reconnect (and land, once endpoints have caught up, on another pod).
+	for _, sv := range servers {
+		if !sv.probes {
+			sv.srv.SetKeepAlivesEnabled(false)
+		}
+	}
 	// Readiness is 503 from here on; the log line comes before anything
 	// else of the sequence can happen.
 	w := l.window()
 	msg := fmt.Sprintf("lameduck: draining — /readyz now 503, waiting %s for endpoint removal", w)
+	if l.cfg.DrainMode == DrainIdle {
+		msg = fmt.Sprintf("lameduck: draining — /readyz now 503, waiting for traffic to stop for %s (at least %s, at most %s)",
+			l.cfg.IdleWindow, w, l.cfg.DrainTimeout)
+	}
 	if skip {
 		msg = "lameduck: draining — /readyz stays 503; the pod never became ready, so no lame-duck window"
 	}
@@ -324,7 +340,7 @@ func (l *Lifecycle) Run(ctx context.Context) error {
 	}
 	for _, s := range servers {
 		if !s.probes {
-			s.srv.Handler = l.wrap(s.srv.Handler)
+			l.instrument(s.srv)
 		}
 		l.log.Info("lameduck: listening", "addr", s.ln.Addr().String(), "probes", s.probes || l.cfg.ProbeAddr == "")
 	}
@@ -399,7 +415,7 @@ wait:
 
 	// 5. The sequence.
 	start, _ := l.events.ShutdownInitiated.At()
-	l.lameDuckWindow()
+	l.lameDuckWindow(start)
 	l.events.WindowEnded.fire(l.clock.Now())
 	l.phase.Store(int32(PhaseStopping))
 	err := l.teardown(servers, &serving)
@@ -478,29 +494,6 @@ func (l *Lifecycle) awaitStartup(done <-chan struct{}, start time.Time) {
 	}
 }
 
-// window returns the length of this run's lame-duck window: the configured
-// delay, or zero when the sequence started before the pod was ever ready.
-func (l *Lifecycle) window() time.Duration {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.skipWindow {
-		return 0
-	}
-	return l.cfg.window()
-}
-
-// lameDuckWindow waits the window from the start of the sequence.
-func (l *Lifecycle) lameDuckWindow() {
-	start, _ := l.events.ShutdownInitiated.At()
-	left := start.Add(l.window()).Sub(l.clock.Now())
-	if left <= 0 {
-		return
-	}
-	t := l.clock.NewTimer(left)
-	defer t.Stop()
-	<-t.C()
-}
-
 // finish fires Stopped and logs the end of the sequence.
 func (l *Lifecycle) finish(start time.Time) {
 	l.phase.Store(int32(PhaseStopped))
@@ -510,22 +503,4 @@ func (l *Lifecycle) finish(start time.Time) {
 		return
 	}
 	l.log.Info("lameduck: stopped", "since_signal", now.Sub(start).Round(time.Millisecond).String())
-}
-
-// wrap routes probe paths to the probes (unless they have their own
-// listener) and tracks every other request as in flight.
-func (l *Lifecycle) wrap(app http.Handler) http.Handler {
-	if app == nil {
-		app = http.DefaultServeMux
-	}
-	mount := l.cfg.ProbeAddr == ""
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if mount && l.isProbePath(r.URL.Path) {
-			l.probes.ServeHTTP(w, r)
-			return
-		}
-		rec := l.track.begin(r)
-		defer l.track.end(rec)
-		app.ServeHTTP(w, r)
-	})
 }

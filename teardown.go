@@ -6,25 +6,26 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
 // teardown spends the teardown budget T, which starts when the lame-duck
-// window ends, in four steps (seed 004, "The shutdown sequence" and "The
-// background join"):
+// window ends (seed 004, "The shutdown sequence" and "The background join"):
 //
-//  1. drain hooks, in order, for at most HookShare of T;
-//  2. the HTTP drain: http.Server.Shutdown of the application's servers,
-//     then of the probe listener, until T minus the tail; what is left then
-//     is closed by force and named;
-//  3. the background join, for at most JoinBudget;
-//  4. closers, in reverse order, each with an equal share of what is left.
+//  1. at once, side by side: the drain hooks, in order, for at most
+//     HookShare of T; and the HTTP drain — http.Server.Shutdown of the
+//     application's servers (listeners close, idle connections close,
+//     HTTP/2 connections get GOAWAY), then a wait for every tracked handler,
+//     hijacked ones (WebSockets) included, until T minus the tail; what is
+//     left then is closed by force and named; then the probe listener;
+//  2. the background join, for at most JoinBudget;
+//  3. closers, in reverse order, each with an equal share of what is left.
 //
-// The tail of T kept for steps 3 and 4 is JoinBudget, twice that when
+// The tail of T kept for steps 2 and 3 is JoinBudget, twice that when
 // closers are registered (at most half of T), so the whole teardown fits T
-// whatever handlers and tasks do. It returns an error wrapping context.DeadlineExceeded when a
-// hook overran or requests were cut; the log has named them once.
+// whatever handlers and tasks do. It returns an error wrapping
+// context.DeadlineExceeded when a hook overran or requests were cut; the
+// log has named them once.
 func (l *Lifecycle) teardown(servers []*server, serving *sync.WaitGroup) error {
 	l.mu.Lock()
 	hooks := append([]namedFunc(nil), l.hooks...)
@@ -38,8 +39,7 @@ func (l *Lifecycle) teardown(servers []*server, serving *sync.WaitGroup) error {
 	if len(closers) > 0 {
 		closeReserve = join
 	}
-	// The HTTP drain keeps at least half of the budget.
-	if join+closeReserve > budget/2 {
+	if join+closeReserve > budget/2 { // the HTTP drain keeps at least half
 		join, closeReserve = budget/4, budget/4
 	}
 	httpEnd := end.Add(-join - closeReserve)
@@ -48,22 +48,22 @@ func (l *Lifecycle) teardown(servers []*server, serving *sync.WaitGroup) error {
 		"budget", budget.String(), "in_flight", l.track.inflight(), "servers", len(servers),
 		"hooks", len(hooks), "background", bgRunning)
 
-	var errs []error
-	if len(hooks) > 0 {
+	var hookErr, httpErr error
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		defer l.events.HooksDrained.fire(l.clock.Now())
+		if len(hooks) == 0 {
+			return
+		}
 		hooksEnd := began.Add(time.Duration(float64(budget) * l.cfg.HookShare))
 		if hooksEnd.After(httpEnd) {
 			hooksEnd = httpEnd
 		}
-		if err := l.runHooks(hooks, hooksEnd); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	l.events.HooksDrained.fire(l.clock.Now())
-
-	if err := l.drainHTTP(servers, serving, httpEnd); err != nil {
-		errs = append(errs, err)
-	}
+		hookErr = l.runHooks(hooks, hooksEnd)
+	})
+	httpErr = l.drainHTTP(servers, serving, httpEnd)
 	l.events.HTTPDrained.fire(l.clock.Now())
+	wg.Wait()
 
 	l.join(min(join, end.Add(-closeReserve).Sub(l.clock.Now())))
 
@@ -74,7 +74,7 @@ func (l *Lifecycle) teardown(servers []*server, serving *sync.WaitGroup) error {
 			l.log.Warn("lameduck: closer "+c.name+": "+err.Error(), "closer", c.name, "share", share.Round(time.Millisecond).String())
 		}
 	}
-	return errors.Join(errs...)
+	return errors.Join(hookErr, httpErr)
 }
 
 // runHooks runs the drain hooks in order until deadline.
@@ -99,9 +99,9 @@ func (l *Lifecycle) runHooks(hooks []namedFunc, deadline time.Time) error {
 	return nil
 }
 
-// drainHTTP shuts the servers down, the application's together and then the
-// probe listener, until deadline; then it closes what is left by force and
-// names the requests it cut.
+// drainHTTP shuts the application's servers down and waits for their
+// tracked handlers until deadline; then it closes what is left by force,
+// names the requests it cut, and shuts the probe listener down.
 func (l *Lifecycle) drainHTTP(servers []*server, serving *sync.WaitGroup, deadline time.Time) error {
 	began := l.clock.Now()
 	ctx, cancel := context.WithCancelCause(context.Background())
@@ -117,22 +117,6 @@ func (l *Lifecycle) drainHTTP(servers []*server, serving *sync.WaitGroup, deadli
 	})
 	defer func() { timer.Stop(); cancel(nil); timerWG.Wait() }()
 
-	var cut []InFlightRequest
-	var cutOnce sync.Once
-	var forced atomic.Bool
-	shut := func(group []*server) {
-		var wg sync.WaitGroup
-		for _, s := range group {
-			wg.Go(func() {
-				if err := s.srv.Shutdown(ctx); err != nil {
-					forced.Store(true)
-					cutOnce.Do(func() { cut = l.track.snapshot() })
-					_ = s.srv.Close()
-				}
-			})
-		}
-		wg.Wait()
-	}
 	var app, probes []*server
 	for _, s := range servers {
 		if s.probes {
@@ -141,28 +125,73 @@ func (l *Lifecycle) drainHTTP(servers []*server, serving *sync.WaitGroup, deadli
 			app = append(app, s)
 		}
 	}
-	shut(app)
-	shut(probes)
+	shutdown := func(group []*server) {
+		var wg sync.WaitGroup
+		for _, s := range group {
+			wg.Go(func() { _ = s.srv.Shutdown(ctx) })
+		}
+		wg.Wait()
+	}
+
+	if l.cfg.SendRetryAfter {
+		// Keep the listeners open, answering new requests 503 Retry-After,
+		// until the requests in flight have drained.
+		l.state.Store(stateRejecting)
+		l.track.waitIdle(ctx)
+	}
+	shutdown(app)
+	// Shutdown neither waits for nor closes hijacked connections, and
+	// returns at its deadline with handlers still running: wait for every
+	// tracked handler ourselves.
+	l.track.waitIdle(ctx)
+
+	var cut []InFlightRequest
+	if ctx.Err() != nil {
+		cut = l.track.snapshot()
+		for _, s := range app {
+			_ = s.srv.Close()
+		}
+		for _, r := range cut {
+			if r.conn != nil {
+				_ = r.conn.Close() // hijacked connections: Close above skipped them
+			}
+		}
+	}
+	shutdown(probes)
+	for _, s := range probes {
+		_ = s.srv.Close()
+	}
 	serving.Wait()
 	took := l.clock.Now().Sub(began).Round(time.Millisecond)
 
-	if !forced.Load() {
+	if len(cut) == 0 {
 		l.log.Info("lameduck: HTTP drain done — every in-flight request finished", "took", took.String())
 		return nil
 	}
 	var b strings.Builder
+	hijacked := 0
 	for i, r := range cut {
+		if r.Hijacked {
+			hijacked++
+		}
 		if i == 20 {
 			fmt.Fprintf(&b, ", and %d more", len(cut)-i)
-			break
+			continue
+		}
+		if i > 20 {
+			continue
 		}
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		fmt.Fprintf(&b, "%s %s (age %s)", r.Method, r.Path, r.Age.Round(time.Millisecond))
+		fmt.Fprintf(&b, "%s %s (age %s", r.Method, r.Path, r.Age.Round(time.Millisecond))
+		if r.Hijacked {
+			b.WriteString(", hijacked")
+		}
+		b.WriteString(")")
 	}
 	budget := deadline.Sub(began).Round(time.Millisecond)
 	l.log.Error(fmt.Sprintf("lameduck: teardown budget spent: HTTP drain cut %d in-flight request(s) after %s: %s", len(cut), budget, b.String()),
-		"http_budget", budget.String(), "cut", len(cut))
+		"http_budget", budget.String(), "cut", len(cut), "hijacked_closed", hijacked)
 	return fmt.Errorf("lameduck: HTTP drain: %d request(s) cut: %w", len(cut), context.DeadlineExceeded)
 }

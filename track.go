@@ -1,6 +1,8 @@
 package lameduck
 
 import (
+	"context"
+	"net"
 	"net/http"
 	"sort"
 	"sync"
@@ -8,19 +10,28 @@ import (
 	"time"
 )
 
-// tracker records the requests in flight on the application's servers, so
-// that teardown can name what it cut (method, path, age).
+// tracker records the application requests in flight on the registered
+// servers and when traffic last moved, so that teardown can wait for them
+// and name what it cut (method, path, age), and the idle drain can tell when
+// the pod's traffic has stopped (seed 000).
 //
 // Its hot path (begin/end, on every request) allocates nothing and writes no
 // shared counter: records come from a sync.Pool, which keeps them per P, and
 // each record belongs for life to one of several sharded intrusive lists, so
-// concurrent requests rarely meet on one lock or one cache line. begin and end are safe for
-// concurrent use; no lock is held across a callback or I/O.
+// concurrent requests rarely meet on one lock or one cache line. It reads
+// the clock once per request, at arrival; completions are stamped only from
+// the shutdown signal on, when the idle drain needs them. begin and end are
+// safe for concurrent use; no lock is held across a callback or I/O.
 type tracker struct {
-	clock  Clock
-	next   atomic.Uint32 // spreads new records over the shards
-	pool   sync.Pool
-	shards [trackShards]trackShard
+	clock     Clock
+	next      atomic.Uint32 // spreads new records over the shards
+	pool      sync.Pool
+	shards    [trackShards]trackShard
+	stampEnds atomic.Bool  // completions move the idle clock (set at the signal)
+	touched   atomic.Int64 // UnixNano of the last KeepAlive; 0 if none
+	anyHijack atomic.Bool  // some connection was hijacked: end() must forget it
+	hijacked  sync.Map     // net.Conn → struct{}: connections hijacked and not yet ended
+	ended     chan struct{} // a request ended while stamping; capacity 1, never closed
 }
 
 const trackShards = 16
@@ -29,7 +40,8 @@ type trackShard struct {
 	mu   sync.Mutex
 	head *reqRecord // guarded by mu
 	n    int64      // records linked; guarded by mu
-	_    [40]byte   // keep shards on separate cache lines
+	last time.Time  // last arrival (or, once stamping, completion); guarded by mu
+	_    [16]byte   // keep shards on separate cache lines
 }
 
 // reqRecord is one request in flight. Its fields are written before it is
@@ -37,12 +49,13 @@ type trackShard struct {
 type reqRecord struct {
 	method, path string
 	start        time.Time
+	req          *http.Request // for the connection, on the cold paths only
 	prev, next   *reqRecord
 	shard        *trackShard
 }
 
 func newTracker(c Clock) *tracker {
-	t := &tracker{clock: c}
+	t := &tracker{clock: c, ended: make(chan struct{}, 1)}
 	t.pool.New = func() any {
 		return &reqRecord{shard: &t.shards[t.next.Add(1)%trackShards]}
 	}
@@ -52,7 +65,7 @@ func newTracker(c Clock) *tracker {
 // begin records r as in flight and returns the record to pass to end.
 func (t *tracker) begin(r *http.Request) *reqRecord {
 	rec := t.pool.Get().(*reqRecord)
-	rec.method, rec.path, rec.start = r.Method, r.URL.Path, t.clock.Now()
+	rec.method, rec.path, rec.start, rec.req = r.Method, r.URL.Path, t.clock.Now(), r
 	s := rec.shard
 	s.mu.Lock()
 	rec.next = s.head
@@ -61,12 +74,25 @@ func (t *tracker) begin(r *http.Request) *reqRecord {
 	}
 	s.head = rec
 	s.n++
+	if rec.start.After(s.last) {
+		s.last = rec.start
+	}
 	s.mu.Unlock()
 	return rec
 }
 
 // end removes rec from the in-flight set and recycles it.
 func (t *tracker) end(rec *reqRecord) {
+	if t.anyHijack.Load() {
+		if c := connOf(rec.req); c != nil {
+			t.hijacked.Delete(c)
+		}
+	}
+	var now time.Time
+	stamp := t.stampEnds.Load()
+	if stamp {
+		now = t.clock.Now()
+	}
 	s := rec.shard
 	s.mu.Lock()
 	s.n--
@@ -78,9 +104,68 @@ func (t *tracker) end(rec *reqRecord) {
 	if rec.next != nil {
 		rec.next.prev = rec.prev
 	}
+	if stamp && now.After(s.last) {
+		s.last = now
+	}
 	s.mu.Unlock()
 	*rec = reqRecord{shard: s}
 	t.pool.Put(rec)
+	if stamp {
+		select {
+		case t.ended <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// waitIdle waits until no request is in flight or ctx ends. It must only be
+// called once stamping is on (after the signal), when every end wakes it.
+func (t *tracker) waitIdle(ctx context.Context) {
+	for t.inflight() > 0 {
+		select {
+		case <-t.ended:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// touch moves the idle clock to now (Lifecycle.KeepAlive).
+func (t *tracker) touch() { t.touched.Store(t.clock.Now().UnixNano()) }
+
+// connState is chained into every application server's ConnState: it notes
+// the connections that leave the server's care by Hijack (WebSockets).
+func (t *tracker) connState(c net.Conn, st http.ConnState) {
+	if st == http.StateHijacked {
+		t.anyHijack.Store(true)
+		t.hijacked.Store(c, struct{}{})
+	}
+}
+
+func (t *tracker) isHijacked(r *http.Request) bool {
+	if !t.anyHijack.Load() {
+		return false
+	}
+	c := connOf(r)
+	if c == nil {
+		return false
+	}
+	_, ok := t.hijacked.Load(c)
+	return ok
+}
+
+type connKey struct{}
+
+// connContext is chained into every application server's ConnContext: it
+// remembers each request's connection, so teardown can close a hijacked one
+// that outlives the budget. One allocation per connection, none per request.
+func connContext(ctx context.Context, c net.Conn) context.Context {
+	return context.WithValue(ctx, connKey{}, c)
+}
+
+func connOf(r *http.Request) net.Conn {
+	c, _ := r.Context().Value(connKey{}).(net.Conn)
+	return c
 }
 
 // InFlightRequest describes one request that was in flight, as a teardown
@@ -90,6 +175,29 @@ type InFlightRequest struct {
 	Path   string
 	// Age is how long the request had been running, by the Lifecycle's clock.
 	Age time.Duration
+	// Hijacked is true for a request whose connection left the HTTP server's
+	// care (a WebSocket): http.Server.Shutdown neither waits for nor closes
+	// it, so lameduck does.
+	Hijacked bool
+
+	conn net.Conn
+}
+
+// snapshot returns the requests in flight, oldest first.
+func (t *tracker) snapshot() []InFlightRequest {
+	now := t.clock.Now()
+	var out []InFlightRequest
+	for i := range t.shards {
+		s := &t.shards[i]
+		s.mu.Lock()
+		for r := s.head; r != nil; r = r.next {
+			out = append(out, InFlightRequest{Method: r.method, Path: r.path, Age: now.Sub(r.start),
+				Hijacked: t.isHijacked(r.req), conn: connOf(r.req)})
+		}
+		s.mu.Unlock()
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Age > out[j].Age })
+	return out
 }
 
 // inflight returns how many requests are in flight.
@@ -104,18 +212,28 @@ func (t *tracker) inflight() int64 {
 	return n
 }
 
-// snapshot returns the requests in flight, oldest first.
-func (t *tracker) snapshot() []InFlightRequest {
-	now := t.clock.Now()
-	var out []InFlightRequest
+// activity returns how many requests are in flight on connections still in
+// the HTTP server's care (hijacked ones aside: a WebSocket that sends no
+// KeepAlive does not hold the idle drain), and when traffic last moved: the
+// latest arrival, completion (from the signal on) or KeepAlive.
+func (t *tracker) activity() (busy int, last time.Time) {
 	for i := range t.shards {
 		s := &t.shards[i]
 		s.mu.Lock()
 		for r := s.head; r != nil; r = r.next {
-			out = append(out, InFlightRequest{Method: r.method, Path: r.path, Age: now.Sub(r.start)})
+			if !t.isHijacked(r.req) {
+				busy++
+			}
+		}
+		if s.last.After(last) {
+			last = s.last
 		}
 		s.mu.Unlock()
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Age > out[j].Age })
-	return out
+	if ns := t.touched.Load(); ns != 0 {
+		if k := time.Unix(0, ns); k.After(last) {
+			last = k
+		}
+	}
+	return busy, last
 }
