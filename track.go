@@ -27,10 +27,10 @@ type tracker struct {
 	next      atomic.Uint32 // spreads new records over the shards
 	pool      sync.Pool
 	shards    [trackShards]trackShard
-	stampEnds atomic.Bool  // completions move the idle clock (set at the signal)
-	touched   atomic.Int64 // UnixNano of the last KeepAlive; 0 if none
-	anyHijack atomic.Bool  // some connection was hijacked: end() must forget it
-	hijacked  sync.Map     // net.Conn → struct{}: connections hijacked and not yet ended
+	stampEnds atomic.Bool   // completions move the idle clock (set at the signal)
+	touched   atomic.Int64  // UnixNano of the last KeepAlive; 0 if none
+	anyHijack atomic.Bool   // some connection was hijacked: end() must forget it
+	hijacked  sync.Map      // net.Conn → struct{}: connections hijacked and not yet ended
 	ended     chan struct{} // a request ended while stamping; capacity 1, never closed
 }
 
