@@ -77,6 +77,13 @@ func (r *registry) count() (running, ended int) {
 	return r.total, r.ended
 }
 
+// used reports whether any background task was ever started.
+func (r *registry) used() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.total+r.ended > 0
+}
+
 func (r *registry) refuseLoops() {
 	r.mu.Lock()
 	defer r.mu.Unlock()

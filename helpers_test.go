@@ -157,3 +157,27 @@ func client(t *testing.T) *http.Client {
 	t.Cleanup(tr.CloseIdleConnections)
 	return &http.Client{Transport: tr, Timeout: 10 * time.Second}
 }
+
+// windowWaiting waits until the lame-duck window is waiting on a timer, and
+// reports false, or has ended, and reports true.
+func (h *harness) windowWaiting() (ended bool) {
+	h.t.Helper()
+	ev := h.lc.Events().WindowEnded
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	go func() {
+		select {
+		case <-ev.Done():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	err := h.clock.WaitForTimers(ctx, 1)
+	if ev.Fired() {
+		return true
+	}
+	if err != nil {
+		h.t.Fatalf("the window neither waits nor ends: %v", err)
+	}
+	return false
+}

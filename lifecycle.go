@@ -317,6 +317,30 @@ func (l *Lifecycle) Run(ctx context.Context) error {
 
 	l.logBudget()
 
+	// Signals, before anything is bound or logged as listening: a SIGTERM
+	// that comes the instant the port answers must start the sequence, not
+	// kill the process.
+	var wg sync.WaitGroup
+	stopSignals := make(chan struct{})
+	if !l.cfg.IgnoreSignals {
+		sigs := make(chan os.Signal, 4)
+		signal.Notify(sigs, l.cfg.Signals...)
+		wg.Go(func() {
+			defer signal.Stop(sigs)
+			for {
+				select {
+				case sig := <-sigs:
+					l.onSignal(sig)
+				case <-stopSignals:
+					return
+				}
+			}
+		})
+	}
+	defer func() { close(stopSignals); wg.Wait() }()
+	stopCtx := context.AfterFunc(ctx, func() { l.begin("context cancelled", false) })
+	defer stopCtx()
+
 	// 2. Bind.
 	for i, s := range servers {
 		if s.ln != nil {
@@ -344,28 +368,6 @@ func (l *Lifecycle) Run(ctx context.Context) error {
 		}
 		l.log.Info("lameduck: listening", "addr", s.ln.Addr().String(), "probes", s.probes || l.cfg.ProbeAddr == "")
 	}
-
-	// Signals.
-	var wg sync.WaitGroup
-	stopSignals := make(chan struct{})
-	if !l.cfg.IgnoreSignals {
-		sigs := make(chan os.Signal, 4)
-		signal.Notify(sigs, l.cfg.Signals...)
-		wg.Go(func() {
-			defer signal.Stop(sigs)
-			for {
-				select {
-				case sig := <-sigs:
-					l.onSignal(sig)
-				case <-stopSignals:
-					return
-				}
-			}
-		})
-	}
-	defer func() { close(stopSignals); wg.Wait() }()
-	stopCtx := context.AfterFunc(ctx, func() { l.begin("context cancelled", false) })
-	defer stopCtx()
 
 	// 3. Serve.
 	serveErrs := make(chan error, len(servers))

@@ -77,56 +77,66 @@ func TestPhasesThroughACleanShutdown(t *testing.T) {
 }
 
 func TestTeardownCutsAtItsBudget(t *testing.T) {
-	// The HTTP drain gets the teardown budget less the join's 500ms.
-	h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 3 * time.Second, JoinBudget: 500 * time.Millisecond})
-	entered := make(chan struct{})
-	release := make(chan struct{})
-	defer close(release)
-	base := h.serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		close(entered)
-		select {
-		case <-release:
-		case <-r.Context().Done():
-		}
-	}))
-	h.run()
-	await(t, h.lc.Events().StartupDone)
-	c := client(t)
-	reqDone := make(chan error, 1)
-	go func() {
-		resp, err := c.Get(base + "/stuck")
-		if err == nil {
-			resp.Body.Close()
-		}
-		reqDone <- err
-	}()
-	<-entered
-	h.clock.Advance(1500 * time.Millisecond) // the request is 1.5s old at the signal
-	h.lc.BeginShutdown("test")
-	h.timers(1)
-	h.clock.Advance(time.Second) // window
-	await(t, h.lc.Events().WindowEnded)
-	h.timers(1) // the HTTP drain's timer
-	h.clock.Advance(2500*time.Millisecond - time.Nanosecond)
-	select {
-	case err := <-h.done:
-		t.Fatalf("Run returned %v before the budget was spent", err)
-	default:
-	}
-	h.clock.Advance(time.Nanosecond)
-	err := h.wait()
-	if end, _ := h.lc.Events().Stopped.At(); end.Sub(epoch) != 5*time.Second {
-		t.Fatalf("stopped %s after the start, want 5s (1.5s + 1s window + 2.5s drain)", end.Sub(epoch))
-	}
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Run = %v, want an error wrapping context.DeadlineExceeded", err)
-	}
-	if err := <-reqDone; err == nil {
-		t.Fatal("the stuck request was answered; it should have been cut")
-	}
-	logs := h.logs.String()
-	if !strings.Contains(logs, "HTTP drain cut 1 in-flight request(s) after 2.5s: GET /stuck (age 5s)") {
-		t.Fatalf("log does not name the cut request with its age:\n%s", logs)
+	for _, tc := range []struct {
+		name       string
+		background bool          // the service uses GoWrite: the join keeps its tail
+		httpEnd    time.Duration // when the HTTP drain is cut, after the window
+	}{
+		{"all of it for requests", false, 3 * time.Second},
+		{"less the join's tail", true, 2500 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 3 * time.Second, JoinBudget: 500 * time.Millisecond})
+			if tc.background {
+				done := make(chan struct{})
+				h.lc.GoWrite("audit-row", 0, func(context.Context) error { close(done); return nil })
+				<-done
+			}
+			entered := make(chan struct{})
+			release := make(chan struct{})
+			defer close(release)
+			base := h.serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				close(entered)
+				select {
+				case <-release:
+				case <-r.Context().Done():
+				}
+			}))
+			h.run()
+			await(t, h.lc.Events().StartupDone)
+			c := client(t)
+			reqDone := make(chan error, 1)
+			go func() {
+				resp, err := c.Get(base + "/stuck")
+				if err == nil {
+					resp.Body.Close()
+				}
+				reqDone <- err
+			}()
+			<-entered
+			h.clock.Advance(1500 * time.Millisecond) // the request is 1.5s old at the signal
+			h.endWindow(time.Second)
+			h.timers(1) // the HTTP drain's timer
+			h.clock.Advance(tc.httpEnd - time.Nanosecond)
+			select {
+			case err := <-h.done:
+				t.Fatalf("Run returned %v before the budget was spent", err)
+			default:
+			}
+			h.clock.Advance(time.Nanosecond)
+			err := h.wait()
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Run = %v, want an error wrapping context.DeadlineExceeded", err)
+			}
+			if err := <-reqDone; err == nil {
+				t.Fatal("the stuck request was answered; it should have been cut")
+			}
+			age := 2500*time.Millisecond + tc.httpEnd
+			want := "HTTP drain cut 1 in-flight request(s) after " + tc.httpEnd.String() + ": GET /stuck (age " + age.String() + ")"
+			if logs := h.logs.String(); !strings.Contains(logs, want) {
+				t.Fatalf("log does not name the cut request with its age (%q):\n%s", want, logs)
+			}
+		})
 	}
 }
 

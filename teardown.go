@@ -21,9 +21,11 @@ import (
 //  2. the background join, for at most JoinBudget;
 //  3. closers, in reverse order, each with an equal share of what is left.
 //
-// The tail of T kept for steps 2 and 3 is JoinBudget, twice that when
-// closers are registered (at most half of T), so the whole teardown fits T
-// whatever handlers and tasks do. It returns an error wrapping
+// The tail of T kept for steps 2 and 3 is JoinBudget when background work
+// was ever started, plus JoinBudget again when closers are registered (at
+// most half of T in all), so the whole teardown fits T whatever handlers and
+// tasks do; a service that uses neither gives its in-flight requests all of
+// T. It returns an error wrapping
 // context.DeadlineExceeded when a hook overran or requests were cut; the
 // log has named them once.
 func (l *Lifecycle) teardown(servers []*server, serving *sync.WaitGroup) error {
@@ -35,9 +37,14 @@ func (l *Lifecycle) teardown(servers []*server, serving *sync.WaitGroup) error {
 	budget, join := l.cfg.ShutdownTeardown, l.cfg.JoinBudget
 	began := l.clock.Now()
 	end := began.Add(budget)
+	// Keep a tail of the budget for the join and the closers only when the
+	// application uses them; otherwise in-flight requests get all of it.
 	closeReserve := time.Duration(0)
 	if len(closers) > 0 {
 		closeReserve = join
+	}
+	if !l.bg.used() {
+		join = 0
 	}
 	if join+closeReserve > budget/2 { // the HTTP drain keeps at least half
 		join, closeReserve = budget/4, budget/4

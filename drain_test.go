@@ -1,0 +1,371 @@
+package lameduck_test
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httptrace"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lameduck/lameduck"
+)
+
+func idleConfig() lameduck.Config {
+	return lameduck.Config{DrainMode: lameduck.DrainIdle, ShutdownDelay: 2 * time.Second,
+		IdleWindow: 3 * time.Second, DrainTimeout: 20 * time.Second, ShutdownTeardown: 10 * time.Second}
+}
+
+// hit runs one application request through the Lifecycle's middleware.
+func hit(h http.Handler) {
+	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/api", nil))
+}
+
+func windowLength(t *testing.T, lc *lameduck.Lifecycle) time.Duration {
+	t.Helper()
+	s, _ := lc.Events().ShutdownInitiated.At()
+	e, ok := lc.Events().WindowEnded.At()
+	if !ok {
+		t.Fatal("the window has not ended")
+	}
+	return e.Sub(s)
+}
+
+func TestIdleDrainWaitsOutTheDelayWhenIdle(t *testing.T) {
+	h := started(t, idleConfig())
+	h.lc.BeginShutdown("test")
+	h.timers(1)
+	h.clock.Advance(2*time.Second - time.Nanosecond)
+	if h.lc.Events().WindowEnded.Fired() {
+		t.Fatal("an idle pod left before the shutdown delay")
+	}
+	h.clock.Advance(time.Nanosecond)
+	if err := h.wait(); err != nil {
+		t.Fatal(err)
+	}
+	if got := windowLength(t, h.lc); got != 2*time.Second {
+		t.Fatalf("window %s, want the 2s delay", got)
+	}
+	if !strings.Contains(h.logs.String(), "idle drain done — no traffic for 3s") {
+		t.Fatalf("the log does not say idleness ended the wait:\n%s", h.logs)
+	}
+}
+
+func TestIdleDrainTrafficKeepsItServing(t *testing.T) {
+	h := started(t, idleConfig())
+	app := lameduck.Wrap(h.lc, okHandler)
+	h.lc.BeginShutdown("test")
+	// A request every second for 5s: each pushes the end out.
+	for range 5 {
+		h.timers(1)
+		h.clock.Advance(time.Second)
+		hit(app)
+	}
+	// Traffic stops at +5s: the window ends exactly one idle window later.
+	for !h.windowWaiting() {
+		h.clock.Advance(250 * time.Millisecond)
+	}
+	if err := h.wait(); err != nil {
+		t.Fatal(err)
+	}
+	if got := windowLength(t, h.lc); got != 8*time.Second {
+		t.Fatalf("window %s, want 5s of traffic + the 3s idle window", got)
+	}
+}
+
+func TestIdleDrainInFlightRequestHoldsIt(t *testing.T) {
+	h := started(t, idleConfig())
+	entered, release := make(chan struct{}), make(chan struct{})
+	app := lameduck.Wrap(h.lc, http.HandlerFunc(func(http.ResponseWriter, *http.Request) { close(entered); <-release }))
+	done := make(chan struct{})
+	h.lc.BeginShutdown("test")
+	h.timers(1)
+	h.clock.Advance(time.Second)
+	go func() { defer close(done); hit(app) }()
+	<-entered // arrived at +1s
+	h.clock.Advance(time.Second)
+	h.timers(1) // busy at +2s: looks again no earlier than +5s
+	h.clock.Advance(time.Second)
+	close(release) // completes at +3s
+	<-done
+	h.clock.Advance(2 * time.Second) // +5s: idle since +3s, so ends at +6s
+	h.timers(1)
+	h.clock.Advance(time.Second - time.Nanosecond)
+	if h.lc.Events().WindowEnded.Fired() {
+		t.Fatal("ended before the idle window after the completion")
+	}
+	h.clock.Advance(time.Nanosecond)
+	if err := h.wait(); err != nil {
+		t.Fatal(err)
+	}
+	if got := windowLength(t, h.lc); got != 6*time.Second {
+		t.Fatalf("window %s, want completion at 3s + idle 3s", got)
+	}
+}
+
+func TestIdleDrainKeepAliveAndBound(t *testing.T) {
+	cfg := idleConfig()
+	cfg.DrainTimeout = 6 * time.Second
+	h := started(t, cfg)
+	h.lc.BeginShutdown("test")
+	for !h.windowWaiting() {
+		h.lc.KeepAlive() // a subscription that keeps the pod alive, per message
+		h.clock.Advance(time.Second)
+	}
+	if err := h.wait(); err != nil {
+		t.Fatal(err)
+	}
+	if got := windowLength(t, h.lc); got != 6*time.Second {
+		t.Fatalf("window %s, want the 6s bound", got)
+	}
+	if !strings.Contains(h.logs.String(), "idle drain bound 6s reached with traffic still moving") {
+		t.Fatalf("the log does not say the bound ended the wait:\n%s", h.logs)
+	}
+}
+
+func TestUpgradeAfterTheSignalIsRefused(t *testing.T) {
+	h := newHarness(t, lameduck.Config{})
+	app := lameduck.Wrap(h.lc, okHandler)
+	req := httptest.NewRequest("GET", "/ws", nil)
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", "websocket")
+	rec := httptest.NewRecorder()
+	app.ServeHTTP(rec, req)
+	if rec.Code != 200 {
+		t.Fatalf("upgrade while serving: %d", rec.Code)
+	}
+	h.lc.BeginShutdown("test")
+	rec = httptest.NewRecorder()
+	app.ServeHTTP(rec, req)
+	if rec.Code != 503 || rec.Header().Get("Retry-After") == "" {
+		t.Fatalf("upgrade after the signal: %d %v, want 503 with Retry-After", rec.Code, rec.Header())
+	}
+	rec = httptest.NewRecorder()
+	app.ServeHTTP(rec, httptest.NewRequest("GET", "/api", nil))
+	if rec.Code != 200 {
+		t.Fatalf("a plain request after the signal: %d, want 200 (no 503 injected)", rec.Code)
+	}
+}
+
+func TestKeepAliveClientsAreHandedOver(t *testing.T) {
+	h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second})
+	base := h.serve(okHandler)
+	h.run()
+	await(t, h.lc.Events().StartupDone)
+	c := client(t)
+	send := func() (reused bool, connClose bool) {
+		t.Helper()
+		var info httptrace.GotConnInfo
+		req, _ := http.NewRequest("GET", base+"/api", nil)
+		req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { info = i }}))
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatalf("transport error: %v", err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return info.Reused, resp.Close
+	}
+	send()
+	if reused, _ := send(); !reused {
+		t.Fatal("keep-alive does not work while serving; the test proves nothing")
+	}
+	h.lc.BeginShutdown("test")
+	for i := range 5 {
+		reused, closing := send()
+		if reused || !closing {
+			t.Fatalf("request %d after the signal: reused=%v Connection: close=%v; want a fresh connection told to close", i, reused, closing)
+		}
+	}
+	h.timers(1)
+	h.clock.Advance(time.Second)
+	if err := h.wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestH2CClientsAreHandedOver(t *testing.T) {
+	h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, r.Proto)
+	}), Protocols: new(http.Protocols)}
+	srv.Protocols.SetHTTP1(true)
+	srv.Protocols.SetUnencryptedHTTP2(true)
+	h.lc.AddServer(srv, ln)
+	h.run()
+	await(t, h.lc.Events().StartupDone)
+	tr := &http.Transport{Protocols: new(http.Protocols)}
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	var conns []net.Conn
+	send := func() string {
+		t.Helper()
+		req, _ := http.NewRequest("GET", "http://"+ln.Addr().String()+"/api", nil)
+		req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { conns = append(conns, i.Conn) }}))
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatalf("transport error: %v", err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	if p := send(); p != "HTTP/2.0" {
+		t.Fatalf("proto %s: the client did not speak h2c", p)
+	}
+	send()
+	if conns[0] != conns[1] {
+		t.Fatal("h2c requests did not share a connection while serving")
+	}
+	h.lc.BeginShutdown("test")
+	send() // answered, then GOAWAY on that connection
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+		send()
+		if conns[len(conns)-1] != conns[0] {
+			break // the client moved to a new connection
+		}
+	}
+	if conns[len(conns)-1] == conns[0] {
+		t.Fatal("after the signal the h2c client kept using its connection: no GOAWAY")
+	}
+	h.timers(1)
+	h.clock.Advance(time.Second)
+	if err := h.wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestHijackedConnectionIsForceClosedAtTheBudget(t *testing.T) {
+	h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 4 * time.Second, JoinBudget: time.Second})
+	hijacked := make(chan struct{})
+	base := h.serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, buf, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		buf.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: x-test\r\nConnection: Upgrade\r\n\r\n")
+		buf.Flush()
+		close(hijacked)
+		io.Copy(io.Discard, conn) // never closes on its own; ignores Drain()
+	}))
+	h.run()
+	await(t, h.lc.Events().StartupDone)
+	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: x-test\r\n\r\n")
+	<-hijacked
+	h.endWindow(time.Second)
+	h.timers(1) // the HTTP drain's deadline: the whole 4s (no background work)
+	h.clock.Advance(4*time.Second - time.Nanosecond)
+	if h.lc.Events().HTTPDrained.Fired() {
+		t.Fatal("the drain ended with a hijacked connection open: Shutdown's blind spot")
+	}
+	h.clock.Advance(time.Nanosecond)
+	err = h.wait()
+	if err == nil {
+		t.Fatal("Run = nil; a cut WebSocket is an overrun")
+	}
+	if _, err := io.Copy(io.Discard, conn); err != nil && !strings.Contains(err.Error(), "reset") {
+		t.Fatalf("client read: %v", err)
+	}
+	logs := h.logs.String()
+	if !strings.Contains(logs, "GET /ws (age 5s, hijacked)") || !strings.Contains(logs, "hijacked_closed=1") {
+		t.Fatalf("the forced close is not named and counted:\n%s", logs)
+	}
+}
+
+func TestStreamsFinishOnDrain(t *testing.T) {
+	h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second})
+	streaming := make(chan struct{})
+	base := h.serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "data: hello\n\n")
+		w.(http.Flusher).Flush()
+		close(streaming)
+		<-h.lc.Drain()
+		fmt.Fprint(w, "event: bye\ndata: server going away\n\n")
+	}))
+	h.run()
+	await(t, h.lc.Events().StartupDone)
+	resp, err := client(t).Get(base + "/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	<-streaming
+	h.endWindow(time.Second)
+	b, err := io.ReadAll(bufio.NewReader(resp.Body))
+	if err != nil {
+		t.Fatalf("the stream ended with %v, want a clean end", err)
+	}
+	if !strings.HasSuffix(string(b), "event: bye\ndata: server going away\n\n") {
+		t.Fatalf("stream %q has no final event", b)
+	}
+	if err := h.wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSendRetryAfterDuringTeardown(t *testing.T) {
+	h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second, SendRetryAfter: true})
+	entered, release := make(chan struct{}), make(chan struct{})
+	base := h.serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			close(entered)
+			<-release
+		}
+	}))
+	h.run()
+	await(t, h.lc.Events().StartupDone)
+	c := client(t)
+	slow := make(chan int, 1)
+	go func() {
+		resp, err := c.Get(base + "/slow")
+		if err != nil {
+			slow <- 0
+			return
+		}
+		resp.Body.Close()
+		slow <- resp.StatusCode
+	}()
+	<-entered
+	h.endWindow(time.Second)
+	// Teardown has begun and the slow request is in flight: the listener
+	// stays open and new requests are told to retry elsewhere.
+	var resp *http.Response
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+		r, err := client(t).Get(base + "/new")
+		if err != nil {
+			t.Fatalf("a new connection during teardown was refused: %v", err)
+		}
+		r.Body.Close()
+		if r.StatusCode == 503 {
+			resp = r
+			break
+		}
+	}
+	if resp == nil || resp.Header.Get("Retry-After") != "1" || !resp.Close {
+		t.Fatalf("want 503 with Retry-After: 1 and Connection: close, got %+v", resp)
+	}
+	close(release)
+	if code := <-slow; code != 200 {
+		t.Fatalf("the in-flight request got %d", code)
+	}
+	if err := h.wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
