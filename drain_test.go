@@ -368,4 +368,3 @@ func TestSendRetryAfterDuringTeardown(t *testing.T) {
 		t.Fatal(err)
 	}
 }
-

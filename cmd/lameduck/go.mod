@@ -5,6 +5,7 @@ go 1.26
 require (
 	github.com/lameduck/lameduck v0.0.0
 	github.com/spf13/cobra v1.10.2
+	go.uber.org/goleak v1.3.0
 )
 
 require (
