@@ -29,7 +29,9 @@ func newDemoCommand() *cobra.Command {
 		Short: "Run a demo service that answers the probes and drains on SIGTERM",
 		Long: `Run a demo HTTP service built on lameduck.
 
-Routes: GET / (a small JSON answer), GET /slow?d=DURATION (answers after d, at
+Routes: GET / (a small JSON answer), GET /ws (a WebSocket echo that closes
+with 1001 going away when the window ends), GET /events (server-sent events,
+one every 100ms, ending with a final "bye" event when the window ends), GET /slow?d=DURATION (answers after d, at
 most 10m), POST /write?name=NAME&d=DURATION (a background write of d, joined at
 shutdown; 202, or 503 once refused), POST /loop?name=NAME (a background loop
 ticking every 100ms until the signal; 503 after it), and the probes GET /healthz, /readyz, /startupz, plus GET /prestop
@@ -158,7 +160,14 @@ func runDemo(ctx context.Context, o demoOptions) error {
 		writeJSON(w, http.StatusAccepted, map[string]any{"loop": name})
 	})
 
-	srv := &http.Server{Addr: o.addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	// Long-lived connections (issue: drain without dropping anything).
+	mux.HandleFunc("GET /ws", func(w http.ResponseWriter, r *http.Request) { serveEcho(lc, log, w, r) })
+	mux.HandleFunc("GET /events", func(w http.ResponseWriter, r *http.Request) { serveEvents(lc, w, r) })
+
+	srv := &http.Server{Addr: o.addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second,
+		Protocols: new(http.Protocols)}
+	srv.Protocols.SetHTTP1(true)
+	srv.Protocols.SetUnencryptedHTTP2(true) // h2c, so HTTP/2 clients can try the GOAWAY hand-off
 	if err := lc.AddServer(srv, nil); err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ module github.com/lameduck/lameduck/cmd/lameduck
 go 1.26
 
 require (
+	github.com/coder/websocket v1.8.14
 	github.com/lameduck/lameduck v0.0.0
 	github.com/spf13/cobra v1.10.2
 	go.uber.org/goleak v1.3.0
