@@ -24,11 +24,13 @@ import (
 // safe for concurrent use; no lock is held across a callback or I/O.
 type tracker struct {
 	clock     Clock
+	sys       bool          // clock is the system clock: read it the cheap way
+	base      time.Time     // offsets below are durations since base
 	next      atomic.Uint32 // spreads new records over the shards
 	pool      sync.Pool
 	shards    [trackShards]trackShard
 	stampEnds atomic.Bool   // completions move the idle clock (set at the signal)
-	touched   atomic.Int64  // UnixNano of the last KeepAlive; 0 if none
+	touched   atomic.Int64  // offset of the last KeepAlive; 0 if none
 	anyHijack atomic.Bool   // some connection was hijacked: end() must forget it
 	hijacked  sync.Map      // net.Conn → struct{}: connections hijacked and not yet ended
 	ended     chan struct{} // a request ended while stamping; capacity 1, never closed
@@ -38,34 +40,45 @@ const trackShards = 16
 
 type trackShard struct {
 	mu   sync.Mutex
-	head *reqRecord // guarded by mu
-	n    int64      // records linked; guarded by mu
-	last time.Time  // last arrival (or, once stamping, completion); guarded by mu
-	_    [16]byte   // keep shards on separate cache lines
+	head *reqRecord    // guarded by mu
+	n    int64         // records linked; guarded by mu
+	last time.Duration // offset of the last arrival (or, once stamping, completion); guarded by mu
+	_    [16]byte      // keep shards on separate cache lines
 }
 
 // reqRecord is one request in flight. Its fields are written before it is
 // linked and cleared after it is unlinked, both under the shard's lock.
 type reqRecord struct {
 	method, path string
-	start        time.Time
+	start        time.Duration // offset of the arrival
 	req          *http.Request // for the connection, on the cold paths only
 	prev, next   *reqRecord
 	shard        *trackShard
 }
 
 func newTracker(c Clock) *tracker {
-	t := &tracker{clock: c, ended: make(chan struct{}, 1)}
+	_, sys := c.(systemClock)
+	t := &tracker{clock: c, sys: sys, base: c.Now(), ended: make(chan struct{}, 1)}
 	t.pool.New = func() any {
 		return &reqRecord{shard: &t.shards[t.next.Add(1)%trackShards]}
 	}
 	return t
 }
 
+// now returns the clock's time as an offset from base. On the system clock
+// it reads only the monotonic clock (time.Since), half the cost of
+// time.Now, which also reads the wall clock.
+func (t *tracker) now() time.Duration {
+	if t.sys {
+		return time.Since(t.base)
+	}
+	return t.clock.Now().Sub(t.base)
+}
+
 // begin records r as in flight and returns the record to pass to end.
 func (t *tracker) begin(r *http.Request) *reqRecord {
 	rec := t.pool.Get().(*reqRecord)
-	rec.method, rec.path, rec.start, rec.req = r.Method, r.URL.Path, t.clock.Now(), r
+	rec.method, rec.path, rec.start, rec.req = r.Method, r.URL.Path, t.now(), r
 	s := rec.shard
 	s.mu.Lock()
 	rec.next = s.head
@@ -74,7 +87,7 @@ func (t *tracker) begin(r *http.Request) *reqRecord {
 	}
 	s.head = rec
 	s.n++
-	if rec.start.After(s.last) {
+	if rec.start > s.last {
 		s.last = rec.start
 	}
 	s.mu.Unlock()
@@ -88,10 +101,10 @@ func (t *tracker) end(rec *reqRecord) {
 			t.hijacked.Delete(c)
 		}
 	}
-	var now time.Time
+	var now time.Duration
 	stamp := t.stampEnds.Load()
 	if stamp {
-		now = t.clock.Now()
+		now = t.now()
 	}
 	s := rec.shard
 	s.mu.Lock()
@@ -104,7 +117,7 @@ func (t *tracker) end(rec *reqRecord) {
 	if rec.next != nil {
 		rec.next.prev = rec.prev
 	}
-	if stamp && now.After(s.last) {
+	if stamp && now > s.last {
 		s.last = now
 	}
 	s.mu.Unlock()
@@ -131,7 +144,7 @@ func (t *tracker) waitIdle(ctx context.Context) {
 }
 
 // touch moves the idle clock to now (Lifecycle.KeepAlive).
-func (t *tracker) touch() { t.touched.Store(t.clock.Now().UnixNano()) }
+func (t *tracker) touch() { t.touched.Store(int64(max(t.now(), 1))) }
 
 // connState is chained into every application server's ConnState: it notes
 // the connections that leave the server's care by Hijack (WebSockets).
@@ -185,13 +198,13 @@ type InFlightRequest struct {
 
 // snapshot returns the requests in flight, oldest first.
 func (t *tracker) snapshot() []InFlightRequest {
-	now := t.clock.Now()
+	now := t.now()
 	var out []InFlightRequest
 	for i := range t.shards {
 		s := &t.shards[i]
 		s.mu.Lock()
 		for r := s.head; r != nil; r = r.next {
-			out = append(out, InFlightRequest{Method: r.method, Path: r.path, Age: now.Sub(r.start),
+			out = append(out, InFlightRequest{Method: r.method, Path: r.path, Age: now - r.start,
 				Hijacked: t.isHijacked(r.req), conn: connOf(r.req)})
 		}
 		s.mu.Unlock()
@@ -217,6 +230,7 @@ func (t *tracker) inflight() int64 {
 // KeepAlive does not hold the idle drain), and when traffic last moved: the
 // latest arrival, completion (from the signal on) or KeepAlive.
 func (t *tracker) activity() (busy int, last time.Time) {
+	var off time.Duration
 	for i := range t.shards {
 		s := &t.shards[i]
 		s.mu.Lock()
@@ -225,15 +239,12 @@ func (t *tracker) activity() (busy int, last time.Time) {
 				busy++
 			}
 		}
-		if s.last.After(last) {
-			last = s.last
-		}
+		off = max(off, s.last)
 		s.mu.Unlock()
 	}
-	if ns := t.touched.Load(); ns != 0 {
-		if k := time.Unix(0, ns); k.After(last) {
-			last = k
-		}
+	off = max(off, time.Duration(t.touched.Load()))
+	if off == 0 {
+		return busy, time.Time{} // no traffic at all
 	}
-	return busy, last
+	return busy, t.base.Add(off)
 }
