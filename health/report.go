@@ -25,6 +25,16 @@ type Report struct {
 	// "error: connection refused", ...). Rendered as the "checks" object;
 	// omitted when nil.
 	Checks map[string]string
+	// Results, when set by [Checker.Run], holds the same results as Checks
+	// with their criticality and timing, in name order. The verbose text and
+	// application/health+json renderings use it to tell a critical failure
+	// ("fail", [-]) from a degraded one ("warn"); without it they judge from
+	// Checks alone. The JSON rendering ignores it.
+	Results []Result
+	// Excluded lists the names left out by ?exclude, sorted; the verbose
+	// text prints them as "[+]<name> excluded: ok" (the Kubernetes API
+	// server's convention). Other renderings ignore it.
+	Excluded []string
 }
 
 // Info names the build that answers. Every body carries its Version and
@@ -80,24 +90,7 @@ func Write(w http.ResponseWriter, r *http.Request, info *Info, rep Report) {
 // Render returns the JSON body [Write] would send for rep, with a trailing
 // newline. It is safe for concurrent use.
 func Render(info *Info, rep Report) []byte {
-	var extra map[string]any
-	if info != nil && info.Fields != nil {
-		extra = info.Fields()
-	}
-	merged := make(map[string]any, len(extra)+len(rep.Fields))
-	for k, v := range extra {
-		merged[k] = v
-	}
-	for k, v := range rep.Fields {
-		merged[k] = v
-	}
-	keys := make([]string, 0, len(merged))
-	for k := range merged {
-		if !slices.Contains(reserved, k) {
-			keys = append(keys, k)
-		}
-	}
-	slices.Sort(keys)
+	keys, merged := envelopeFields(info, rep, reserved)
 
 	var b bytes.Buffer
 	b.WriteString(`{"status":`)
@@ -122,6 +115,33 @@ func Render(info *Info, rep Report) []byte {
 	}
 	b.WriteString("}\n")
 	return b.Bytes()
+}
+
+// envelopeFields merges info.Fields() and rep.Fields (rep's win a clash)
+// and returns the merged keys, sorted, without the reserved ones.
+func envelopeFields(info *Info, rep Report, reserved []string) ([]string, map[string]any) {
+	var extra map[string]any
+	if info != nil && info.Fields != nil {
+		extra = info.Fields()
+	}
+	if len(extra) == 0 && len(rep.Fields) == 0 {
+		return nil, nil
+	}
+	merged := make(map[string]any, len(extra)+len(rep.Fields))
+	for k, v := range extra {
+		merged[k] = v
+	}
+	for k, v := range rep.Fields {
+		merged[k] = v
+	}
+	keys := make([]string, 0, len(merged))
+	for k := range merged {
+		if !slices.Contains(reserved, k) {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	return keys, merged
 }
 
 func writeJSON(b *bytes.Buffer, v any) {

@@ -1,0 +1,295 @@
+package health
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// checkState is one registered check and its ping in flight.
+//
+// The state machine, per check (seed 004):
+//
+//   - no ping in flight: a probe launches one, in a goroutine of its own,
+//     under a context whose deadline is start+timeout;
+//   - a ping in flight and not past its deadline: a probe joins it and
+//     reads the same verdict (single-flight: a kubelet tick next to an
+//     operator's curl reads one answer, and neither is told "stalled");
+//   - a ping past its deadline without an answer: the first observer
+//     decides the verdict "timeout" for everyone sharing the ping; the ping
+//     is now captive, and probes that arrive while it is report "stalled"
+//     without launching the check again;
+//   - the captive ping returns: the slot is freed; the next probe pings
+//     afresh.
+//
+// A ping's verdict is decided exactly once, under mu, by whichever comes
+// first: the ping's own return (its result) or an observer of the deadline
+// that finds the ping has not returned ("timeout"). That single decision is
+// the "one atomic observation" of seed 004: a ping that has returned is
+// never published as a timeout, and all sharers read the same verdict.
+type checkState struct {
+	Check                     // immutable
+	timeout     time.Duration // effective deadline; immutable
+	timeoutText string        // body text of a timeout; immutable
+	c           *Checker
+
+	mu   sync.Mutex
+	cur  *flight // guarded by mu: the ping in flight or captive; nil when none
+	last Outcome // guarded by mu: the outcome last logged; "" before the first
+}
+
+// flight is one call of a check's Func, shared by every probe that joins it.
+type flight struct {
+	ctx    context.Context // the ping's context, deadline start+timeout
+	cancel context.CancelFunc
+	start  time.Time
+
+	// returned is set the instant Func returns or unwinds, before the
+	// verdict is decided; an observer of the deadline that sees it waits
+	// for the (imminent) verdict instead of deciding "timeout".
+	returned atomic.Bool
+	// decided is closed once verdict is set.
+	decided chan struct{}
+	// verdict is written once, under checkState.mu, before decided is
+	// closed; read it only after <-decided.
+	verdict Result
+}
+
+// isDeadline reports whether err says a deadline passed: it wraps
+// context.DeadlineExceeded, or it is a net-style error whose Timeout method
+// says so.
+func isDeadline(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var t interface{ Timeout() bool }
+	return errors.As(err, &t) && t.Timeout()
+}
+
+// goexitValue is the panic value reported for a check that called
+// runtime.Goexit (t.FailNow in a test double, say).
+const goexitValue = "runtime.Goexit called by the check"
+
+// arrive is a probe's arrival at the check. It returns the flight to wait
+// on, or, when the check is captive, the "stalled" result to report at once.
+func (cs *checkState) arrive(parent context.Context) (f *flight, stalled Result, isStalled bool) {
+	cs.mu.Lock()
+	var timedOut *logLine
+	if f = cs.cur; f != nil {
+		returned := f.returned.Load()
+		select {
+		case <-f.decided:
+			// Decided while cs.cur is still f: the verdict was a timeout.
+			if returned {
+				// The captive ping has just returned and is leaving;
+				// it is captive no more: ping afresh.
+				f = nil
+				break
+			}
+			return nil, cs.stalledLocked(f, nil), true
+		default:
+			if returned || f.ctx.Err() == nil {
+				// In progress within its deadline, or returned and
+				// publishing its result: join it.
+				cs.mu.Unlock()
+				return f, Result{}, false
+			}
+			// Past its deadline, not returned, and nobody waiting has
+			// decided yet: decide now.
+			timedOut = cs.decideTimeoutLocked(f)
+			return nil, cs.stalledLocked(f, timedOut), true
+		}
+	}
+	f = cs.launchLocked(parent)
+	cs.mu.Unlock()
+	return f, Result{}, false
+}
+
+// stalledLocked builds the "stalled" result for a probe that found f
+// captive, unlocks cs.mu and logs (timedOut first, when set).
+func (cs *checkState) stalledLocked(f *flight, timedOut *logLine) Result {
+	now := time.Now()
+	res := Result{
+		Name: cs.Name, Outcome: OutcomeStalled, Text: stalledWord(cs.c.opts.HideErrors),
+		Critical: cs.Critical, Duration: now.Sub(f.start), Time: now,
+	}
+	line := cs.noteLocked(res, stalledText, slog.Duration("running_for", res.Duration))
+	cs.mu.Unlock()
+	cs.c.emit(timedOut)
+	cs.c.emit(line)
+	return res
+}
+
+func stalledWord(hide bool) string {
+	if hide {
+		return string(OutcomeStalled)
+	}
+	return stalledText
+}
+
+// launchLocked starts a ping. The ping's context keeps parent's values (a
+// trace, a logger) but not its cancellation: the probe that launched it may
+// leave, and the probes that joined it still want the answer.
+func (cs *checkState) launchLocked(parent context.Context) *flight {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), cs.timeout)
+	f := &flight{ctx: ctx, cancel: cancel, start: time.Now(), decided: make(chan struct{})}
+	cs.cur = f
+	go cs.ping(f)
+	return f
+}
+
+// ping calls Func once and publishes what happened. It is the only
+// goroutine a Checker starts; it ends when Func returns.
+func (cs *checkState) ping(f *flight) {
+	var err error
+	normal := false
+	defer func() {
+		f.returned.Store(true)
+		if h := cs.c.testHookReturned; h != nil {
+			h()
+		}
+		var (
+			res     = Result{Name: cs.Name, Critical: cs.Critical}
+			logText string
+			pv      any
+			stack   []byte
+		)
+		if !normal {
+			// recover is nil only for runtime.Goexit, since Go 1.21
+			// turns panic(nil) into a *runtime.PanicNilError.
+			if pv = recover(); pv == nil {
+				pv = goexitValue
+			}
+			stack = debug.Stack()
+			res.Outcome = OutcomePanic
+			logText = panicText(pv, false)
+			res.Text = panicText(pv, cs.c.opts.HideErrors)
+		} else if err != nil && f.ctx.Err() != nil && isDeadline(err) {
+			// A check that honours its context returns the deadline's
+			// error at the deadline: that is a timeout, not an error.
+			res.Outcome = OutcomeTimeout
+			logText = timeoutText(cs.timeout, false)
+			res.Text = cs.timeoutText
+		} else if err != nil {
+			res.Outcome = OutcomeError
+			logText = detail(OutcomeError, err.Error(), false)
+			res.Text = logText
+			if cs.c.opts.HideErrors {
+				res.Text = string(OutcomeError)
+			}
+		} else {
+			res.Outcome, res.Text, logText = OutcomeOK, string(OutcomeOK), string(OutcomeOK)
+		}
+		res.Time = time.Now()
+		res.Duration = res.Time.Sub(f.start)
+		cs.finish(f, res, logText, pv, stack)
+	}()
+	err = cs.Func(f.ctx)
+	normal = true
+}
+
+// finish publishes res as the ping's verdict unless a timeout was decided
+// first, frees the check's slot, then (with no lock held) logs and hands a
+// panic to the hook.
+func (cs *checkState) finish(f *flight, res Result, logText string, pv any, stack []byte) {
+	cs.mu.Lock()
+	var line *logLine
+	select {
+	case <-f.decided: // too late: the probes were told "timeout"
+		line = &logLine{level: slog.LevelInfo,
+			msg: "health: captive check returned; the next probe pings it afresh",
+			attrs: []slog.Attr{slog.String("check", cs.Name), slog.Duration("after", res.Duration),
+				slog.String("result", logText)}}
+	default:
+		f.verdict = res
+		close(f.decided)
+		if stack != nil {
+			line = cs.noteLocked(res, logText, slog.String("stack", string(stack)))
+		} else {
+			line = cs.noteLocked(res, logText)
+		}
+	}
+	if cs.cur == f {
+		cs.cur = nil
+	}
+	cs.mu.Unlock()
+	f.cancel()
+	cs.c.emit(line)
+	if pv != nil {
+		cs.c.reportPanic(cs.Name, pv, stack)
+	}
+}
+
+// wait blocks until the flight's verdict, or until ctx (the probe's own
+// context) ends; start is when the probe began, for the latter's text.
+func (cs *checkState) wait(ctx context.Context, f *flight, start time.Time) Result {
+	select {
+	case <-f.decided:
+		return f.verdict
+	case <-f.ctx.Done():
+		// The ping's deadline passed (or it returned and was canceled
+		// after its verdict): decide below.
+	case <-ctx.Done():
+		select {
+		case <-f.decided:
+			return f.verdict
+		default:
+		}
+		// This caller's own deadline came first. The ping goes on for
+		// the probes that share it; this probe reports how long it
+		// waited. Not logged: the check did nothing new.
+		now := time.Now()
+		d := roundWait(now.Sub(start))
+		return Result{Name: cs.Name, Outcome: OutcomeTimeout, Text: timeoutText(d, cs.c.opts.HideErrors),
+			Critical: cs.Critical, Duration: d, Time: now}
+	}
+	cs.mu.Lock()
+	select {
+	case <-f.decided:
+		cs.mu.Unlock()
+		return f.verdict
+	default:
+	}
+	if f.returned.Load() {
+		// Func has returned; its goroutine is publishing the result
+		// with no blocking step left. A ping that completed is never
+		// published as a timeout.
+		cs.mu.Unlock()
+		<-f.decided
+		return f.verdict
+	}
+	line := cs.decideTimeoutLocked(f)
+	cs.mu.Unlock()
+	cs.c.emit(line)
+	return f.verdict
+}
+
+// decideTimeoutLocked makes "timeout" the verdict of f, which has not
+// returned by its deadline. From now on f is captive.
+func (cs *checkState) decideTimeoutLocked(f *flight) *logLine {
+	now := time.Now()
+	f.verdict = Result{Name: cs.Name, Outcome: OutcomeTimeout, Text: cs.timeoutText,
+		Critical: cs.Critical, Duration: cs.timeout, Time: now}
+	close(f.decided)
+	return cs.noteLocked(f.verdict, timeoutText(cs.timeout, false), slog.Duration("timeout", cs.timeout))
+}
+
+// noteLocked records res's outcome as the check's state and returns the log
+// line for the change, or nil when the outcome is the same as last time (or
+// the first outcome is a pass).
+func (cs *checkState) noteLocked(res Result, logText string, extra ...slog.Attr) *logLine {
+	return transition(&cs.last, "check", cs.Name, cs.Critical, res.Outcome, logText, extra...)
+}
+
+// roundWait rounds how long a probe waited for its answer text: to the
+// millisecond, or the microsecond below one.
+func roundWait(d time.Duration) time.Duration {
+	if d >= time.Millisecond {
+		return d.Round(time.Millisecond)
+	}
+	return d.Round(time.Microsecond)
+}

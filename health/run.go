@@ -1,0 +1,137 @@
+package health
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Run probes the checks and gates once and returns the readiness report.
+//
+// only, when not empty, restricts the probe to the check or gate of that
+// name (the Kubernetes API server's /readyz/<name>); exclude leaves the
+// named ones out (?exclude=<name>). When only or an exclude names nothing
+// registered, Run returns an error wrapping [ErrUnknownCheck] whose message
+// lists the known names, and probes nothing.
+//
+// Steps, in order:
+//  1. each selected check's ping is launched, joined, or found captive
+//     (see [Check].Func): all pings run concurrently, each under its own
+//     deadline, so Run answers in max(ping), not sum(ping) (seed 004);
+//  2. each selected gate is evaluated, in this goroutine;
+//  3. Run waits for each ping's verdict, up to the ping's deadline, or
+//     until ctx ends, whichever comes first. A ping still running when ctx
+//     ends goes on for the probes that share it; this probe reports it
+//     "timeout: no answer within <how long it waited>".
+//
+// The report: Status [StatusFailed] when a critical check or any gate
+// fails; otherwise [StatusDegraded] when a non-critical check fails;
+// otherwise [StatusOK]. Checks maps each selected name to its result text
+// and Results holds the same results in name order. Excluded lists the
+// excluded names, sorted. With no check and no gate registered, Run returns
+// Report{Status: StatusOK} with nil Checks, so readiness is exactly the
+// phase answer.
+//
+// No result is cached: every result comes from a ping that returned after
+// this probe began, or that was still running when it began. Run does not
+// set Fields or Code. It is safe for concurrent use; concurrent probes share
+// pings rather than start their own.
+func (c *Checker) Run(ctx context.Context, only string, exclude []string) (Report, error) {
+	reg := c.reg.Load()
+	if reg == nil {
+		reg = &registry{}
+	}
+	if only != "" {
+		if _, ok := reg.byName[only]; !ok {
+			return Report{}, unknown(reg, only, "")
+		}
+	}
+	for _, x := range exclude {
+		if _, ok := reg.byName[x]; !ok {
+			return Report{}, unknown(reg, x, " (in ?exclude)")
+		}
+	}
+	if len(reg.entries) == 0 {
+		return Report{Status: StatusOK}, nil
+	}
+
+	sel := reg.entries
+	switch {
+	case only != "":
+		i := reg.byName[only]
+		sel = reg.entries[i : i+1 : i+1]
+		if slices.Contains(exclude, only) {
+			sel = nil
+		}
+	case len(exclude) > 0:
+		sel = make([]*entry, 0, len(reg.entries))
+		for _, e := range reg.entries {
+			if !slices.Contains(exclude, e.name) {
+				sel = append(sel, e)
+			}
+		}
+	}
+
+	start := time.Now()
+	results := make([]Result, len(sel))
+	var buf [8]*flight
+	flights := buf[:0]
+	if len(sel) > len(buf) {
+		flights = make([]*flight, 0, len(sel))
+	}
+	flights = flights[:len(sel)]
+	for i, e := range sel {
+		if e.check == nil {
+			continue
+		}
+		f, stalled, isStalled := e.check.arrive(ctx)
+		if isStalled {
+			results[i] = stalled
+		} else {
+			flights[i] = f
+		}
+	}
+	for i, e := range sel {
+		if e.gate != nil {
+			results[i] = e.gate.eval()
+		}
+	}
+	if c.testHookWait != nil {
+		c.testHookWait()
+	}
+	for i, e := range sel {
+		if f := flights[i]; f != nil {
+			results[i] = e.check.wait(ctx, f, start)
+		}
+	}
+
+	rep := Report{Status: StatusOK, Checks: make(map[string]string, len(sel)), Results: results}
+	for _, r := range results {
+		rep.Checks[r.Name] = r.Text
+		switch {
+		case r.Outcome.Passing():
+		case r.Critical:
+			rep.Status = StatusFailed
+		case rep.Status == StatusOK:
+			rep.Status = StatusDegraded
+		}
+	}
+	if len(exclude) > 0 {
+		rep.Excluded = slices.Compact(slices.Sorted(slices.Values(exclude)))
+	}
+	return rep, nil
+}
+
+func unknown(reg *registry, name, where string) error {
+	known := "none is registered"
+	if len(reg.entries) > 0 {
+		names := make([]string, len(reg.entries))
+		for i, e := range reg.entries {
+			names[i] = e.name
+		}
+		known = strings.Join(names, ", ")
+	}
+	return fmt.Errorf("%w %q%s; known checks and gates: %s", ErrUnknownCheck, name, where, known)
+}

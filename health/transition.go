@@ -1,0 +1,80 @@
+package health
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+)
+
+// logLine is a log record built under a lock and emitted after it is
+// released (no lock is held across I/O).
+type logLine struct {
+	level slog.Level
+	msg   string
+	attrs []slog.Attr
+}
+
+// emit writes l, if any, to the Checker's logger.
+func (c *Checker) emit(l *logLine) {
+	if l == nil {
+		return
+	}
+	c.logger().LogAttrs(context.Background(), l.level, l.msg, l.attrs...)
+}
+
+// transition records now as the state of the check or gate whose last
+// logged outcome *last points to, and returns the line that says the
+// change, or nil when there is no change. So the log says each transition
+// once (ok → error, error → ok, → timeout, → stalled, → panic), not once per
+// probe; a change of error text alone is not a transition. The first
+// outcome is said only when it is not a pass. The caller holds the lock that
+// guards *last.
+func transition(last *Outcome, kind, name string, critical bool, now Outcome, logText string, extra ...slog.Attr) *logLine {
+	prev := *last
+	if now == prev {
+		return nil
+	}
+	*last = now
+	if prev == "" && now.Passing() {
+		return nil
+	}
+	attrs := make([]slog.Attr, 0, 5+len(extra))
+	attrs = append(attrs, slog.String(kind, name))
+	if prev != "" {
+		attrs = append(attrs, slog.String("previous", string(prev)))
+	}
+	l := &logLine{level: slog.LevelWarn}
+	switch now {
+	case OutcomeOK:
+		l.level, l.msg = slog.LevelInfo, fmt.Sprintf("health: %s %s is ok again", kind, name)
+	case OutcomeSkipped:
+		l.level, l.msg = slog.LevelInfo, fmt.Sprintf("health: %s %s does not apply; skipped", kind, name)
+	case OutcomeError, OutcomeFailed:
+		l.msg = fmt.Sprintf("health: %s %s is failing", kind, name)
+	case OutcomeTimeout:
+		l.msg = fmt.Sprintf("health: %s %s timed out", kind, name)
+	case OutcomeStalled:
+		l.msg = fmt.Sprintf("health: %s %s is stalled: its earlier ping has not returned; it is not launched again until it does", kind, name)
+	case OutcomePanic:
+		l.level, l.msg = slog.LevelError, fmt.Sprintf("health: %s %s panicked; recovered", kind, name)
+	}
+	if !now.Passing() {
+		attrs = append(attrs, slog.Bool("critical", critical), slog.String("result", logText))
+	}
+	l.attrs = append(attrs, extra...)
+	return l
+}
+
+// reportPanic hands a recovered panic to CheckerOptions.OnPanic, surviving a
+// hook that panics itself.
+func (c *Checker) reportPanic(name string, value any, stack []byte) {
+	if c.opts.OnPanic == nil {
+		return
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			c.logger().Error("health: CheckerOptions.OnPanic panicked; recovered", "check", name, "panic", fmt.Sprint(v))
+		}
+	}()
+	c.opts.OnPanic(name, value, stack)
+}
