@@ -88,10 +88,15 @@ type Config struct {
 	// NoDelay for a zero window. Negative values other than NoDelay are an
 	// error. Env: SHUTDOWN_DELAY. Default 5s in Kubernetes, 0 elsewhere.
 	ShutdownDelay time.Duration
-	// ShutdownTeardown is the budget, a time.Duration, for draining in-flight
-	// requests after the window (http.Server.Shutdown of every server).
-	// When it is spent, what is left is closed by force and Run returns an
-	// error wrapping context.DeadlineExceeded. Zero means unset; it must be
+	// ShutdownTeardown is the budget, a time.Duration, for everything after
+	// the window: the HTTP drain (http.Server.Shutdown of every server and a
+	// wait for every tracked handler, WebSockets included) beside the drain
+	// hooks, then the background join and the closers. When a service uses
+	// background work or closers, the tail of the budget is kept for them
+	// (JoinBudget each, at most half of the budget); otherwise in-flight
+	// requests get all of it. When the HTTP drain's share is spent, what is
+	// left is closed by force, named in the log, and Run returns an error
+	// wrapping context.DeadlineExceeded. Zero means unset; it must be
 	// positive, because a zero budget cuts every in-flight request at once
 	// (seed 004). Env: SHUTDOWN_TEARDOWN. Default 30s in Kubernetes, 60s
 	// elsewhere.

@@ -126,12 +126,14 @@ func TestConfigPreStopToken(t *testing.T) {
 func TestBudgetLog(t *testing.T) {
 	for _, tc := range []struct {
 		grace time.Duration
+		env   string
 		want  string
 	}{
-		{60 * time.Second, "delay 5s + teardown 30s = 35s ≤ terminationGracePeriodSeconds 1m0s"},
-		{30 * time.Second, "delay 5s + teardown 30s = 35s > terminationGracePeriodSeconds 30s"},
+		{60 * time.Second, "", "shutdown budget delay 5s + teardown 30s = 35s ≤ terminationGracePeriodSeconds 1m0s"},
+		{0, lameduck.EnvKubernetes, "shutdown budget delay 5s + teardown 30s = 35s exceeds Kubernetes' default terminationGracePeriodSeconds 30s; set LAMEDUCK_TERMINATION_GRACE"},
+		{30 * time.Second, "", "does not fit: delay 5s + teardown 30s = 35s > terminationGracePeriodSeconds 30s; the kubelet will SIGKILL the pod mid-teardown; lower LAMEDUCK_SHUTDOWN_DELAY or LAMEDUCK_SHUTDOWN_TEARDOWN, or raise terminationGracePeriodSeconds to at least 35s"},
 	} {
-		h := newHarness(t, lameduck.Config{ShutdownDelay: 5 * time.Second, ShutdownTeardown: 30 * time.Second, TerminationGrace: tc.grace})
+		h := newHarness(t, lameduck.Config{ShutdownDelay: 5 * time.Second, ShutdownTeardown: 30 * time.Second, TerminationGrace: tc.grace, Env: tc.env})
 		h.lc.BeginShutdown("test") // before Run: never ready, so no window to wait
 		h.run()
 		if err := h.wait(); err != nil {

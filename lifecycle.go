@@ -429,25 +429,43 @@ wait:
 }
 
 // logBudget logs the resolved settings and the grace-period arithmetic
-// (seed 004, "Sizing terminationGracePeriodSeconds").
+// (seed 004, "Sizing terminationGracePeriodSeconds"): the longest window
+// (the delay, or the idle drain's bound) plus the teardown budget must fit
+// terminationGracePeriodSeconds, or the kubelet SIGKILLs the pod mid-drain.
 func (l *Lifecycle) logBudget() {
 	c := &l.cfg
-	total := c.window() + c.ShutdownTeardown
-	attrs := []any{"env", c.Env, "window", c.window().String(), "teardown", c.ShutdownTeardown.String(),
-		"budget", total.String(), "prestop", c.PreStop}
-	if c.TerminationGrace == 0 {
-		l.log.Info("lameduck: shutdown budget "+c.window().String()+" + "+c.ShutdownTeardown.String()+" = "+total.String(), attrs...)
-		return
+	windowName, windowVar := "delay", "SHUTDOWN_DELAY"
+	if c.DrainMode == DrainIdle {
+		windowName, windowVar = "idle drain bound", "DRAIN_TIMEOUT"
 	}
-	attrs = append(attrs, "termination_grace", c.TerminationGrace.String())
-	if total > c.TerminationGrace {
-		l.log.Warn(fmt.Sprintf("lameduck: shutdown budget does not fit: delay %s + teardown %s = %s > terminationGracePeriodSeconds %s; "+
-			"the kubelet will SIGKILL the pod mid-teardown; lower %sSHUTDOWN_DELAY or %sSHUTDOWN_TEARDOWN, or raise terminationGracePeriodSeconds to at least %s",
-			c.window(), c.ShutdownTeardown, total, c.TerminationGrace, c.EnvPrefix, c.EnvPrefix, total), attrs...)
-		return
+	win := c.maxWindow()
+	total := win + c.ShutdownTeardown
+	sum := fmt.Sprintf("%s %s + teardown %s = %s", windowName, win, c.ShutdownTeardown, total)
+	attrs := []any{"env", c.Env, "drain_mode", c.DrainMode, "window", win.String(), "teardown", c.ShutdownTeardown.String(),
+		"join_budget", c.JoinBudget.String(), "budget", total.String(), "prestop", c.PreStop}
+	grace, known := c.TerminationGrace, c.TerminationGrace > 0
+	if !known {
+		if c.Env != EnvKubernetes {
+			l.log.Info("lameduck: shutdown budget "+sum, attrs...)
+			return
+		}
+		grace = 30 * time.Second // Kubernetes' default terminationGracePeriodSeconds
 	}
-	l.log.Info(fmt.Sprintf("lameduck: shutdown budget delay %s + teardown %s = %s ≤ terminationGracePeriodSeconds %s",
-		c.window(), c.ShutdownTeardown, total, c.TerminationGrace), attrs...)
+	attrs = append(attrs, "termination_grace", grace.String())
+	fix := fmt.Sprintf("lower %s%s or %sSHUTDOWN_TEARDOWN, or raise terminationGracePeriodSeconds to at least %s",
+		c.EnvPrefix, windowVar, c.EnvPrefix, total)
+	switch {
+	case total > grace && known:
+		l.log.Warn(fmt.Sprintf("lameduck: shutdown budget does not fit: %s > terminationGracePeriodSeconds %s; "+
+			"the kubelet will SIGKILL the pod mid-teardown; %s", sum, grace, fix), attrs...)
+	case total > grace:
+		l.log.Warn(fmt.Sprintf("lameduck: shutdown budget %s exceeds Kubernetes' default terminationGracePeriodSeconds 30s; "+
+			"set %sTERMINATION_GRACE to the pod's value to check it, and %s", sum, c.EnvPrefix, fix), attrs...)
+	case known:
+		l.log.Info(fmt.Sprintf("lameduck: shutdown budget %s ≤ terminationGracePeriodSeconds %s", sum, grace), attrs...)
+	default:
+		l.log.Info("lameduck: shutdown budget "+sum, attrs...)
+	}
 }
 
 // runStartup runs the startup tasks in order; the first error stops it.
