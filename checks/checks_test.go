@@ -1,0 +1,197 @@
+package checks_test
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lameduck/lameduck/checks"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// listen starts a loopback TCP listener that accepts and closes
+// connections, counting them; it is closed and joined at cleanup.
+func listen(t *testing.T) (addr string, accepted *atomic.Int32, stop func()) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted = new(atomic.Int32)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			c.Close()
+		}
+	})
+	var once sync.Once
+	stop = func() { once.Do(func() { ln.Close(); wg.Wait() }) }
+	t.Cleanup(stop)
+	return ln.Addr().String(), accepted, stop
+}
+
+func TestTCPDial(t *testing.T) {
+	addr, accepted, stop := listen(t)
+	check := checks.TCPDial(addr)
+	if err := check(t.Context()); err != nil {
+		t.Fatalf("dial a listening port: %v", err)
+	}
+	stop()
+	if accepted.Load() != 1 {
+		t.Fatalf("accepted %d connections, want 1", accepted.Load())
+	}
+	if err := check(t.Context()); err == nil || !strings.Contains(err.Error(), "refused") {
+		t.Fatalf("dial a closed port: %v, want connection refused", err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := check(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("canceled ctx: %v", err)
+	}
+	if err := checks.TCPDial("no-port")(t.Context()); err == nil || !strings.HasPrefix(err.Error(), `lameduck: checks.TCPDial("no-port")`) {
+		t.Fatalf("malformed addr: %v", err)
+	}
+}
+
+func TestHTTPGet(t *testing.T) {
+	release := make(chan struct{})
+	var followed atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/ok":
+			w.Write([]byte(strings.Repeat("x", 100<<10)))
+		case "/nocontent":
+			w.WriteHeader(http.StatusNoContent)
+		case "/redirect":
+			http.Redirect(w, r, "/target", http.StatusFound)
+		case "/target":
+			followed.Store(true)
+			w.WriteHeader(http.StatusInternalServerError)
+		case "/down":
+			w.WriteHeader(http.StatusServiceUnavailable)
+		case "/missing":
+			http.NotFound(w, r)
+		case "/hang":
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+
+	for path, want := range map[string]string{
+		"/ok": "", "/nocontent": "", "/redirect": "",
+		"/down":    "lameduck: GET " + srv.URL + "/down: 503 Service Unavailable",
+		"/missing": "lameduck: GET " + srv.URL + "/missing: 404 Not Found",
+	} {
+		err := checks.HTTPGet(srv.URL+path, nil)(t.Context())
+		if (err == nil) != (want == "") || (err != nil && err.Error() != want) {
+			t.Errorf("GET %s: %v, want %q", path, err, want)
+		}
+	}
+	if followed.Load() {
+		t.Error("the default client followed a redirect; a 3xx is the answer")
+	}
+	// A client of the caller's own, redirect policy included.
+	if err := checks.HTTPGet(srv.URL+"/redirect", srv.Client())(t.Context()); err == nil || !strings.Contains(err.Error(), "500") {
+		t.Errorf("GET /redirect with a following client: %v, want the target's 500", err)
+	}
+	// The check honours ctx.
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err := checks.HTTPGet(srv.URL+"/hang", nil)(ctx)
+	if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 5*time.Second {
+		t.Errorf("GET /hang: %v after %v, want the ctx deadline", err, time.Since(start))
+	}
+	for _, bad := range []string{"::", "/relative", "ftp://host/x"} {
+		if err := checks.HTTPGet(bad, nil)(t.Context()); err == nil || !strings.HasPrefix(err.Error(), "lameduck: checks.HTTPGet(") {
+			t.Errorf("HTTPGet(%q): %v", bad, err)
+		}
+	}
+	if err := checks.HTTPGet("ftp://u:pw@host/x", nil)(t.Context()); err == nil || strings.Contains(err.Error(), "pw") {
+		t.Errorf("the password of a rejected URL must not be in its error: %v", err)
+	}
+}
+
+func TestDNSLookup(t *testing.T) {
+	if err := checks.DNSLookup("localhost", nil)(t.Context()); err != nil {
+		t.Fatalf("lookup localhost: %v", err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := checks.DNSLookup("lameduck-test.invalid", nil)(ctx); err == nil {
+		t.Fatal("a lookup under a canceled ctx succeeded")
+	}
+	if err := checks.DNSLookup("", nil)(t.Context()); err == nil || !strings.HasPrefix(err.Error(), "lameduck:") {
+		t.Fatalf("empty host: %v", err)
+	}
+	r := &net.Resolver{PreferGo: true}
+	if err := checks.DNSLookup("localhost", r)(t.Context()); err != nil {
+		t.Fatalf("lookup localhost with the Go resolver: %v", err)
+	}
+}
+
+// A database/sql driver whose Ping dials a loopback server, so SQLPing is
+// tested against a real socket without a database driver dependency.
+type dialConnector struct{ addr string }
+
+func (c dialConnector) Connect(context.Context) (driver.Conn, error) {
+	return &dialConn{addr: c.addr}, nil
+}
+func (c dialConnector) Driver() driver.Driver { return nil }
+
+type dialConn struct{ addr string }
+
+func (c *dialConn) Ping(ctx context.Context) error {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", c.addr)
+	if err != nil {
+		return driver.ErrBadConn // database/sql retries, then reports it
+	}
+	return conn.Close()
+}
+func (c *dialConn) Prepare(string) (driver.Stmt, error) { return nil, errors.New("not supported") }
+func (c *dialConn) Close() error                        { return nil }
+func (c *dialConn) Begin() (driver.Tx, error)           { return nil, errors.New("not supported") }
+
+func TestSQLPing(t *testing.T) {
+	addr, accepted, stop := listen(t)
+	db := sql.OpenDB(dialConnector{addr: addr})
+	check := checks.SQLPing(db)
+	if err := check(t.Context()); err != nil {
+		t.Fatalf("ping: %v", err)
+	}
+	if accepted.Load() == 0 {
+		t.Fatal("the ping did not reach the server")
+	}
+	stop()
+	if err := check(t.Context()); err == nil {
+		t.Fatal("ping of a stopped server succeeded")
+	}
+	db.Close()
+	if err := check(t.Context()); err == nil || !strings.Contains(err.Error(), "closed") {
+		t.Fatalf("ping of a closed pool: %v", err)
+	}
+	if err := checks.SQLPing(nil)(t.Context()); err == nil || !strings.HasPrefix(err.Error(), "lameduck: checks.SQLPing(nil)") {
+		t.Fatalf("nil db: %v", err)
+	}
+}
