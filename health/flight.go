@@ -144,6 +144,10 @@ func (cs *checkState) launchLocked(parent context.Context) *flight {
 
 // ping calls Func once and publishes what happened. It is the only
 // goroutine a Checker starts; it ends when Func returns.
+//
+// A new goroutine starts on a small stack, and growing it costs more than
+// the rest of a healthy ping: so the ok path keeps its frames small, and
+// the text building of the failure paths sits in functions of their own.
 func (cs *checkState) ping(f *flight) {
 	var err error
 	normal := false
@@ -152,65 +156,65 @@ func (cs *checkState) ping(f *flight) {
 		if h := cs.c.testHookReturned; h != nil {
 			h()
 		}
-		var (
-			res     = Result{Name: cs.Name, Critical: cs.Critical}
-			logText string
-			pv      any
-			stack   []byte
-		)
-		if !normal {
+		switch {
+		case !normal:
 			// recover is nil only for runtime.Goexit, since Go 1.21
 			// turns panic(nil) into a *runtime.PanicNilError.
-			if pv = recover(); pv == nil {
-				pv = goexitValue
-			}
-			stack = debug.Stack()
-			res.Outcome = OutcomePanic
-			logText = panicText(pv, false)
-			res.Text = panicText(pv, cs.c.opts.HideErrors)
-		} else if err != nil && f.ctx.Err() != nil && isDeadline(err) {
-			// A check that honours its context returns the deadline's
-			// error at the deadline: that is a timeout, not an error.
-			res.Outcome = OutcomeTimeout
-			logText = timeoutText(cs.timeout, false)
-			res.Text = cs.timeoutText
-		} else if err != nil {
-			res.Outcome = OutcomeError
-			logText = detail(OutcomeError, err.Error(), false)
-			res.Text = logText
-			if cs.c.opts.HideErrors {
-				res.Text = string(OutcomeError)
-			}
-		} else {
-			res.Outcome, res.Text, logText = OutcomeOK, string(OutcomeOK), string(OutcomeOK)
+			cs.panicked(f, recover())
+		case err != nil:
+			cs.failed(f, err)
+		default:
+			cs.finish(f, OutcomeOK, string(OutcomeOK), string(OutcomeOK), nil, nil)
 		}
-		res.Time = time.Now()
-		res.Duration = res.Time.Sub(f.start)
-		cs.finish(f, res, logText, pv, stack)
 	}()
 	err = cs.Func(f.ctx)
 	normal = true
 }
 
-// finish publishes res as the ping's verdict unless a timeout was decided
-// first, frees the check's slot, then (with no lock held) logs and hands a
-// panic to the hook.
-func (cs *checkState) finish(f *flight, res Result, logText string, pv any, stack []byte) {
-	cs.mu.Lock()
+// panicked finishes a ping whose Func panicked (pv) or called
+// runtime.Goexit (pv nil). It runs in the deferred call, so the stack it
+// captures still holds the panicking frames.
+func (cs *checkState) panicked(f *flight, pv any) {
+	if pv == nil {
+		pv = goexitValue
+	}
+	stack := debug.Stack()
+	cs.finish(f, OutcomePanic, panicText(pv, cs.c.opts.HideErrors), panicText(pv, false), pv, stack)
+}
+
+// failed finishes a ping whose Func returned err.
+func (cs *checkState) failed(f *flight, err error) {
+	if f.ctx.Err() != nil && isDeadline(err) {
+		// A check that honours its context returns the deadline's error
+		// at the deadline: that is a timeout, not an error.
+		cs.finish(f, OutcomeTimeout, cs.timeoutText, timeoutText(cs.timeout, false), nil, nil)
+		return
+	}
+	logText := detail(OutcomeError, err.Error(), false)
+	text := logText
+	if cs.c.opts.HideErrors {
+		text = string(OutcomeError)
+	}
+	cs.finish(f, OutcomeError, text, logText, nil, nil)
+}
+
+// finish publishes the ping's result as its verdict unless a timeout was
+// decided first, frees the check's slot, then (with no lock held) logs and
+// hands a panic to the hook.
+func (cs *checkState) finish(f *flight, o Outcome, text, logText string, pv any, stack []byte) {
+	now := time.Now()
 	var line *logLine
+	cs.mu.Lock()
 	select {
 	case <-f.decided: // too late: the probes were told "timeout"
-		line = &logLine{level: slog.LevelInfo,
-			msg: "health: captive check returned; the next probe pings it afresh",
-			attrs: []slog.Attr{slog.String("check", cs.Name), slog.Duration("after", res.Duration),
-				slog.String("result", logText)}}
+		line = cs.lateLine(now.Sub(f.start), logText)
 	default:
-		f.verdict = res
+		v := &f.verdict
+		v.Name, v.Outcome, v.Text, v.Critical = cs.Name, o, text, cs.Critical
+		v.Duration, v.Time = now.Sub(f.start), now
 		close(f.decided)
-		if stack != nil {
-			line = cs.noteLocked(res, logText, slog.String("stack", string(stack)))
-		} else {
-			line = cs.noteLocked(res, logText)
+		if o != cs.last {
+			line = cs.changedLocked(o, logText, stack)
 		}
 	}
 	if cs.cur == f {
@@ -218,10 +222,31 @@ func (cs *checkState) finish(f *flight, res Result, logText string, pv any, stac
 	}
 	cs.mu.Unlock()
 	f.cancel()
-	cs.c.emit(line)
+	if line != nil {
+		cs.c.emit(line)
+	}
 	if pv != nil {
 		cs.c.reportPanic(cs.Name, pv, stack)
 	}
+}
+
+// changedLocked records a published outcome that differs from the last
+// one logged, and returns the line that says so (with the stack, for a
+// panic).
+func (cs *checkState) changedLocked(o Outcome, logText string, stack []byte) *logLine {
+	if stack != nil {
+		return transition(&cs.last, "check", cs.Name, cs.Critical, o, logText, slog.String("stack", string(stack)))
+	}
+	return transition(&cs.last, "check", cs.Name, cs.Critical, o, logText)
+}
+
+// lateLine is the line for a captive ping that returned after its
+// verdict, "timeout", was out.
+func (cs *checkState) lateLine(after time.Duration, logText string) *logLine {
+	return &logLine{level: slog.LevelInfo,
+		msg: "health: captive check returned; the next probe pings it afresh",
+		attrs: []slog.Attr{slog.String("check", cs.Name), slog.Duration("after", after),
+			slog.String("result", logText)}}
 }
 
 // wait blocks until the flight's verdict, or until ctx (the probe's own
