@@ -41,7 +41,12 @@ type Check struct {
 	// ignores ctx is reported "timeout" at the deadline and "stalled"
 	// afterwards, and is not called again until it returns. A panic in Func
 	// is recovered and reported "panic: <value>". Func is called from a
-	// goroutine of the Checker's own, never twice at once.
+	// goroutine of the Checker's own, never twice at once. ctx carries the
+	// values of the probe that launched the ping (a trace, a logger) but not
+	// its cancellation: the probes that share the ping still want the
+	// answer after the first one leaves. A Func that returns ctx's deadline
+	// error at the deadline is reported "timeout", like one that never
+	// returns.
 	Func func(ctx context.Context) error
 	// Critical decides what a failure does to readiness: true answers 503
 	// "failed"; false answers 200 "degraded", because a dependency that all

@@ -193,8 +193,14 @@ func TestWedgedCheckTimeoutThenStalledThenFresh(t *testing.T) {
 		if n := calls.Load(); n != 1 {
 			t.Fatalf("wedged check launched %d times while captive, want 1", n)
 		}
+		if got := c.Captive(); len(got) != 1 || got[0] != "mongo" {
+			t.Fatalf("Captive() = %v, want [mongo]", got)
+		}
 		close(release)
 		synctest.Wait() // the captive ping returns and frees its slot
+		if got := c.Captive(); len(got) != 0 {
+			t.Fatalf("Captive() after the return = %v, want none", got)
+		}
 		rep = mustRun(t, c, t.Context())
 		if rep.Checks["mongo"] != "ok" || rep.Status != health.StatusOK {
 			t.Fatalf("after the captive returned: %+v", rep)

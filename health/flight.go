@@ -90,7 +90,7 @@ func (cs *checkState) arrive(parent context.Context) (f *flight, stalled Result,
 				f = nil
 				break
 			}
-			return nil, cs.stalledLocked(f, nil), true
+			return nil, cs.stalledUnlock(f, nil), true
 		default:
 			if returned || f.ctx.Err() == nil {
 				// In progress within its deadline, or returned and
@@ -101,7 +101,7 @@ func (cs *checkState) arrive(parent context.Context) (f *flight, stalled Result,
 			// Past its deadline, not returned, and nobody waiting has
 			// decided yet: decide now.
 			timedOut = cs.decideTimeoutLocked(f)
-			return nil, cs.stalledLocked(f, timedOut), true
+			return nil, cs.stalledUnlock(f, timedOut), true
 		}
 	}
 	f = cs.launchLocked(parent)
@@ -109,9 +109,10 @@ func (cs *checkState) arrive(parent context.Context) (f *flight, stalled Result,
 	return f, Result{}, false
 }
 
-// stalledLocked builds the "stalled" result for a probe that found f
-// captive, unlocks cs.mu and logs (timedOut first, when set).
-func (cs *checkState) stalledLocked(f *flight, timedOut *logLine) Result {
+// stalledUnlock builds the "stalled" result for a probe that found f
+// captive. Called with cs.mu held, it releases it, then logs (timedOut
+// first, when set).
+func (cs *checkState) stalledUnlock(f *flight, timedOut *logLine) Result {
 	now := time.Now()
 	res := Result{
 		Name: cs.Name, Outcome: OutcomeStalled, Text: stalledWord(cs.c.opts.HideErrors),
@@ -308,6 +309,39 @@ func (cs *checkState) decideTimeoutLocked(f *flight) *logLine {
 // the first outcome is a pass).
 func (cs *checkState) noteLocked(res Result, logText string, extra ...slog.Attr) *logLine {
 	return transition(&cs.last, "check", cs.Name, cs.Critical, res.Outcome, logText, extra...)
+}
+
+// Captive returns the names of the checks whose ping has passed its
+// deadline and not yet returned, sorted: each holds the one goroutine that
+// Checker cannot end (its Func ignores its context). Probes report these
+// checks "stalled" until their ping returns. Use it to name what is left
+// running at shutdown or in a debug endpoint. It does not block probes for
+// longer than a lock per check and is safe for concurrent use.
+func (c *Checker) Captive() []string {
+	reg := c.reg.Load()
+	if reg == nil {
+		return nil
+	}
+	var names []string
+	for _, e := range reg.entries { // sorted by name
+		if cs := e.check; cs != nil {
+			cs.mu.Lock()
+			if f := cs.cur; f != nil && !f.returned.Load() && (isClosed(f.decided) || f.ctx.Err() != nil) {
+				names = append(names, cs.Name)
+			}
+			cs.mu.Unlock()
+		}
+	}
+	return names
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // roundWait rounds how long a probe waited for its answer text: to the
