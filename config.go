@@ -149,6 +149,17 @@ type Config struct {
 	// It must be safe for concurrent use; a panic inside it is swallowed.
 	OnPanic func(what string, value any, stack []byte)
 
+	// CheckTimeout, a time.Duration, is the deadline of every readiness
+	// check added without a Timeout of its own (seed 004: "each under its
+	// own 1s deadline"). Zero means unset; negative is an error.
+	// Env: CHECK_TIMEOUT. Default 1s.
+	CheckTimeout time.Duration
+	// HideCheckErrors makes readiness bodies carry status words only
+	// ("error", "timeout", "panic") and never error or panic text, for
+	// probes reachable by people who must not learn about the backends.
+	// Logs still carry the text, redacted of credentials.
+	HideCheckErrors bool
+
 	// PreStop serves GET /prestop, a preStop hook over HTTP: it starts the
 	// shutdown sequence exactly as SIGTERM does and answers 200 when the
 	// lame-duck window has passed. Env: PRESTOP ("true"/"false"). Default
@@ -213,6 +224,7 @@ var settings = []setting{
 	{"IDLE_WINDOW", `a positive Go duration, such as "10s"`},
 	{"DRAIN_TIMEOUT", `a positive Go duration at least the shutdown delay, such as "30s"`},
 	{"SEND_RETRY_AFTER", `"true" or "false"`},
+	{"CHECK_TIMEOUT", `a positive Go duration, such as "1s"`},
 	{"JOIN_BUDGET", `a positive Go duration below the teardown budget, such as "500ms"`},
 	{"HOOK_SHARE", `a fraction between 0 and 1, such as "0.66"`},
 }
@@ -398,13 +410,17 @@ func (c Config) resolve() (Config, error) {
 			errs = append(errs, fmt.Errorf("lameduck: Config.%s=%s: must be positive: %w", name, *field, ErrInvalidConfig))
 			return
 		}
-		env := map[string]string{"IdleWindow": "IDLE_WINDOW", "DrainTimeout": "DRAIN_TIMEOUT"}[name]
+		env := map[string]string{"IdleWindow": "IDLE_WINDOW", "DrainTimeout": "DRAIN_TIMEOUT", "CheckTimeout": "CHECK_TIMEOUT"}[name]
 		if dur(field, env) && *field <= 0 {
 			bad(env, field.String(), "must be greater than zero")
 		}
 	}
 	positive(&c.IdleWindow, "IdleWindow")
 	positive(&c.DrainTimeout, "DrainTimeout")
+	positive(&c.CheckTimeout, "CheckTimeout")
+	if c.CheckTimeout == 0 {
+		c.CheckTimeout = health.DefaultCheckTimeout
+	}
 	if c.IdleWindow == 0 {
 		c.IdleWindow = 10 * time.Second
 	}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,6 +51,7 @@ type Lifecycle struct {
 	state   atomic.Int32 // what the middleware does: serving, draining or rejecting
 	track   *tracker
 	probes  http.Handler
+	checks  *health.Checker
 	exit    func(code int) // os.Exit; replaced by in-package tests
 	startCx context.Context
 	cancel  context.CancelFunc // cancels startCx and loopCtx: at the signal
@@ -104,6 +106,16 @@ func New(cfg Config) (*Lifecycle, error) {
 		loopCtx: ctx,
 		bg:      newRegistry(),
 	}
+	l.checks = health.NewChecker(health.CheckerOptions{
+		DefaultTimeout: cfg.CheckTimeout,
+		Logger:         cfg.Logger,
+		HideErrors:     cfg.HideCheckErrors,
+		OnPanic: func(check string, v any, stack []byte) {
+			if cfg.OnPanic != nil {
+				cfg.OnPanic("check "+check, v, stack)
+			}
+		},
+	})
 	l.probes = l.newProbeHandler()
 	if cfg.ProbeAddr != "" {
 		l.servers = append(l.servers, &server{
@@ -521,6 +533,10 @@ func (l *Lifecycle) finish(start time.Time) {
 	l.events.Stopped.fire(now)
 	if !l.events.ShutdownInitiated.Fired() {
 		return
+	}
+	if captive := l.checks.Captive(); len(captive) > 0 {
+		l.log.Warn("lameduck: readiness check ping(s) still running at exit; they ignored their context and cannot be joined",
+			"checks", strings.Join(captive, ", "))
 	}
 	l.log.Info("lameduck: stopped", "since_signal", now.Sub(start).Round(time.Millisecond).String())
 }

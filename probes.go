@@ -40,9 +40,14 @@ func (l *Lifecycle) isProbePath(p string) bool {
 //   - GET /healthz (liveness): always 200 {"status":"ok",...} while the
 //     process serves, including through the drain: a liveness failure would
 //     make the kubelet kill the pod mid-drain (seed 004).
-//   - GET /readyz (readiness): 503 {"status":"starting"} during boot, 200
-//     {"status":"ok"} while serving, 503 {"status":"draining"} from the
-//     shutdown signal on, for good.
+//   - GET /readyz (readiness): 503 {"status":"starting"} during boot; while
+//     serving, 200 {"status":"ok"}, 200 {"status":"degraded"} when a
+//     non-critical check fails, 503 {"status":"failed"} when a critical
+//     check or a gate fails, with a "checks" map; 503 {"status":"draining"}
+//     from the shutdown signal on, for good, without running any check.
+//     /readyz/<check> answers for one check; ?verbose gives a text report,
+//     ?exclude=<check> leaves checks out, and Accept:
+//     application/health+json the IETF health-check format.
 //   - GET /startupz (startup): 503 {"status":"starting"} until every startup
 //     task has returned, then 200 {"status":"ok"}.
 //   - GET /prestop, when Config.PreStop is set: starts the shutdown sequence
@@ -60,16 +65,6 @@ func (l *Lifecycle) newProbeHandler() http.Handler {
 	live := health.Handler(&l.info, func(*http.Request) health.Report {
 		return l.report(health.StatusOK)
 	})
-	ready := health.Handler(&l.info, func(*http.Request) health.Report {
-		switch l.Phase() {
-		case PhaseStarting:
-			return l.report(health.StatusStarting)
-		case PhaseServing:
-			return l.report(health.StatusOK)
-		default:
-			return l.report(health.StatusDraining)
-		}
-	})
 	startup := health.Handler(&l.info, func(*http.Request) health.Report {
 		if l.events.StartupDone.Fired() {
 			return l.report(health.StatusOK)
@@ -80,8 +75,8 @@ func (l *Lifecycle) newProbeHandler() http.Handler {
 		switch p := r.URL.Path; {
 		case p == PathLiveness:
 			live.ServeHTTP(w, r)
-		case p == PathReadiness:
-			ready.ServeHTTP(w, r)
+		case p == PathReadiness || strings.HasPrefix(p, PathReadiness+"/"):
+			l.serveReadiness(w, r, strings.TrimPrefix(strings.TrimPrefix(p, PathReadiness), "/"))
 		case p == PathStartup:
 			startup.ServeHTTP(w, r)
 		case p == PathPreStop && l.cfg.PreStop:
@@ -90,6 +85,25 @@ func (l *Lifecycle) newProbeHandler() http.Handler {
 			health.Write(w, r, &l.info, health.Report{Status: "not found", Code: http.StatusNotFound})
 		}
 	})
+}
+
+// serveReadiness answers /readyz and /readyz/<check>: the phase's answer
+// while starting or draining, without consulting any check or gate (seed
+// 003); while serving, the checks' and gates' answer, with the Kubernetes
+// API server's conventions (?verbose, ?exclude=) and, on Accept:
+// application/health+json, the IETF draft's format.
+func (l *Lifecycle) serveReadiness(w http.ResponseWriter, r *http.Request, check string) {
+	if !health.AllowedMethod(w, r, &l.info) {
+		return
+	}
+	switch p := l.Phase(); p {
+	case PhaseServing:
+		l.checks.ServeReadiness(w, r, &l.info, check, map[string]any{"phase": p.String()})
+	case PhaseStarting:
+		health.WriteNegotiated(w, r, &l.info, l.report(health.StatusStarting))
+	default:
+		health.WriteNegotiated(w, r, &l.info, l.report(health.StatusDraining))
+	}
 }
 
 func (l *Lifecycle) report(s health.Status) health.Report {

@@ -1,0 +1,118 @@
+package lameduck_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lameduck/lameduck"
+	"github.com/lameduck/lameduck/health"
+)
+
+func probeOf(t *testing.T, lc *lameduck.Lifecycle, path string, header ...string) probe {
+	t.Helper()
+	req := httptest.NewRequest("GET", path, nil)
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	rec := httptest.NewRecorder()
+	lc.ProbeHandler().ServeHTTP(rec, req)
+	return probe{rec.Code, rec.Body.String()}
+}
+
+func TestReadinessRunsChecksOnlyWhileServing(t *testing.T) {
+	var pings atomic.Int32
+	var dbDown atomic.Bool
+	h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second})
+	h.lc.AddCheck(health.Check{Name: "db", Critical: true, Func: func(context.Context) error {
+		pings.Add(1)
+		if dbDown.Load() {
+			return errors.New("dial tcp 10.0.0.7:5432: connection refused")
+		}
+		return nil
+	}})
+	h.lc.AddCheck(health.Check{Name: "cache", Func: func(context.Context) error {
+		pings.Add(1)
+		return errors.New("redis://:hunter2@cache:6379 unreachable")
+	}})
+	release := make(chan struct{})
+	h.lc.AddStartupTask("warm-up", func(context.Context) error { <-release; return nil })
+	h.serve(http.NotFoundHandler())
+	h.run()
+
+	probeOf(t, h.lc, "/readyz").status(t, 503, "starting")
+	if n := pings.Load(); n != 0 {
+		t.Fatalf("checks ran %d times while starting", n)
+	}
+	close(release)
+	await(t, h.lc.Events().StartupDone)
+
+	p := probeOf(t, h.lc, "/readyz")
+	p.status(t, 200, "degraded")
+	if !strings.Contains(p.body, `"db":"ok"`) || strings.Contains(p.body, "hunter2") {
+		t.Fatalf("body %s: want db ok and the cache's password redacted", p.body)
+	}
+	dbDown.Store(true)
+	probeOf(t, h.lc, "/readyz").status(t, 503, "failed")
+	probeOf(t, h.lc, "/readyz/cache").status(t, 200, "degraded")
+	if p := probeOf(t, h.lc, "/readyz?verbose"); !strings.Contains(p.body, "[-]db") {
+		t.Fatalf("verbose report %q", p.body)
+	}
+	probeOf(t, h.lc, "/readyz?exclude=db").status(t, 200, "degraded")
+	if p := probeOf(t, h.lc, "/readyz/nope"); p.code != 404 || !strings.Contains(p.body, "cache") {
+		t.Fatalf("unknown check: %d %s", p.code, p.body)
+	}
+	if p := probeOf(t, h.lc, "/readyz", "Accept", "application/health+json"); !strings.Contains(p.body, `"status":"fail"`) {
+		t.Fatalf("health+json: %s", p.body)
+	}
+	probeOf(t, h.lc, "/healthz").status(t, 200, "ok")
+
+	before := pings.Load()
+	h.lc.BeginShutdown("test")
+	for _, path := range []string{"/readyz", "/readyz/db", "/readyz?exclude=cache"} {
+		probeOf(t, h.lc, path).status(t, 503, "draining")
+	}
+	if p := probeOf(t, h.lc, "/readyz?verbose"); p.code != 503 || !strings.Contains(p.body, "draining") {
+		t.Fatalf("verbose while draining: %d %q", p.code, p.body)
+	}
+	if n := pings.Load(); n != before {
+		t.Fatalf("checks ran %d more times while draining; readiness must not consult them (seed 003)", n-before)
+	}
+	h.timers(1)
+	h.clock.Advance(time.Second)
+	if err := h.wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLivenessNeverRunsChecks(t *testing.T) {
+	h := newHarness(t, lameduck.Config{})
+	h.lc.AddCheck(health.Check{Name: "db", Critical: true, Func: func(context.Context) error {
+		t.Error("liveness ran a dependency check")
+		return nil
+	}})
+	probeOf(t, h.lc, "/healthz").status(t, 200, "ok")
+}
+
+func TestCheckPanicReachesOnPanic(t *testing.T) {
+	got := make(chan string, 1)
+	h2 := started(t, lameduck.Config{ShutdownDelay: time.Second, OnPanic: func(what string, v any, _ []byte) { got <- what }})
+	h2.lc.AddCheck(health.Check{Name: "s3", Func: func(context.Context) error { panic("malformed response") }})
+	p := probeOf(t, h2.lc, "/readyz")
+	p.status(t, 200, "degraded")
+	if !strings.Contains(p.body, `"s3":"panic: malformed response"`) {
+		t.Fatalf("body %s", p.body)
+	}
+	if w := <-got; w != "check s3" {
+		t.Fatalf("OnPanic got %q", w)
+	}
+	h2.endWindow(time.Second)
+	if err := h2.wait(); err != nil {
+		t.Fatal(err)
+	}
+}
