@@ -20,6 +20,7 @@ type demoOptions struct {
 	addr         string
 	startupDelay time.Duration
 	logFormat    string
+	checks       checkFlags
 }
 
 func newDemoCommand() *cobra.Command {
@@ -50,6 +51,11 @@ LAMEDUCK_SHUTDOWN_TEARDOWN, LAMEDUCK_ENV, LAMEDUCK_TERMINATION_GRACE, ...).`,
 	f.StringVar(&o.addr, "addr", ":8080", "listen address")
 	f.DurationVar(&o.startupDelay, "startup-delay", 0, "simulated boot work before the service is ready, such as 2s")
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
+	f.StringArrayVar(&o.checks.simulate, "simulate-check", nil,
+		"a simulated readiness check NAME=MODE[,critical], MODE one of ok, fail, slow=DURATION, wedge, panic, flap=DURATION (repeatable)")
+	f.StringArrayVar(&o.checks.tcp, "check-tcp", nil, "a TCP dial readiness check NAME=HOST:PORT[,critical] (repeatable)")
+	f.StringArrayVar(&o.checks.http, "check-http", nil, "an HTTP GET readiness check NAME=URL[,critical] (repeatable)")
+	f.StringArrayVar(&o.checks.dns, "check-dns", nil, "a DNS lookup readiness check NAME=HOST[,critical] (repeatable)")
 	return cmd
 }
 
@@ -71,10 +77,19 @@ func runDemo(ctx context.Context, o demoOptions) error {
 	if err != nil {
 		return err
 	}
+	checkList, err := o.checks.build(time.Now())
+	if err != nil {
+		return err
+	}
 	lc, err := lameduck.New(lameduck.Config{Logger: log})
 	if err != nil {
 		log.Error(err.Error())
 		return exitError{err}
+	}
+	for _, c := range checkList {
+		if err := lc.AddCheck(c); err != nil {
+			return err
+		}
 	}
 
 	mux := http.NewServeMux()

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/lameduck/lameduck/checks"
+	"github.com/lameduck/lameduck/health"
+)
+
+// checkFlags are the demo's readiness-check flags, each repeatable.
+type checkFlags struct {
+	simulate []string // NAME=MODE[,critical]
+	tcp      []string // NAME=HOST:PORT[,critical]
+	http     []string // NAME=URL[,critical]
+	dns      []string // NAME=HOST[,critical]
+}
+
+// build turns the flags into checks; the error names the flag, the value
+// and the fix.
+func (f checkFlags) build(start time.Time) ([]health.Check, error) {
+	var out []health.Check
+	var errs []error
+	add := func(flag string, specs []string, make func(name, arg string) (func(context.Context) error, error)) {
+		for _, spec := range specs {
+			name, arg, critical, err := splitSpec(spec)
+			if err == nil {
+				var fn func(context.Context) error
+				fn, err = make(name, arg)
+				if err == nil {
+					out = append(out, health.Check{Name: name, Func: fn, Critical: critical})
+					continue
+				}
+			}
+			errs = append(errs, fmt.Errorf("--%s=%q: %w", flag, spec, err))
+		}
+	}
+	add("simulate-check", f.simulate, func(_, mode string) (func(context.Context) error, error) {
+		return simulated(mode, start)
+	})
+	add("check-tcp", f.tcp, func(_, addr string) (func(context.Context) error, error) {
+		if !strings.Contains(addr, ":") {
+			return nil, errors.New("want HOST:PORT, such as db=127.0.0.1:5432")
+		}
+		return checks.TCPDial(addr), nil
+	})
+	add("check-http", f.http, func(_, url string) (func(context.Context) error, error) {
+		if !strings.HasPrefix(url, "http://") && !strings.HasPrefix(url, "https://") {
+			return nil, errors.New("want an http:// or https:// URL, such as api=http://127.0.0.1:9000/healthz")
+		}
+		return checks.HTTPGet(url, nil), nil
+	})
+	add("check-dns", f.dns, func(_, host string) (func(context.Context) error, error) {
+		if host == "" {
+			return nil, errors.New("want a host name, such as dns=example.internal")
+		}
+		return checks.DNSLookup(host, nil), nil
+	})
+	return out, errors.Join(errs...)
+}
+
+// splitSpec splits NAME=ARG[,critical].
+func splitSpec(spec string) (name, arg string, critical bool, err error) {
+	name, arg, ok := strings.Cut(spec, "=")
+	if !ok || name == "" || arg == "" {
+		return "", "", false, errors.New("want NAME=VALUE[,critical]")
+	}
+	if a, found := strings.CutSuffix(arg, ",critical"); found {
+		arg, critical = a, true
+	}
+	return name, arg, critical, nil
+}
+
+// simulated returns a check that behaves as mode says: ok, fail,
+// slow=DURATION, wedge (ignores its context and never returns), panic, or
+// flap=DURATION (fails, then passes, alternating every DURATION from start).
+func simulated(mode string, start time.Time) (func(context.Context) error, error) {
+	kind, arg, _ := strings.Cut(mode, "=")
+	const modes = "ok, fail, slow=DURATION, wedge, panic or flap=DURATION"
+	dur := func() (time.Duration, error) {
+		d, err := time.ParseDuration(arg)
+		if err != nil || d <= 0 {
+			return 0, fmt.Errorf("%s needs a positive Go duration, such as %s=200ms", kind, kind)
+		}
+		return d, nil
+	}
+	switch kind {
+	case "ok":
+		return func(context.Context) error { return nil }, nil
+	case "fail":
+		return func(context.Context) error { return errors.New("simulated failure") }, nil
+	case "slow":
+		d, err := dur()
+		if err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context) error {
+			t := time.NewTimer(d)
+			defer t.Stop()
+			select {
+			case <-t.C:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}, nil
+	case "wedge":
+		return func(context.Context) error { select {} }, nil
+	case "panic":
+		return func(context.Context) error { panic("simulated panic") }, nil
+	case "flap":
+		d, err := dur()
+		if err != nil {
+			return nil, err
+		}
+		return func(context.Context) error {
+			if int(time.Since(start)/d)%2 == 0 {
+				return errors.New("simulated flap: failing phase")
+			}
+			return nil
+		}, nil
+	}
+	return nil, fmt.Errorf("unknown mode %q; use %s", mode, modes)
+}
