@@ -276,21 +276,39 @@ func (c Config) resolve() (Config, error) {
 		errs = append(errs, fmt.Errorf("lameduck: %s%s=%q: %s; set it to %s, or unset it: %w",
 			c.EnvPrefix, name, value, why, fix, ErrInvalidConfig))
 	}
-	dur := func(field *time.Duration, name string) (fromEnv bool) {
+	// dur fills an unset duration from the environment and reports the raw
+	// value it read.
+	dur := func(field *time.Duration, name string) (raw string, fromEnv bool) {
 		if *field != 0 {
-			return false
+			return "", false
 		}
 		v, ok := env(name)
 		if !ok {
-			return false
+			return "", false
 		}
 		d, err := parseDuration(v)
 		if err != nil {
 			bad(name, v, err.Error())
-			return false
+			return v, false
 		}
 		*field = d
-		return true
+		return v, true
+	}
+	// positive is dur for a setting that must be greater than zero; why
+	// explains what zero would do.
+	positive := func(field *time.Duration, fieldName, name, why string) (fromEnv bool) {
+		if *field < 0 {
+			errs = append(errs, fmt.Errorf("lameduck: Config.%s=%s: must be positive: %w", fieldName, *field, ErrInvalidConfig))
+			*field = 0
+			return false
+		}
+		raw, ok := dur(field, name)
+		if ok && *field <= 0 {
+			bad(name, raw, "must be greater than zero"+why)
+			*field = 0
+			return false
+		}
+		return ok
 	}
 	boolean := func(field *bool, name string) {
 		if *field {
@@ -353,42 +371,16 @@ func (c Config) resolve() (Config, error) {
 	if c.ShutdownDelay < 0 && c.ShutdownDelay != NoDelay {
 		errs = append(errs, fmt.Errorf("lameduck: Config.ShutdownDelay=%s: must not be negative; use lameduck.NoDelay for a zero window: %w", c.ShutdownDelay, ErrInvalidConfig))
 	}
-	if dur(&c.ShutdownDelay, "SHUTDOWN_DELAY") {
+	if raw, ok := dur(&c.ShutdownDelay, "SHUTDOWN_DELAY"); ok {
 		delaySet = true
 		if c.ShutdownDelay < 0 {
-			bad("SHUTDOWN_DELAY", c.ShutdownDelay.String(), "must not be negative")
+			bad("SHUTDOWN_DELAY", raw, "must not be negative")
 		} else if c.ShutdownDelay == 0 {
 			c.ShutdownDelay = NoDelay
 		}
 	}
-	if c.ShutdownTeardown < 0 {
-		errs = append(errs, fmt.Errorf("lameduck: Config.ShutdownTeardown=%s: must be positive; use e.g. 30*time.Second: %w", c.ShutdownTeardown, ErrInvalidConfig))
-	}
-	if v, ok := env("SHUTDOWN_TEARDOWN"); ok && c.ShutdownTeardown == 0 {
-		d, err := parseDuration(v)
-		switch {
-		case err != nil:
-			bad("SHUTDOWN_TEARDOWN", v, err.Error())
-		case d <= 0:
-			bad("SHUTDOWN_TEARDOWN", v, "must be greater than zero: a zero teardown cuts every in-flight request at once")
-		default:
-			c.ShutdownTeardown = d
-		}
-	}
-	if c.TerminationGrace < 0 {
-		errs = append(errs, fmt.Errorf("lameduck: Config.TerminationGrace=%s: must be positive or zero (unknown): %w", c.TerminationGrace, ErrInvalidConfig))
-	}
-	if v, ok := env("TERMINATION_GRACE"); ok && c.TerminationGrace == 0 {
-		d, err := parseDuration(v)
-		switch {
-		case err != nil:
-			bad("TERMINATION_GRACE", v, err.Error())
-		case d <= 0:
-			bad("TERMINATION_GRACE", v, "must be greater than zero")
-		default:
-			c.TerminationGrace = d
-		}
-	}
+	positive(&c.ShutdownTeardown, "ShutdownTeardown", "SHUTDOWN_TEARDOWN", ": a zero teardown cuts every in-flight request at once")
+	positive(&c.TerminationGrace, "TerminationGrace", "TERMINATION_GRACE", "")
 	boolean(&c.PreStop, "PRESTOP")
 	str(&c.PreStopToken, "PRESTOP_TOKEN")
 	if c.PreStopToken != "" {
@@ -405,19 +397,9 @@ func (c Config) resolve() (Config, error) {
 	default:
 		bad("DRAIN_MODE", c.DrainMode, "unknown drain mode")
 	}
-	positive := func(field *time.Duration, name string) {
-		if *field < 0 {
-			errs = append(errs, fmt.Errorf("lameduck: Config.%s=%s: must be positive: %w", name, *field, ErrInvalidConfig))
-			return
-		}
-		env := map[string]string{"IdleWindow": "IDLE_WINDOW", "DrainTimeout": "DRAIN_TIMEOUT", "CheckTimeout": "CHECK_TIMEOUT"}[name]
-		if dur(field, env) && *field <= 0 {
-			bad(env, field.String(), "must be greater than zero")
-		}
-	}
-	positive(&c.IdleWindow, "IdleWindow")
-	positive(&c.DrainTimeout, "DrainTimeout")
-	positive(&c.CheckTimeout, "CheckTimeout")
+	positive(&c.IdleWindow, "IdleWindow", "IDLE_WINDOW", "")
+	positive(&c.DrainTimeout, "DrainTimeout", "DRAIN_TIMEOUT", "")
+	positive(&c.CheckTimeout, "CheckTimeout", "CHECK_TIMEOUT", "")
 	if c.CheckTimeout == 0 {
 		c.CheckTimeout = health.DefaultCheckTimeout
 	}
@@ -429,21 +411,7 @@ func (c Config) resolve() (Config, error) {
 	}
 	boolean(&c.SendRetryAfter, "SEND_RETRY_AFTER")
 
-	if c.JoinBudget < 0 {
-		errs = append(errs, fmt.Errorf("lameduck: Config.JoinBudget=%s: must be positive; use e.g. 500*time.Millisecond: %w", c.JoinBudget, ErrInvalidConfig))
-	}
-	joinFromEnv := false
-	if v, ok := env("JOIN_BUDGET"); ok && c.JoinBudget == 0 {
-		d, err := parseDuration(v)
-		switch {
-		case err != nil:
-			bad("JOIN_BUDGET", v, err.Error())
-		case d <= 0:
-			bad("JOIN_BUDGET", v, "must be greater than zero")
-		default:
-			c.JoinBudget, joinFromEnv = d, true
-		}
-	}
+	joinFromEnv := positive(&c.JoinBudget, "JoinBudget", "JOIN_BUDGET", "")
 	if c.HookShare < 0 || c.HookShare >= 1 {
 		errs = append(errs, fmt.Errorf("lameduck: Config.HookShare=%g: must be in (0, 1): %w", c.HookShare, ErrInvalidConfig))
 	}

@@ -97,16 +97,7 @@ func simulated(mode string, start time.Time) (func(context.Context) error, error
 		if err != nil {
 			return nil, err
 		}
-		return func(ctx context.Context) error {
-			t := time.NewTimer(d)
-			defer t.Stop()
-			select {
-			case <-t.C:
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}, nil
+		return func(ctx context.Context) error { return sleep(ctx, d) }, nil
 	case "wedge":
 		return func(context.Context) error { select {} }, nil
 	case "panic":

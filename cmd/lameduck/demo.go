@@ -107,12 +107,8 @@ func runDemo(ctx context.Context, o demoOptions) error {
 			writeJSON(w, http.StatusBadRequest, map[string]any{"error": msg})
 			return
 		}
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-t.C:
+		if sleep(r.Context(), d) == nil { // else the client left, or the connection was cut
 			writeJSON(w, http.StatusOK, map[string]any{"slept": d.String()})
-		case <-r.Context().Done(): // the client left, or the connection was cut
 		}
 	})
 
@@ -131,15 +127,11 @@ func runDemo(ctx context.Context, o demoOptions) error {
 			return
 		}
 		err := lc.GoWrite(name, 0, func(ctx context.Context) error {
-			t := time.NewTimer(d)
-			defer t.Stop()
-			select {
-			case <-t.C:
-				log.Info("demo: write done", "task", name, "took", d.String())
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
+			if err := sleep(ctx, d); err != nil {
+				return err
 			}
+			log.Info("demo: write done", "task", name, "took", d.String())
+			return nil
 		})
 		if err != nil {
 			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": err.Error()})
@@ -189,14 +181,7 @@ func runDemo(ctx context.Context, o demoOptions) error {
 	if o.startupDelay > 0 {
 		d := o.startupDelay
 		if err := lc.AddStartupTask("simulated boot work", func(ctx context.Context) error {
-			t := time.NewTimer(d)
-			defer t.Stop()
-			select {
-			case <-t.C:
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
-			}
+			return sleep(ctx, d)
 		}); err != nil {
 			return err
 		}
@@ -229,6 +214,18 @@ func parseSlow(q map[string][]string) (d time.Duration, msg string) {
 		return 0, fmt.Sprintf("d=%q is over the %s limit", v, maxSlow)
 	}
 	return d, ""
+}
+
+// sleep waits d, or until ctx ends, and returns ctx's error then.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
