@@ -195,8 +195,11 @@ func TestPreStopThenSIGTERMGivesOneWindow(t *testing.T) {
 	await(t, h.lc.Events().StartupDone)
 	c := client(t)
 
-	// Without the token nothing drains.
+	// Without the token nothing drains, nor does a HEAD.
 	get(t, c, base+"/prestop").status(t, 401, "unauthorized")
+	if resp, err := c.Head(base + "/prestop"); err != nil || resp.StatusCode != 405 {
+		t.Fatalf("HEAD /prestop: %v %v, want 405", resp, err)
+	}
 	if h.lc.Events().ShutdownInitiated.Fired() {
 		t.Fatal("an unauthorised /prestop started the drain")
 	}

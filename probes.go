@@ -50,7 +50,7 @@ func (l *Lifecycle) isProbePath(p string) bool {
 //     application/health+json the IETF health-check format.
 //   - GET /startupz (startup): 503 {"status":"starting"} until every startup
 //     task has returned, then 200 {"status":"ok"}.
-//   - GET /prestop, when Config.PreStop is set: starts the shutdown sequence
+//   - GET /prestop (GET only), when Config.PreStop is set: starts the shutdown sequence
 //     and answers 200 {"status":"draining"} when the lame-duck window has
 //     passed; 401 without the right X-Lameduck-Token when PreStopToken is
 //     set. Without PreStop, 404.
@@ -115,7 +115,11 @@ func (l *Lifecycle) report(s health.Status) health.Report {
 // the kubelet until the window has passed, so the SIGTERM that follows adds
 // no second window.
 func (l *Lifecycle) servePreStop(w http.ResponseWriter, r *http.Request) {
-	if !health.AllowedMethod(w, r, &l.info) {
+	if r.Method != http.MethodGet {
+		// Only GET, the kubelet's httpGet: a HEAD from a monitor must not
+		// drain the pod.
+		w.Header().Set("Allow", "GET")
+		health.Write(w, r, &l.info, health.Report{Status: "method not allowed", Code: http.StatusMethodNotAllowed})
 		return
 	}
 	if tok := l.cfg.PreStopToken; tok != "" &&
