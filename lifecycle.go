@@ -307,14 +307,17 @@ func sigName(sig os.Signal) string {
 // were cut; an error wrapping ErrStartupFailed when a startup task failed;
 // the bind or serve error otherwise. Run logs every error it returns, so a
 // caller need only set the exit code. From the start of the sequence to the
-// return takes at most ShutdownDelay + ShutdownTeardown, whatever handlers
-// do.
+// return takes at most the window (ShutdownDelay, or DrainTimeout in
+// DrainIdle mode) + ShutdownTeardown, whatever handlers do.
 //
-// Run does not wait for handlers still running after their connection was
-// closed by force, nor for hijacked connections (http.Server.Shutdown's own
-// limits). A second signal does not shorten the sequence unless
-// Config.ExitOnSecondSignal is set. Cancelling ctx starts the sequence; it
-// does not shorten it either.
+// Unlike http.Server.Shutdown alone, the teardown waits for hijacked
+// connections (WebSockets) too, as long as their handler runs, and closes
+// them at the budget. Run does not wait for a handler that keeps running
+// after its connection was closed by force, nor for a readiness check's
+// ping that ignores its context (it names such pings in the log). A second
+// signal does not shorten the sequence unless Config.ExitOnSecondSignal is
+// set. Cancelling ctx starts the sequence; it does not shorten it either. A
+// nil ctx means context.Background().
 func (l *Lifecycle) Run(ctx context.Context) error {
 	l.mu.Lock()
 	if l.running {
@@ -322,6 +325,9 @@ func (l *Lifecycle) Run(ctx context.Context) error {
 		return ErrAlreadyRunning
 	}
 	l.running = true
+	if ctx == nil {
+		ctx = context.Background()
+	}
 	servers := append([]*server(nil), l.servers...)
 	tasks := append([]startupTask(nil), l.startup...)
 	l.mu.Unlock()
@@ -364,8 +370,10 @@ func (l *Lifecycle) Run(ctx context.Context) error {
 		}
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
-			for _, b := range servers[:i] {
-				_ = b.ln.Close()
+			for j, b := range servers { // AddServer handed every listener over
+				if j != i && b.ln != nil {
+					_ = b.ln.Close()
+				}
 			}
 			err = fmt.Errorf("lameduck: listen on %s: %w", addr, err)
 			l.log.Error(err.Error())
