@@ -162,6 +162,13 @@ func RenderVerbose(rep Report) []byte {
 	for _, x := range rep.Excluded {
 		b.WriteString("[+]" + x + " excluded: ok\n")
 	}
+	if len(rep.Unmatched) > 0 {
+		q := make([]string, len(rep.Unmatched))
+		for i, x := range rep.Unmatched {
+			q[i] = strconv.Quote(x)
+		}
+		b.WriteString("warn: some health checks cannot be excluded: no matches for " + strings.Join(q, ",") + "\n")
+	}
 	passed := rep.code() < 400
 	if len(ls) == 0 && !passed {
 		b.WriteString("[-]" + string(rep.Status) + "\n")

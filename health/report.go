@@ -35,6 +35,11 @@ type Report struct {
 	// text prints them as "[+]<name> excluded: ok" (the Kubernetes API
 	// server's convention). Other renderings ignore it.
 	Excluded []string
+	// Unmatched lists the ?exclude names that match no check or gate; they
+	// are ignored, and the verbose text warns "warn: some health checks
+	// cannot be excluded: no matches for ..." (the Kubernetes API server's
+	// convention). Other renderings ignore it.
+	Unmatched []string
 }
 
 // Info names the build that answers. Every body carries its Version and

@@ -30,7 +30,8 @@ import (
 // fails; otherwise [StatusDegraded] when a non-critical check fails;
 // otherwise [StatusOK]. Checks maps each selected name to its result text
 // and Results holds the same results in name order. Excluded lists the
-// excluded names, sorted. With no check and no gate registered, Run returns
+// excluded names, sorted; names in exclude that match no check or gate are
+// ignored and listed in Unmatched (the Kubernetes API server's convention). With no check and no gate registered, Run returns
 // Report{Status: StatusOK} with nil Checks, so readiness is exactly the
 // phase answer.
 //
@@ -48,13 +49,21 @@ func (c *Checker) Run(ctx context.Context, only string, exclude []string) (Repor
 			return Report{}, unknown(reg, only, "")
 		}
 	}
+	// An unknown ?exclude is ignored and reported, as the Kubernetes API
+	// server does: a probe that excludes a check this build lacks must not
+	// keep a healthy pod out of the Service.
+	var unmatched []string
+	known := exclude[:0:0]
 	for _, x := range exclude {
-		if _, ok := reg.byName[x]; !ok {
-			return Report{}, unknown(reg, x, " (in ?exclude)")
+		if _, ok := reg.byName[x]; ok {
+			known = append(known, x)
+		} else if !slices.Contains(unmatched, x) {
+			unmatched = append(unmatched, x)
 		}
 	}
+	exclude = known
 	if len(reg.entries) == 0 {
-		return Report{Status: StatusOK}, nil
+		return Report{Status: StatusOK, Unmatched: unmatched}, nil
 	}
 
 	sel := reg.entries
@@ -121,6 +130,7 @@ func (c *Checker) Run(ctx context.Context, only string, exclude []string) (Repor
 	if len(exclude) > 0 {
 		rep.Excluded = slices.Compact(slices.Sorted(slices.Values(exclude)))
 	}
+	rep.Unmatched = unmatched
 	return rep, nil
 }
 
