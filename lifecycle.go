@@ -221,18 +221,15 @@ func (l *Lifecycle) begin(reason string, bySignal bool) bool {
 	// A pod that never became ready is in no endpoint: nothing to wait for.
 	l.skipWindow = was == PhaseStarting
 	skip := l.skipWindow
-	servers := append([]*server(nil), l.servers...)
 	l.mu.Unlock()
+	// Hand keep-alive clients over: from now on every response carries
+	// Connection: close (HTTP/2: GOAWAY), so clients reconnect and land,
+	// once endpoints have caught up, on another pod. Idle connections are
+	// not closed here: a client may be sending on one this very instant,
+	// and a POST it cannot replay would fail (Server.SetKeepAlivesEnabled's
+	// race). They close at the end of the window, when routing has moved on.
 	l.state.Store(stateDraining)
 	l.track.stampEnds.Store(true)
-	// Hand keep-alive clients over: every HTTP/1 response from now on
-	// carries Connection: close, and idle connections close now, so clients
-	// reconnect (and land, once endpoints have caught up, on another pod).
-	for _, sv := range servers {
-		if !sv.probes {
-			sv.srv.SetKeepAlivesEnabled(false)
-		}
-	}
 	// Readiness is 503 from here on; the log line comes before anything
 	// else of the sequence can happen.
 	w := l.window()

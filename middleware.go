@@ -41,8 +41,8 @@ func (l *Lifecycle) instrument(srv *http.Server) {
 // While serving, its cost is one clock read and two uncontended lock pairs
 // per request, and no allocation (BenchmarkHandler). From the signal on it
 // also refuses new upgrades (WebSockets) with 503, so the client retries
-// elsewhere, and marks HTTP/2 responses Connection: close, which makes
-// net/http send GOAWAY once the response is written.
+// elsewhere, and marks every response Connection: close: an HTTP/1
+// connection closes after it, and net/http sends GOAWAY on an HTTP/2 one.
 func (l *Lifecycle) wrap(app http.Handler) http.Handler {
 	if app == nil {
 		app = http.DefaultServeMux
@@ -77,9 +77,10 @@ func (l *Lifecycle) refuse(w http.ResponseWriter, r *http.Request, st int32) boo
 		h.Set("Connection", "close")
 		http.Error(w, "lameduck: draining; upgrade on another instance", http.StatusServiceUnavailable)
 		return true
-	case r.ProtoMajor >= 2:
-		h.Set("Connection", "close") // net/http's HTTP/2 server turns this into GOAWAY
 	}
+	// HTTP/1: the connection closes after this response. HTTP/2: net/http
+	// turns the header into a GOAWAY once the response is written.
+	h.Set("Connection", "close")
 	return false
 }
 
