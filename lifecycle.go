@@ -49,6 +49,7 @@ type Lifecycle struct {
 	events  *Events
 	phase   atomic.Int32 // a Phase; only moves forward
 	state   atomic.Int32 // what the middleware does: serving, draining or rejecting
+	closing atomic.Bool  // teardown closed the listeners: Serve's accept error is expected
 	track   *tracker
 	probes  http.Handler
 	checks  *health.Checker
@@ -391,7 +392,7 @@ func (l *Lifecycle) Run(ctx context.Context) error {
 	var serving sync.WaitGroup
 	for _, s := range servers {
 		serving.Go(func() {
-			if err := s.srv.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := s.srv.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) && !l.closing.Load() {
 				serveErrs <- fmt.Errorf("lameduck: serve on %s: %w", s.ln.Addr(), err)
 			}
 		})

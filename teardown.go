@@ -106,6 +106,11 @@ func (l *Lifecycle) runHooks(hooks []namedFunc, deadline time.Time) error {
 	return nil
 }
 
+// acceptGrace bounds how long teardown lets connections accepted just
+// before the listeners closed have their first request read (at most a
+// tenth of the HTTP drain's budget).
+const acceptGrace = 250 * time.Millisecond
+
 // drainHTTP shuts the application's servers down and waits for their
 // tracked handlers until deadline; then it closes what is left by force,
 // names the requests it cut, and shuts the probe listener down.
@@ -146,6 +151,28 @@ func (l *Lifecycle) drainHTTP(servers []*server, serving *sync.WaitGroup, deadli
 		l.state.Store(stateRejecting)
 		l.track.waitIdle(ctx)
 	}
+	// Close the listeners first, then let the connections they accepted
+	// have their first request read (for at most acceptGrace), and only
+	// then call Shutdown: it drops any request it reads after it has begun,
+	// which a client that connected a moment before would see as an EOF.
+	l.closing.Store(true)
+	for _, s := range app {
+		_ = s.ln.Close()
+	}
+	graceCtx, cancelGrace := context.WithCancel(ctx)
+	graceTimer := l.clock.NewTimer(min(acceptGrace, deadline.Sub(began)/10))
+	var graceWG sync.WaitGroup
+	graceWG.Go(func() {
+		select {
+		case <-graceTimer.C():
+			cancelGrace()
+		case <-graceCtx.Done():
+		}
+	})
+	l.track.waitFresh(graceCtx)
+	graceTimer.Stop()
+	cancelGrace()
+	graceWG.Wait()
 	shutdown(app)
 	// Shutdown neither waits for nor closes hijacked connections, and
 	// returns at its deadline with handlers still running: wait for every

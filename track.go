@@ -33,6 +33,8 @@ type tracker struct {
 	touched   atomic.Int64  // offset of the last KeepAlive; 0 if none
 	anyHijack atomic.Bool   // some connection was hijacked: end() must forget it
 	hijacked  sync.Map      // net.Conn → struct{}: connections hijacked and not yet ended
+	fresh     sync.Map      // net.Conn → struct{}: accepted, no request read yet (StateNew)
+	nFresh    atomic.Int64  // entries in fresh
 	ended     chan struct{} // a request ended while stamping; capacity 1, never closed
 }
 
@@ -124,10 +126,7 @@ func (t *tracker) end(rec *reqRecord) {
 	*rec = reqRecord{shard: s}
 	t.pool.Put(rec)
 	if stamp {
-		select {
-		case t.ended <- struct{}{}:
-		default:
-		}
+		t.wake()
 	}
 }
 
@@ -148,10 +147,46 @@ func (t *tracker) touch() { t.touched.Store(int64(max(t.now(), 1))) }
 
 // connState is chained into every application server's ConnState: it notes
 // the connections that leave the server's care by Hijack (WebSockets).
+//
+// It also counts the connections accepted whose first request has not been
+// read (StateNew), so that teardown, having closed the listeners, can let
+// them be read before http.Server.Shutdown, which drops a request it reads
+// after it has begun.
 func (t *tracker) connState(c net.Conn, st http.ConnState) {
-	if st == http.StateHijacked {
+	switch st {
+	case http.StateNew:
+		t.fresh.Store(c, struct{}{})
+		t.nFresh.Add(1)
+		return
+	case http.StateHijacked:
 		t.anyHijack.Store(true)
 		t.hijacked.Store(c, struct{}{})
+	}
+	if t.nFresh.Load() > 0 {
+		if _, was := t.fresh.LoadAndDelete(c); was {
+			t.nFresh.Add(-1)
+			t.wake()
+		}
+	}
+}
+
+// wake tells a waiter (waitIdle, waitFresh) that something ended.
+func (t *tracker) wake() {
+	select {
+	case t.ended <- struct{}{}:
+	default:
+	}
+}
+
+// waitFresh waits until every accepted connection has had its first
+// request read (or closed), or ctx ends.
+func (t *tracker) waitFresh(ctx context.Context) {
+	for t.nFresh.Load() > 0 {
+		select {
+		case <-t.ended:
+		case <-ctx.Done():
+			return
+		}
 	}
 }
 
