@@ -62,9 +62,10 @@ var ErrInvalidConfig = errors.New("invalid configuration")
 // Durations in the environment are Go durations with a unit ("5s",
 // "250ms"); a bare number, a negative value or a zero teardown is an error
 // that names the variable, the value and the fix, never a silent zero. An
-// empty variable means unset. A variable that starts with the prefix but is
-// not a lameduck setting is an error too, so a misspelt name is not
-// silently ignored.
+// empty variable means unset. With the default prefix, a LAMEDUCK_ variable
+// that is not a lameduck setting is an error too, so a misspelt name is not
+// silently ignored; with a prefix the application chose, which its own
+// variables may share, no such check is made.
 type Config struct {
 	// EnvPrefix is the prefix of the environment variables read. Default
 	// "LAMEDUCK_".
@@ -332,7 +333,9 @@ func (c Config) resolve() (Config, error) {
 	}
 
 	// Unknown variables with our prefix: a typo must not be silently lost.
-	if c.Environ != nil {
+	// Only with lameduck's own prefix: an application that chose its own
+	// shares it with its own variables.
+	if c.Environ != nil && c.EnvPrefix == DefaultEnvPrefix {
 		for _, kv := range c.Environ() {
 			k, _, _ := strings.Cut(kv, "=")
 			name, ok := strings.CutPrefix(k, c.EnvPrefix)
@@ -412,7 +415,7 @@ func (c Config) resolve() (Config, error) {
 	boolean(&c.SendRetryAfter, "SEND_RETRY_AFTER")
 
 	joinFromEnv := positive(&c.JoinBudget, "JoinBudget", "JOIN_BUDGET", "")
-	if c.HookShare < 0 || c.HookShare >= 1 {
+	if !(c.HookShare >= 0 && c.HookShare < 1) { // NaN too
 		errs = append(errs, fmt.Errorf("lameduck: Config.HookShare=%g: must be in (0, 1): %w", c.HookShare, ErrInvalidConfig))
 	}
 	if v, ok := env("HOOK_SHARE"); ok && c.HookShare == 0 {
@@ -420,7 +423,7 @@ func (c Config) resolve() (Config, error) {
 		switch {
 		case err != nil:
 			bad("HOOK_SHARE", v, "not a number")
-		case f <= 0 || f >= 1:
+		case !(f > 0 && f < 1): // NaN and ±Inf too
 			bad("HOOK_SHARE", v, "must be between 0 and 1, exclusive")
 		default:
 			c.HookShare = f

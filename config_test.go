@@ -2,6 +2,7 @@ package lameduck_test
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -150,5 +151,27 @@ func TestBudgetLog(t *testing.T) {
 		if !strings.Contains(h.logs.String(), tc.want) {
 			t.Errorf("log lacks %q:\n%s", tc.want, h.logs)
 		}
+	}
+}
+
+func TestConfigHookShareRejectsNaN(t *testing.T) {
+	for _, v := range []string{"NaN", "Inf", "-Inf", "0", "1"} {
+		if _, err := newFromEnv(t, map[string]string{"LAMEDUCK_HOOK_SHARE": v}, lameduck.Config{}); !errors.Is(err, lameduck.ErrInvalidConfig) {
+			t.Errorf("LAMEDUCK_HOOK_SHARE=%s accepted", v)
+		}
+	}
+	if _, err := newFromEnv(t, nil, lameduck.Config{HookShare: math.NaN()}); !errors.Is(err, lameduck.ErrInvalidConfig) {
+		t.Error("Config.HookShare=NaN accepted")
+	}
+}
+
+func TestConfigOwnPrefixSharesTheApplicationsVariables(t *testing.T) {
+	lc, err := newFromEnv(t, map[string]string{"MYAPP_DATABASE_URL": "postgres://x", "MYAPP_SHUTDOWN_DELAY": "2s"},
+		lameduck.Config{EnvPrefix: "MYAPP_"})
+	if err != nil {
+		t.Fatalf("an application's own MYAPP_ variable was refused: %v", err)
+	}
+	if lc.Config().ShutdownDelay != 2*time.Second {
+		t.Fatal("MYAPP_SHUTDOWN_DELAY not read")
 	}
 }

@@ -434,3 +434,37 @@ func TestNoRequestFailsAtTheSignal(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestTLSConfigIsServedOverTLS(t *testing.T) {
+	ts := httptest.NewUnstartedServer(http.NotFoundHandler())
+	ts.EnableHTTP2 = true
+	ts.StartTLS() // only for its certificate and a client that trusts it
+	cfg := ts.TLS.Clone()
+	c := ts.Client()
+	ts.Close()
+	defer c.CloseIdleConnections()
+
+	h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.lc.AddServer(&http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, r.Proto, " ", r.TLS != nil)
+	}), TLSConfig: cfg}, ln)
+	h.run()
+	await(t, h.lc.Events().StartupDone)
+	resp, err := c.Get("https://" + ln.Addr().String() + "/api")
+	if err != nil {
+		t.Fatalf("https: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(b) != "HTTP/2.0 true" {
+		t.Fatalf("got %q, want HTTP/2 over TLS", b)
+	}
+	h.endWindow(time.Second)
+	if err := h.wait(); err != nil {
+		t.Fatal(err)
+	}
+}

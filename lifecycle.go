@@ -21,6 +21,10 @@ import (
 // fails. The process never reported ready.
 var ErrStartupFailed = errors.New("startup failed")
 
+// errInterrupted is runStartup's answer when the shutdown sequence started
+// before the boot finished: not a failure, but not a finished boot either.
+var errInterrupted = errors.New("lameduck: startup interrupted by shutdown")
+
 // ErrAlreadyRunning is returned by AddServer and AddStartupTask after Run
 // has started, and by a second call to Run.
 var ErrAlreadyRunning = errors.New("lameduck: the Lifecycle is already running")
@@ -146,7 +150,9 @@ func (l *Lifecycle) InFlight() []InFlightRequest { return l.track.snapshot() }
 // AddServer registers srv to be served by Run and shut down by the sequence.
 //
 // If ln is nil, Run binds srv.Addr (":http" when empty) over TCP; a bind
-// failure makes Run return at once. At Run, srv.Handler (or
+// failure makes Run return at once. When srv.TLSConfig is set, Run serves
+// TLS (ServeTLS with the certificates in TLSConfig: Certificates or
+// GetCertificate), HTTP/2 included; ln must then be a plain TCP listener. At Run, srv.Handler (or
 // http.DefaultServeMux when nil) is wrapped: requests to /healthz, /readyz,
 // /startupz and, when enabled, /prestop are answered by the probes (unless
 // Config.ProbeAddr moves them to their own listener), and every other
@@ -392,7 +398,13 @@ func (l *Lifecycle) Run(ctx context.Context) error {
 	var serving sync.WaitGroup
 	for _, s := range servers {
 		serving.Go(func() {
-			if err := s.srv.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) && !l.closing.Load() {
+			serve := s.srv.Serve
+			if s.srv.TLSConfig != nil {
+				// Certificates come from TLSConfig (Certificates or
+				// GetCertificate); HTTP/2 is negotiated as ServeTLS does.
+				serve = func(ln net.Listener) error { return s.srv.ServeTLS(ln, "", "") }
+			}
+			if err := serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) && !l.closing.Load() {
 				serveErrs <- fmt.Errorf("lameduck: serve on %s: %w", s.ln.Addr(), err)
 			}
 		})
@@ -412,16 +424,16 @@ wait:
 		select {
 		case err := <-startupDone:
 			startupOver = true
-			if err != nil {
+			switch {
+			case errors.Is(err, errInterrupted):
+				// The sequence has started; the next turn sees it.
+			case err != nil:
 				fatal = err
 				l.begin("startup failed", false)
 				break wait
-			}
-			if l.phase.CompareAndSwap(int32(PhaseStarting), int32(PhaseServing)) {
+			case l.phase.CompareAndSwap(int32(PhaseStarting), int32(PhaseServing)):
 				l.events.StartupDone.fire(l.clock.Now())
 				l.log.Info("lameduck: serving — /startupz and /readyz now 200", "startup_tasks", len(tasks))
-			} else {
-				l.events.StartupDone.fire(l.clock.Now())
 			}
 		case err := <-serveErrs:
 			fatal = err
@@ -496,7 +508,7 @@ func (l *Lifecycle) runStartup(tasks []startupTask) error {
 			if l.startCx.Err() != nil {
 				// Interrupted by the signal: not a failure of the task.
 				l.log.Info("lameduck: startup task interrupted by shutdown", "task", t.name, "error", err.Error(), "took", took.Round(time.Millisecond).String())
-				return nil
+				return errInterrupted
 			}
 			err = fmt.Errorf("lameduck: startup task %q: %w: %w", t.name, ErrStartupFailed, err)
 			l.log.Error(err.Error(), "task", t.name, "took", took.Round(time.Millisecond).String())
@@ -504,7 +516,7 @@ func (l *Lifecycle) runStartup(tasks []startupTask) error {
 		}
 		l.log.Info("lameduck: startup task done", "task", t.name, "took", took.Round(time.Millisecond).String())
 		if l.startCx.Err() != nil {
-			return nil
+			return errInterrupted // the tasks after it are skipped
 		}
 	}
 	return nil

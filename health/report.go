@@ -1,6 +1,7 @@
 package health
 
 import (
+	"fmt"
 	"bytes"
 	"encoding/json"
 	"net/http"
@@ -124,10 +125,22 @@ func Render(info *Info, rep Report) []byte {
 
 // envelopeFields merges info.Fields() and rep.Fields (rep's win a clash)
 // and returns the merged keys, sorted, without the reserved ones.
+// callFields calls the application's Fields, recovering a panic: a broken
+// field must never break a probe (liveness least of all). The panic is
+// reported in the body as {"fields_error":"panic: <value>"}.
+func callFields(f func() map[string]any) (m map[string]any) {
+	defer func() {
+		if v := recover(); v != nil {
+			m = map[string]any{"fields_error": fmt.Sprintf("panic: %v", v)}
+		}
+	}()
+	return f()
+}
+
 func envelopeFields(info *Info, rep Report, reserved []string) ([]string, map[string]any) {
 	var extra map[string]any
 	if info != nil && info.Fields != nil {
-		extra = info.Fields()
+		extra = callFields(info.Fields)
 	}
 	if len(extra) == 0 && len(rep.Fields) == 0 {
 		return nil, nil

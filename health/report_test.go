@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/lameduck/lameduck/health"
@@ -96,5 +97,15 @@ func TestBuildInfo(t *testing.T) {
 	v, c := health.BuildInfo()
 	if v == "" || c == "" {
 		t.Fatalf("BuildInfo() = %q, %q; want non-empty words", v, c)
+	}
+}
+
+func TestPanickingFieldsNeverBreakAProbe(t *testing.T) {
+	info := &health.Info{Fields: func() map[string]any { panic("nil map") }}
+	rec := httptest.NewRecorder()
+	health.Handler(info, func(*http.Request) health.Report { return health.Report{Status: health.StatusOK} }).
+		ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
+	if rec.Code != 200 || !strings.Contains(rec.Body.String(), `"fields_error":"panic: nil map"`) {
+		t.Fatalf("%d %s", rec.Code, rec.Body)
 	}
 }
