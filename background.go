@@ -246,15 +246,17 @@ func (l *Lifecycle) join(budget time.Duration) bool {
 	case <-t.C():
 		clean = false
 	}
+	used := l.bg.used()
 	running, n := l.bg.close()
 	_, ended1 := l.bg.count()
 	joined := ended1 - ended0 // includes writes asked for during the join
 	took := l.clock.Now().Sub(began).Round(time.Millisecond)
 	if n > 0 {
 		clean = false
+		budget = budget.Round(time.Millisecond)
 		l.log.Warn(fmt.Sprintf("lameduck: join: %s spent; still running: %s", budget, running),
 			"budget", budget.String(), "joined", joined, "still_running", n)
-	} else {
+	} else if used {
 		l.log.Info(fmt.Sprintf("lameduck: join done — every background task finished (%d joined)", joined),
 			"took", took.String(), "joined", joined, "waited_for", waiting)
 	}

@@ -183,7 +183,8 @@ type Config struct {
 	// address (such as ":9090") instead of on every server registered with
 	// AddServer. The default, probes on the application's own listener,
 	// makes liveness prove that listener answers. The probe listener closes
-	// last, after the application's servers have drained. Env: PROBE_ADDR.
+	// after the application's servers have drained (before the background
+	// join and the closers). Env: PROBE_ADDR.
 	ProbeAddr string
 
 	// Version and Commit are written into every probe body. Default: read

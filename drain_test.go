@@ -125,7 +125,7 @@ func TestIdleDrainKeepAliveAndBound(t *testing.T) {
 	if got := windowLength(t, h.lc); got != 6*time.Second {
 		t.Fatalf("window %s, want the 6s bound", got)
 	}
-	if !strings.Contains(h.logs.String(), "idle drain bound 6s reached with traffic still moving") {
+	if !strings.Contains(h.logs.String(), "idle drain bound 6s reached (traffic within the last 3s); tearing down") {
 		t.Fatalf("the log does not say the bound ended the wait:\n%s", h.logs)
 	}
 }

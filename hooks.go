@@ -12,11 +12,11 @@ type namedFunc struct {
 	fn   func(context.Context) error
 }
 
-// AddDrainHook registers a named drain step that teardown runs, and waits
-// for, before the HTTP drain and the background join: a job dispatcher
-// releasing its claims, a run console finishing its runs (seed 004, "The
-// shutdown sequence"). Hooks run one after the other in the order they were
-// added.
+// AddDrainHook registers a named drain step that teardown runs when the
+// lame-duck window ends, beside the HTTP drain, and waits for before the
+// background join: a job dispatcher releasing its claims, a run console
+// finishing its runs (seed 004, "The shutdown sequence"). Hooks run one
+// after the other in the order they were added.
 //
 // Together they get at most Config.HookShare (default ⅔) of the teardown
 // budget, so in-flight HTTP requests keep the rest; ctx carries that

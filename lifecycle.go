@@ -36,12 +36,16 @@ var ErrAlreadyRunning = errors.New("lameduck: the Lifecycle is already running")
 // sequence of the platform guide (seed 004, "The shutdown sequence"):
 //
 //  1. /readyz answers 503 draining at once, before any wait, and one log
-//     line says so with the window's length;
-//  2. the lame-duck window (Config.ShutdownDelay): the application keeps
-//     serving normally, new connections are accepted, /healthz stays 200;
-//  3. teardown: http.Server.Shutdown of every registered server under one
-//     budget (Config.ShutdownTeardown); what is left at the budget is closed
-//     by force and named in the log (method, path, age).
+//     line says so with the window's length; responses from now on carry
+//     Connection: close, so keep-alive clients move to other pods;
+//  2. the lame-duck window (Config.ShutdownDelay, or until traffic is idle
+//     in DrainIdle mode): the application keeps serving normally, new
+//     connections are accepted, /healthz stays 200;
+//  3. teardown, under one budget (Config.ShutdownTeardown): the drain hooks
+//     beside the HTTP drain (listeners close, http.Server.Shutdown, a wait
+//     for every handler, WebSockets included; what is left at the budget is
+//     closed by force and named in the log: method, path, age), then the
+//     background join (GoWrite, GoLoop) and the closers.
 //
 // Create one with [New]; the zero value is not usable. A Lifecycle runs
 // once. All methods are safe for concurrent use.
@@ -303,7 +307,8 @@ func sigName(sig os.Signal) string {
 //     phase becomes serving;
 //  4. wait for SIGTERM or SIGINT, GET /prestop, BeginShutdown, the
 //     cancellation of ctx, or a server that stops with an error;
-//  5. run the sequence: readiness 503, the lame-duck window, teardown.
+//  5. run the sequence: readiness 503, the lame-duck window, teardown
+//     (hooks beside the HTTP drain, the join, the closers).
 //
 // Run returns only when the sequence has finished, never early on
 // http.ErrServerClosed. It returns nil after a clean drain; an error wrapping
@@ -534,7 +539,7 @@ func (l *Lifecycle) callStartup(t startupTask) (err error) {
 // awaitStartup waits for startup tasks that are still running after the
 // teardown, up to the end of the overall bound.
 func (l *Lifecycle) awaitStartup(done <-chan struct{}, start time.Time) {
-	left := start.Add(l.window() + l.cfg.ShutdownTeardown).Sub(l.clock.Now())
+	left := start.Add(l.cfg.maxWindow() + l.cfg.ShutdownTeardown).Sub(l.clock.Now())
 	t := l.clock.NewTimer(left)
 	defer t.Stop()
 	select {

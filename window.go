@@ -36,7 +36,11 @@ func (l *Lifecycle) lameDuckWindow(start time.Time) {
 		now := l.clock.Now()
 		if !now.Before(bound) {
 			busy, last := l.track.activity()
-			l.log.Warn(fmt.Sprintf("lameduck: idle drain bound %s reached with traffic still moving; tearing down", l.cfg.DrainTimeout),
+			why := fmt.Sprintf("%d request(s) still in flight", busy)
+			if busy == 0 {
+				why = "traffic within the last " + l.cfg.IdleWindow.String()
+			}
+			l.log.Warn(fmt.Sprintf("lameduck: idle drain bound %s reached (%s); tearing down", l.cfg.DrainTimeout, why),
 				"in_flight", busy, "last_activity_ago", now.Sub(last).Round(time.Millisecond).String(),
 				"setting", l.cfg.EnvPrefix+"DRAIN_TIMEOUT")
 			return

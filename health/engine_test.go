@@ -469,3 +469,34 @@ func TestBoundaryIsOneObservation(t *testing.T) {
 		t.Fatal("no ping returned well before its deadline; the test proves nothing")
 	}
 }
+
+// A slow check that honours its context times out once per probe but is
+// never captive: its timeout is logged once, and no "captive check
+// returned" line follows each probe (a hostile review found one per probe).
+func TestSlowButHonestCheckIsNotCaptive(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var logs logBuf
+		c := health.NewChecker(health.CheckerOptions{Logger: logs.logger(), DefaultTimeout: time.Second})
+		mustAdd(t, c, health.Check{Name: "search", Func: func(ctx context.Context) error {
+			select {
+			case <-time.After(2 * time.Second):
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}})
+		for range 5 {
+			rep := mustRun(t, c, t.Context())
+			if !strings.HasPrefix(rep.Checks["search"], "timeout") {
+				t.Fatalf("search: %q", rep.Checks["search"])
+			}
+			synctest.Wait()
+		}
+		if n := logs.count("captive check returned"); n != 0 {
+			t.Errorf("%d captive lines for a check that honours its context:\n%s", n, logs.String())
+		}
+		if n := logs.count("check=search"); n != 1 {
+			t.Errorf("%d lines about search, want 1 (the timeout):\n%s", n, logs.String())
+		}
+	})
+}

@@ -208,7 +208,12 @@ func (cs *checkState) finish(f *flight, o Outcome, text, logText string, pv any,
 	cs.mu.Lock()
 	select {
 	case <-f.decided: // too late: the probes were told "timeout"
-		line = cs.lateLine(now.Sub(f.start), logText)
+		// A ping that returned as its deadline passed honoured its context:
+		// the timeout was its one transition. Only one that held on past
+		// the deadline was captive, and its return is worth a line.
+		if dl, ok := f.ctx.Deadline(); !ok || now.Sub(dl) > captiveSlack {
+			line = cs.lateLine(now.Sub(f.start), logText)
+		}
 	default:
 		v := &f.verdict
 		v.Name, v.Outcome, v.Text, v.Critical = cs.Name, o, text, cs.Critical
@@ -240,6 +245,10 @@ func (cs *checkState) changedLocked(o Outcome, logText string, stack []byte) *lo
 	}
 	return transition(&cs.last, "check", cs.Name, cs.Critical, o, logText)
 }
+
+// captiveSlack is how long past its deadline a ping may return and still
+// count as having honoured its context rather than as captive.
+const captiveSlack = 100 * time.Millisecond
 
 // lateLine is the line for a captive ping that returned after its
 // verdict, "timeout", was out.
