@@ -53,7 +53,7 @@ func TestIdleDrainWaitsOutTheDelayWhenIdle(t *testing.T) {
 	if got := windowLength(t, h.lc); got != 2*time.Second {
 		t.Fatalf("window %s, want the 2s delay", got)
 	}
-	if !strings.Contains(h.logs.String(), "idle drain done — no traffic for 3s") {
+	if !strings.Contains(h.logs.String(), "idle drain done — no application traffic since the start; the shutdown delay has passed") {
 		t.Fatalf("the log does not say idleness ended the wait:\n%s", h.logs)
 	}
 }

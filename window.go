@@ -53,7 +53,11 @@ func (l *Lifecycle) lameDuckWindow(start time.Time) {
 				end = min
 			}
 			if !now.Before(end) {
-				l.log.Info("lameduck: idle drain done — no traffic for "+idle.String(),
+				msg := "lameduck: idle drain done — no traffic for " + idle.String()
+				if last.IsZero() {
+					msg = "lameduck: idle drain done — no application traffic since the start; the shutdown delay has passed"
+				}
+				l.log.Info(msg,
 					"since_signal", now.Sub(start).Round(time.Millisecond).String(), "idle_window", idle.String())
 				return
 			}
