@@ -84,7 +84,10 @@ func TestCensus(t *testing.T) {
 		}
 	}()
 	<-inReq
-	h.endWindow(time.Second)
+	h.lc.BeginShutdown("test")
+	h.timers(2) // the write's own deadline and the window
+	h.clock.Advance(time.Second)
+	await(t, h.lc.Events().WindowEnded)
 	<-inHook
 	look() // in a drain hook
 	close(hook)

@@ -468,3 +468,152 @@ func TestTLSConfigIsServedOverTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestOneServerOnTwoListeners(t *testing.T) {
+	h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second})
+	srv := &http.Server{Handler: okHandler}
+	var bases []string
+	for range 2 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.lc.AddServer(srv, ln)
+		bases = append(bases, "http://"+ln.Addr().String())
+	}
+	h.run()
+	await(t, h.lc.Events().StartupDone)
+	for range 20 {
+		for _, b := range bases {
+			c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+			if p := get(t, c, b+"/api"); p.code != 200 {
+				t.Fatalf("%s: %d", b, p.code)
+			}
+		}
+	}
+	if n := len(h.lc.InFlight()); n != 0 {
+		t.Fatalf("%d requests still tracked", n)
+	}
+	// Every connection was closed, so no silent one is left to wait for:
+	// Run returns without the accept grace's timer being advanced.
+	h.endWindow(time.Second)
+	if err := h.wait(); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(h.logs.String(), "sent no request") {
+		t.Fatalf("a closed connection was counted as silent (a server instrumented twice):\n%s", h.logs)
+	}
+}
+
+// failingListener fails for good once told to.
+type failingListener struct {
+	net.Listener
+	fail chan struct{}
+}
+
+func (l failingListener) Accept() (net.Conn, error) {
+	type res struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() { c, err := l.Listener.Accept(); ch <- res{c, err} }()
+	select {
+	case r := <-ch:
+		return r.c, r.err
+	case <-l.fail:
+		l.Listener.Close()
+		return nil, fmt.Errorf("accept: the network went away")
+	}
+}
+
+func TestServeErrorDuringTheSequenceIsReturned(t *testing.T) {
+	h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl := failingListener{ln, make(chan struct{})}
+	h.lc.AddServer(&http.Server{Handler: okHandler}, fl)
+	h.run()
+	await(t, h.lc.Events().StartupDone)
+	h.lc.BeginShutdown("test")
+	close(fl.fail)
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(h.logs.String(), "the network went away"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the serve error was not logged when it happened:\n%s", h.logs)
+		}
+		runtime.Gosched()
+	}
+	h.timers(1)
+	h.clock.Advance(time.Second)
+	err = h.wait()
+	if err == nil || !strings.Contains(err.Error(), "the network went away") {
+		t.Fatalf("Run = %v, want the serve error", err)
+	}
+	if !strings.Contains(h.logs.String(), "the network went away") {
+		t.Fatalf("the serve error was not logged:\n%s", h.logs)
+	}
+}
+
+func TestSilentConnectionsDoNotHoldTheDrain(t *testing.T) {
+	h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 10 * time.Second})
+	base := h.serve(okHandler)
+	h.run()
+	await(t, h.lc.Events().StartupDone)
+	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprint(conn, "GET /api HTTP/1.1\r\nHost: x\r\n") // half a header, then silence
+	h.endWindow(time.Second)
+	h.timers(2) // the HTTP drain's deadline and the accept grace
+	h.clock.Advance(250 * time.Millisecond)
+	if err := h.wait(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(h.logs.String(), "closed connection(s) that had sent no request\" silent=1") {
+		t.Fatalf("the silent connection is not named:\n%s", h.logs)
+	}
+	if s, _ := h.lc.Events().WindowEnded.At(); true {
+		e, _ := h.lc.Events().HTTPDrained.At()
+		if e.Sub(s) != 250*time.Millisecond {
+			t.Fatalf("the drain took %s on the clock, want the 250ms grace", e.Sub(s))
+		}
+	}
+}
+
+// valueConn is a net.Conn whose dynamic type cannot be a map key.
+type valueConn struct {
+	net.Conn
+	tags []string
+}
+
+type valueListener struct{ net.Listener }
+
+func (l valueListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return valueConn{Conn: c, tags: []string{"x"}}, nil
+}
+
+func TestUnhashableConnectionsAreServed(t *testing.T) {
+	h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.lc.AddServer(&http.Server{Handler: okHandler}, valueListener{ln})
+	h.run()
+	await(t, h.lc.Events().StartupDone)
+	if p := get(t, client(t), "http://"+ln.Addr().String()+"/api"); p.code != 200 {
+		t.Fatalf("%d", p.code)
+	}
+	h.endWindow(time.Second)
+	if err := h.wait(); err != nil {
+		t.Fatal(err)
+	}
+}

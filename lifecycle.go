@@ -36,8 +36,10 @@ var ErrAlreadyRunning = errors.New("lameduck: the Lifecycle is already running")
 // sequence of the platform guide (seed 004, "The shutdown sequence"):
 //
 //  1. /readyz answers 503 draining at once, before any wait, and one log
-//     line says so with the window's length; responses from now on carry
-//     Connection: close, so keep-alive clients move to other pods;
+//     line says so with the window's length; responses to requests that
+//     arrive from now on carry Connection: close, so keep-alive clients move
+//     to other pods (a connection idle through the whole window closes at
+//     its end, when net/http's Shutdown closes idle connections);
 //  2. the lame-duck window (Config.ShutdownDelay, or until traffic is idle
 //     in DrainIdle mode): the application keeps serving normally, new
 //     connections are accepted, /healthz stays 200;
@@ -83,6 +85,7 @@ type server struct {
 	srv    *http.Server
 	ln     net.Listener
 	probes bool // the Config.ProbeAddr listener: shut down last
+	tls    bool // served with ServeTLS; decided before any Serve runs
 }
 
 type startupTask struct {
@@ -391,11 +394,17 @@ func (l *Lifecycle) Run(ctx context.Context) error {
 		}
 		s.ln = ln
 	}
+	// One *http.Server may be registered on several listeners (IPv4 and
+	// IPv6, say): instrument it once, and decide TLS before any Serve runs
+	// (net/http's HTTP/2 setup writes TLSConfig).
+	instrumented := map[*http.Server]bool{}
 	for _, s := range servers {
-		if !s.probes {
+		s.tls = s.srv.TLSConfig != nil
+		if !s.probes && !instrumented[s.srv] {
+			instrumented[s.srv] = true
 			l.instrument(s.srv)
 		}
-		l.log.Info("lameduck: listening", "addr", s.ln.Addr().String(), "probes", s.probes || l.cfg.ProbeAddr == "")
+		l.log.Info("lameduck: listening", "addr", s.ln.Addr().String(), "tls", s.tls, "probes", s.probes || l.cfg.ProbeAddr == "")
 	}
 
 	// 3. Serve.
@@ -404,13 +413,15 @@ func (l *Lifecycle) Run(ctx context.Context) error {
 	for _, s := range servers {
 		serving.Go(func() {
 			serve := s.srv.Serve
-			if s.srv.TLSConfig != nil {
+			if s.tls {
 				// Certificates come from TLSConfig (Certificates or
 				// GetCertificate); HTTP/2 is negotiated as ServeTLS does.
 				serve = func(ln net.Listener) error { return s.srv.ServeTLS(ln, "", "") }
 			}
 			if err := serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) && !l.closing.Load() {
-				serveErrs <- fmt.Errorf("lameduck: serve on %s: %w", s.ln.Addr(), err)
+				err = fmt.Errorf("lameduck: serve on %s: %w", s.ln.Addr(), err)
+				l.log.Error(err.Error())
+				serveErrs <- err
 			}
 		})
 	}
@@ -442,7 +453,6 @@ wait:
 			}
 		case err := <-serveErrs:
 			fatal = err
-			l.log.Error(err.Error())
 			l.begin("server failed", false)
 			break wait
 		case <-l.events.ShutdownInitiated.Done():
@@ -456,6 +466,10 @@ wait:
 	l.events.WindowEnded.fire(l.clock.Now())
 	l.phase.Store(int32(PhaseStopping))
 	err := l.teardown(servers, &serving)
+	// A server that failed during the sequence (the wait loop had left).
+	for len(serveErrs) > 0 {
+		fatal = errors.Join(fatal, <-serveErrs) // logged where it happened
+	}
 	if !startupOver {
 		l.awaitStartup(startupRunning, start)
 	}

@@ -41,8 +41,11 @@ func (l *Lifecycle) instrument(srv *http.Server) {
 // While serving, its cost is one clock read and two uncontended lock pairs
 // per request, and no allocation (BenchmarkHandler). From the signal on it
 // also refuses new upgrades (WebSockets) with 503, so the client retries
-// elsewhere, and marks every response Connection: close: an HTTP/1
-// connection closes after it, and net/http sends GOAWAY on an HTTP/2 one.
+// elsewhere, and marks the response to every request that arrives from then
+// on Connection: close: an HTTP/1 connection closes after it, and net/http
+// sends GOAWAY on an HTTP/2 one. (A response to a request already in flight
+// at the signal is not marked: its headers are the handler's to write; the
+// connection's next request is.)
 func (l *Lifecycle) wrap(app http.Handler) http.Handler {
 	if app == nil {
 		app = http.DefaultServeMux

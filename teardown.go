@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -139,8 +140,12 @@ func (l *Lifecycle) drainHTTP(servers []*server, serving *sync.WaitGroup, deadli
 	}
 	shutdown := func(group []*server) {
 		var wg sync.WaitGroup
+		seen := map[*http.Server]bool{}
 		for _, s := range group {
-			wg.Go(func() { _ = s.srv.Shutdown(ctx) })
+			if !seen[s.srv] { // a server on two listeners shuts down once
+				seen[s.srv] = true
+				wg.Go(func() { _ = s.srv.Shutdown(ctx) })
+			}
 		}
 		wg.Wait()
 	}
@@ -173,6 +178,12 @@ func (l *Lifecycle) drainHTTP(servers []*server, serving *sync.WaitGroup, deadli
 	graceTimer.Stop()
 	cancelGrace()
 	graceWG.Wait()
+	// What is still silent after the grace has sent no request (an idle
+	// preconnect, a stalled TLS handshake, a half-sent header): Shutdown
+	// would wait up to 5s for each, so close them now and say so.
+	if n := l.track.closeFresh(); n > 0 {
+		l.log.Info("lameduck: closed connection(s) that had sent no request", "silent", n)
+	}
 	shutdown(app)
 	// Shutdown neither waits for nor closes hijacked connections, and
 	// returns at its deadline with handlers still running: wait for every
@@ -180,7 +191,8 @@ func (l *Lifecycle) drainHTTP(servers []*server, serving *sync.WaitGroup, deadli
 	l.track.waitIdle(ctx)
 
 	var cut []InFlightRequest
-	if ctx.Err() != nil {
+	forced := ctx.Err() != nil
+	if forced {
 		cut = l.track.snapshot()
 		for _, s := range app {
 			_ = s.srv.Close()
@@ -199,6 +211,11 @@ func (l *Lifecycle) drainHTTP(servers []*server, serving *sync.WaitGroup, deadli
 	took := l.clock.Now().Sub(began).Round(time.Millisecond)
 
 	if len(cut) == 0 {
+		if forced {
+			l.log.Warn("lameduck: HTTP drain budget spent waiting for connections that sent no request; closed them",
+				"took", took.String())
+			return nil
+		}
 		l.log.Info("lameduck: HTTP drain done — every in-flight request finished", "took", took.String())
 		return nil
 	}

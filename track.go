@@ -99,9 +99,7 @@ func (t *tracker) begin(r *http.Request) *reqRecord {
 // end removes rec from the in-flight set and recycles it.
 func (t *tracker) end(rec *reqRecord) {
 	if t.anyHijack.Load() {
-		if c := connOf(rec.req); c != nil {
-			t.hijacked.Delete(c)
-		}
+		t.forgetHijack(rec.req)
 	}
 	var now time.Duration
 	stamp := t.stampEnds.Load()
@@ -142,6 +140,14 @@ func (t *tracker) waitIdle(ctx context.Context) {
 	}
 }
 
+// forgetHijack drops r's connection from the hijacked set.
+func (t *tracker) forgetHijack(r *http.Request) {
+	if c := connOf(r); c != nil {
+		defer func() { _ = recover() }() // an unhashable net.Conn is never tracked
+		t.hijacked.Delete(c)
+	}
+}
+
 // touch moves the idle clock to now (Lifecycle.KeepAlive).
 func (t *tracker) touch() { t.touched.Store(int64(max(t.now(), 1))) }
 
@@ -153,6 +159,11 @@ func (t *tracker) touch() { t.touched.Store(int64(max(t.now(), 1))) }
 // them be read before http.Server.Shutdown, which drops a request it reads
 // after it has begun.
 func (t *tracker) connState(c net.Conn, st http.ConnState) {
+	defer func() {
+		// A net.Conn whose dynamic type cannot be a map key (a struct
+		// value holding a slice) is not tracked; it must not crash.
+		_ = recover()
+	}()
 	switch st {
 	case http.StateNew:
 		t.fresh.Store(c, struct{}{})
@@ -168,6 +179,20 @@ func (t *tracker) connState(c net.Conn, st http.ConnState) {
 			t.wake()
 		}
 	}
+}
+
+// closeFresh closes every connection that has sent no request yet and
+// returns how many it closed.
+func (t *tracker) closeFresh() int {
+	n := 0
+	t.fresh.Range(func(k, _ any) bool {
+		if c, ok := k.(net.Conn); ok {
+			_ = c.Close()
+			n++
+		}
+		return true
+	})
+	return n
 }
 
 // wake tells a waiter (waitIdle, waitFresh) that something ended.
@@ -190,7 +215,7 @@ func (t *tracker) waitFresh(ctx context.Context) {
 	}
 }
 
-func (t *tracker) isHijacked(r *http.Request) bool {
+func (t *tracker) isHijacked(r *http.Request) (ok bool) {
 	if !t.anyHijack.Load() {
 		return false
 	}
@@ -198,7 +223,8 @@ func (t *tracker) isHijacked(r *http.Request) bool {
 	if c == nil {
 		return false
 	}
-	_, ok := t.hijacked.Load(c)
+	defer func() { _ = recover() }() // an unhashable net.Conn is never tracked
+	_, ok = t.hijacked.Load(c)
 	return ok
 }
 
