@@ -1,6 +1,9 @@
-// Package lameducktest helps test code that uses lameduck: a fake [Clock]
-// that tests advance by hand, so a lame-duck window of 5s or a teardown
-// budget of 30s passes in microseconds and exactly.
+// Package lameducktest helps test code that uses lameduck, so a service's
+// own drain is tested exactly and fast: a fake [Clock] that tests advance by
+// hand (a lame-duck window of 5s or a teardown budget of 30s passes in
+// microseconds and exactly), [New] for a Lifecycle on that clock with no
+// signals and no environment, [Start] to run it, and [EndWindow] to take it
+// through the window.
 //
 // It imports only the standard library and lameduck.
 package lameducktest
