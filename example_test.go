@@ -2,6 +2,7 @@ package lameduck_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lameduck/lameduck"
+	"github.com/lameduck/lameduck/health"
 )
 
 // A service registers its server and startup work, then Run serves until the
@@ -65,4 +67,76 @@ func ExampleNew_badSetting() {
 	fmt.Println(err)
 	// Output:
 	// lameduck: LAMEDUCK_SHUTDOWN_DELAY="5": a duration needs a unit (write 5s or 5ms); set it to a Go duration with a unit, such as "5s", or unset it: invalid configuration
+}
+
+// Critical checks gate readiness; the others only make it "degraded", still
+// 200, so an outage of a shared dependency never empties the Service.
+func ExampleLifecycle_AddCheck() {
+	lc, err := lameduck.New(lameduck.Config{
+		Version: "v1.2.0", Commit: "a984b10",
+		LookupEnv:     func(string) (string, bool) { return "", false },
+		Logger:        slog.New(slog.DiscardHandler),
+		IgnoreSignals: true,
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	lc.AddCheck(health.Check{Name: "db", Critical: true, Func: func(ctx context.Context) error { return nil }})
+	lc.AddCheck(health.Check{Name: "cache", Func: func(ctx context.Context) error {
+		return errors.New("dial tcp 10.0.0.9:6379: connection refused")
+	}})
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	lc.AddServer(&http.Server{Handler: http.NotFoundHandler()}, ln)
+	go func() {
+		<-lc.Events().StartupDone.Done()
+		for _, path := range []string{"/readyz", "/readyz?verbose"} {
+			rec := httptest.NewRecorder()
+			lc.ProbeHandler().ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+			fmt.Print(rec.Code, " ", rec.Body.String())
+		}
+		lc.BeginShutdown("example")
+	}()
+	lc.Run(context.Background())
+	// Output:
+	// 200 {"status":"degraded","version":"v1.2.0","commit":"a984b10","phase":"serving","checks":{"cache":"error: dial tcp 10.0.0.9:6379: connection refused","db":"ok"}}
+	// 200 [-]cache failed: error: dial tcp 10.0.0.9:6379: connection refused
+	// [+]db ok
+	// readyz check passed
+}
+
+// A best-effort write started by a request (an audit row) is joined by the
+// shutdown instead of cut, and a loop's context ends at the signal.
+func ExampleLifecycle_GoWrite() {
+	lc, err := lameduck.New(lameduck.Config{
+		LookupEnv:     func(string) (string, bool) { return "", false },
+		Logger:        slog.New(slog.DiscardHandler),
+		IgnoreSignals: true,
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	released := make(chan struct{})
+	lc.GoLoop("lease", func(ctx context.Context) error {
+		<-ctx.Done() // cancelled at the signal; the join waits for the return
+		close(released)
+		return nil
+	})
+	lc.BeginShutdown("example")
+	<-released
+	fmt.Println("lease released at the signal")
+	err = lc.GoLoop("late-sweep", func(context.Context) error { return nil })
+	fmt.Println("a new loop after the signal is refused:", errors.Is(err, lameduck.ErrShuttingDown))
+	err = lc.GoWrite("audit-row", 5*time.Second, func(ctx context.Context) error { return nil })
+	fmt.Println("a write after the signal is accepted:", err == nil)
+	fmt.Println("Run:", lc.Run(context.Background())) // joins the write
+	err = lc.GoWrite("too-late", time.Second, func(ctx context.Context) error { return nil })
+	fmt.Println("a write after the join is refused:", errors.Is(err, lameduck.ErrJoined))
+	// Output:
+	// lease released at the signal
+	// a new loop after the signal is refused: true
+	// a write after the signal is accepted: true
+	// Run: <nil>
+	// a write after the join is refused: true
 }
