@@ -74,7 +74,13 @@ func HTTPGet(rawURL string, client *http.Client) func(ctx context.Context) error
 		return func(context.Context) error { return err }
 	}
 	if client == nil {
-		client = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		// A transport of its own without keep-alives: every ping dials
+		// afresh (which is what a readiness check should prove), and no
+		// idle connection's goroutines outlive the call.
+		client = &http.Client{
+			Transport:     &http.Transport{Proxy: http.ProxyFromEnvironment, DisableKeepAlives: true},
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		}
 	}
 	target := u.String()
 	return func(ctx context.Context) error {

@@ -103,8 +103,12 @@ type CheckerOptions struct {
 	// from LAMEDUCK_CHECK_TIMEOUT.
 	DefaultTimeout time.Duration
 	// OnPanic, when set, receives every panic recovered from a check or a
-	// gate: the check's name, the value passed to panic (for a check that
-	// called runtime.Goexit, a string saying so) and the goroutine's stack.
+	// gate (or from the Error method of the error a check returned): the
+	// check's name, the value passed to panic (for a check that called
+	// runtime.Goexit, a string saying so) and the goroutine's stack. It is
+	// not called again for a check while an earlier call for that check is
+	// still running, so a hook that blocks costs one goroutine, not one per
+	// probe; the panics it misses are still logged and reported in bodies.
 	// Wire it to the error tracker (seed 004: "The panic is also sent to the
 	// error tracker"). It is called once per panic, from the goroutine that
 	// ran the check, after the probes waiting on that ping have their
@@ -147,6 +151,8 @@ type Checker struct {
 
 	mu  sync.Mutex               // serialises writers of reg
 	reg atomic.Pointer[registry] // copy-on-write; nil means empty
+
+	hooking sync.Map // check name → *atomic.Bool: an OnPanic call for it is running
 }
 
 // registry is an immutable snapshot of the registered checks and gates.

@@ -500,3 +500,54 @@ func TestSlowButHonestCheckIsNotCaptive(t *testing.T) {
 		}
 	})
 }
+
+type nilErr struct{ msg string }
+
+func (e *nilErr) Error() string { return e.msg } // panics on a nil *nilErr
+
+// A check that returns a typed nil error (a classic driver-wrapper bug)
+// made the error's own Error method panic inside the ping's publication,
+// outside any recover: the process died. It is a panic of the check.
+func TestTypedNilErrorIsAPanicNotACrash(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var got atomic.Value
+		c := health.NewChecker(health.CheckerOptions{Logger: quiet(), OnPanic: func(name string, v any, _ []byte) { got.Store(name) }})
+		mustAdd(t, c, health.Check{Name: "db", Critical: true, Func: func(context.Context) error {
+			var e *nilErr
+			return e
+		}})
+		rep := mustRun(t, c, t.Context())
+		if rep.Status != health.StatusFailed || !strings.HasPrefix(rep.Checks["db"], "panic: ") ||
+			!strings.Contains(rep.Checks["db"], "*health_test.nilErr") {
+			t.Fatalf("%+v", rep)
+		}
+		synctest.Wait()
+		if got.Load() != "db" {
+			t.Fatal("OnPanic not called")
+		}
+	})
+}
+
+// An OnPanic hook that blocks must not keep a goroutine per probe alive.
+func TestBlockingOnPanicCostsOneGoroutine(t *testing.T) {
+	release := make(chan struct{})
+	c := health.NewChecker(health.CheckerOptions{Logger: quiet(), OnPanic: func(string, any, []byte) { <-release }})
+	mustAdd(t, c, health.Check{Name: "s3", Func: func(context.Context) error { panic("bad response") }})
+	mustRun(t, c, t.Context())
+	before := runtime.NumGoroutine()
+	for range 200 {
+		if rep := mustRun(t, c, t.Context()); !strings.HasPrefix(rep.Checks["s3"], "panic: ") {
+			t.Fatalf("%+v", rep)
+		}
+	}
+	// The last pings may still be on their way out: let them leave.
+	grown := runtime.NumGoroutine() - before
+	for deadline := time.Now().Add(2 * time.Second); grown > 1 && time.Now().Before(deadline); {
+		runtime.Gosched()
+		grown = runtime.NumGoroutine() - before
+	}
+	close(release)
+	if grown > 1 {
+		t.Fatalf("200 probes of a panicking check with a blocked hook grew %d goroutines, want at most 1", grown)
+	}
+}

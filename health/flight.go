@@ -3,6 +3,7 @@ package health
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"runtime/debug"
 	"sync"
@@ -70,6 +71,22 @@ func isDeadline(err error) bool {
 	return errors.As(err, &t) && t.Timeout()
 }
 
+// describeErr reads err, which the check's code wrote and which may panic
+// in its Error, Is, As or Timeout method: deadline reports whether it says
+// a deadline passed (asked only when the ping's own deadline has), msg is
+// its text, and pv the value of a panic it raised.
+func describeErr(err error, pastDeadline bool) (deadline bool, msg string, pv any) {
+	defer func() {
+		if v := recover(); v != nil {
+			deadline, msg, pv = false, "", v
+		}
+	}()
+	if pastDeadline && isDeadline(err) {
+		return true, "", nil
+	}
+	return false, err.Error(), nil
+}
+
 // goexitValue is the panic value reported for a check that called
 // runtime.Goexit (t.FailNow in a test double, say).
 const goexitValue = "runtime.Goexit called by the check"
@@ -92,7 +109,9 @@ func (cs *checkState) arrive(parent context.Context) (f *flight, stalled Result,
 			}
 			return nil, cs.stalledUnlock(f, nil), true
 		default:
-			if returned || f.ctx.Err() == nil {
+			// Load returned again after the deadline check: the ping may
+			// have returned in between, and then it is no timeout.
+			if returned || f.ctx.Err() == nil || f.returned.Load() {
 				// In progress within its deadline, or returned and
 				// publishing its result: join it.
 				cs.mu.Unlock()
@@ -185,13 +204,22 @@ func (cs *checkState) panicked(f *flight, pv any) {
 
 // failed finishes a ping whose Func returned err.
 func (cs *checkState) failed(f *flight, err error) {
-	if f.ctx.Err() != nil && isDeadline(err) {
+	deadline, msg, pv := describeErr(err, f.ctx.Err() != nil)
+	if pv != nil {
+		// The error itself panicked (a typed nil whose Error method reads
+		// a field, say): that is the check's panic, and the process lives.
+		pv = fmt.Sprintf("%v (in the Error method of the %T the check returned)", pv, err)
+		stack := debug.Stack()
+		cs.finish(f, OutcomePanic, panicText(pv, cs.c.opts.HideErrors), panicText(pv, false), pv, stack)
+		return
+	}
+	if deadline {
 		// A check that honours its context returns the deadline's error
 		// at the deadline: that is a timeout, not an error.
 		cs.finish(f, OutcomeTimeout, cs.timeoutText, timeoutText(cs.timeout, false), nil, nil)
 		return
 	}
-	logText := detail(OutcomeError, err.Error(), false)
+	logText := detail(OutcomeError, msg, false)
 	text := logText
 	if cs.c.opts.HideErrors {
 		text = string(OutcomeError)

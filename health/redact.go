@@ -13,20 +13,24 @@ const redacted = "REDACTED"
 // safe for concurrent use.
 var (
 	// scheme://user:pass@host → scheme://REDACTED@host (the whole
-	// user-info: user names leak more than one would think).
-	reURLUserinfo = regexp.MustCompile(`(?i)\b([a-z][a-z0-9+.-]*://)[^/?#@\s"'<>]+@`)
-	// user:pass@tcp(host:3306)/db, the go-sql-driver/mysql DSN form.
-	reDSNUserinfo = regexp.MustCompile(`(?i)(^|[\s"'=(])[^\s"'=():/@]+:[^\s"'@/]*@(tcp|tcp4|tcp6|unix|udp)\(`)
-	// key=value and "key":"value" where the key names a secret:
-	// password, passwd, pwd, token, secret, api_key / apikey / api-key,
-	// with any prefix or suffix (db_password, access_token, X-Api-Key).
-	reKeyValue = regexp.MustCompile(`(?i)([a-z0-9_.-]*(?:password|passwd|pwd|token|secret|api[_-]?key)[a-z0-9_.-]*)` +
-		`(\s*=\s*|"\s*:\s*)` +
-		`("[^"]*"|'[^']*'|[^\s&;,"'<>(){}\[\]]+)`)
-	// Authorization: <anything to the end of the value>.
-	reAuthHeader = regexp.MustCompile(`(?i)((?:proxy-)?authorization"?\s*[:=]\s*"?)([^"\r\n]+)`)
+	// user-info: user names leak more than one would think). Greedy up to
+	// the last @ of the URL, so a password holding an @ is hidden whole.
+	reURLUserinfo = regexp.MustCompile(`(?i)\b([a-z][a-z0-9+.-]*://)[^/?#\s"'<>]+@`)
+	// user:pass@… without a scheme: the go-sql-driver/mysql DSN forms
+	// (user:pass@tcp(host:3306)/db, user:pass@/db) and host:port forms.
+	reDSNUserinfo = regexp.MustCompile(`(^|[\s"'=(/,])[^\s"'=():/@,]+:[^\s"'/]*@`)
+	// key=value, key: value, "key":"value" and 'key': 'value' where the key
+	// names a secret (password, passwd, pwd, pass, token, secret, api key,
+	// private key, credentials), with any prefix or suffix (db_password,
+	// access_token, X-Api-Key). The value may be quoted (with escapes), in
+	// brackets (Go's %v of a header map), or bare.
+	reKeyValue = regexp.MustCompile(`(?i)([a-z0-9_.-]*(?:password|passwd|pwd|pass|token|secret|api[_-]?key|private[_-]?key|credentials?)[a-z0-9_.-]*)` +
+		`(["']?\s*[=:]\s*)` +
+		`("(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|\[[^\]]*\]|[^\s&;,"'<>(){}\[\]]+)`)
+	// Authorization: and Cookie: <anything to the end of the value>.
+	reAuthHeader = regexp.MustCompile(`(?i)((?:proxy-)?authorization"?\s*[:=]\s*"?|(?:set-)?cookie"?\s*[:=]\s*"?)([^"\r\n]+)`)
 	// Bearer <token> anywhere.
-	reBearer = regexp.MustCompile(`(?i)\b(bearer)\s+([a-z0-9._~+/-]+=*)`)
+	reBearer = regexp.MustCompile(`(?i)\b(bearer)\s+([a-z0-9._~+/:-]+=*)`)
 	// Basic <base64(user:pass)> anywhere; replaced only when the word
 	// decodes to something with a colon, so "basic authentication failed"
 	// keeps its words.
@@ -41,13 +45,16 @@ var (
 //
 // It replaces:
 //   - URL user-info: "postgres://app:s3cret@db:5432/x" becomes
-//     "postgres://REDACTED@db:5432/x", and the MySQL DSN form
-//     "app:s3cret@tcp(db:3306)/x" becomes "REDACTED@tcp(db:3306)/x";
-//   - the value of a key=value or "key":"value" pair whose key contains
-//     password, passwd, pwd, token, secret, apikey, api_key or api-key, in
-//     any case ("password=hunter2", "access_token=abc", "X-Api-Key=k");
-//   - the value of an Authorization or Proxy-Authorization header, to the
-//     end of the line or the closing quote;
+//     "postgres://REDACTED@db:5432/x", and user:password@ without a scheme
+//     (the MySQL DSN forms "app:s3cret@tcp(db:3306)/x" and "app:s3cret@/x")
+//     becomes "REDACTED@…";
+//   - the value of a key=value, key: value or "key":"value" pair whose key
+//     contains password, passwd, pwd, pass, token, secret, apikey, api_key,
+//     api-key, private_key or credentials, in any case ("password=hunter2",
+//     "Password:hunter2" from a %+v, "access_token=abc", "X-Api-Key: k",
+//     "map[X-Api-Key:[k]]");
+//   - the value of an Authorization, Proxy-Authorization, Cookie or
+//     Set-Cookie header, to the end of the line or the closing quote;
 //   - "Bearer <token>", and "Basic <credentials>" when the credentials are
 //     base64 of "user:password".
 //
@@ -61,14 +68,17 @@ func Redact(s string) string {
 	}
 	if strings.Contains(s, "@") {
 		s = reURLUserinfo.ReplaceAllString(s, "${1}"+redacted+"@")
-		s = reDSNUserinfo.ReplaceAllString(s, "${1}"+redacted+"@${2}(")
+		s = reDSNUserinfo.ReplaceAllString(s, "${1}"+redacted+"@")
 	}
 	if strings.ContainsAny(s, "=:") {
 		s = reKeyValue.ReplaceAllStringFunc(s, func(m string) string {
 			sub := reKeyValue.FindStringSubmatch(m)
 			v := redacted
-			if q := sub[3][0]; q == '"' || q == '\'' {
+			switch q := sub[3][0]; q {
+			case '"', '\'':
 				v = string(q) + redacted + string(q)
+			case '[':
+				v = "[" + redacted + "]"
 			}
 			return sub[1] + sub[2] + v
 		})

@@ -30,6 +30,19 @@ func TestRedact(t *testing.T) {
 		{`basic authentication failed`, `basic authentication failed`},
 		{`dial tcp 127.0.0.1:5432: connect: connection refused`, `dial tcp 127.0.0.1:5432: connect: connection refused`},
 		{``, ``},
+		// Shapes a hostile review found leaking.
+		{`config {User:app Password:S3CRET Host:db}`, `config {User:app Password:REDACTED Host:db}`},
+		{`headers map[X-Api-Key:[S3CRET] Accept:[*/*]]`, `headers map[X-Api-Key:[REDACTED] Accept:[*/*]]`},
+		{`X-Api-Key: S3CRET`, `X-Api-Key: REDACTED`},
+		{`password: S3CRET`, `password: REDACTED`},
+		{`{'password': 'S3CRET'}`, `{'password': 'REDACTED'}`},
+		{`{"password":"a\"S3CRET"}`, `{"password":"REDACTED"}`},
+		{`open app:S3CRET@/orders`, `open REDACTED@/orders`},
+		{`dial app:S3CRET@db:5432`, `dial REDACTED@db:5432`},
+		{`redis://default:p@S3CRET@cache:6379`, `redis://REDACTED@cache:6379`},
+		{`pass=S3CRET private_key=S3CRET credentials=S3CRET`, `pass=REDACTED private_key=REDACTED credentials=REDACTED`},
+		{`Cookie: session=S3CRET; theme=dark`, `Cookie: REDACTED`},
+		{`sent bearer abc:S3CRET upstream`, `sent bearer REDACTED upstream`},
 	} {
 		if got := health.Redact(tc.in); got != tc.want {
 			t.Errorf("Redact(%q)\n got %q\nwant %q", tc.in, got, tc.want)

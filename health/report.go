@@ -3,7 +3,6 @@ package health
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
@@ -126,12 +125,13 @@ func Render(info *Info, rep Report) []byte {
 // envelopeFields merges info.Fields() and rep.Fields (rep's win a clash)
 // and returns the merged keys, sorted, without the reserved ones.
 // callFields calls the application's Fields, recovering a panic: a broken
-// field must never break a probe (liveness least of all). The panic is
-// reported in the body as {"fields_error":"panic: <value>"}.
+// field must never break a probe (liveness least of all). The body then
+// says {"fields_error":"panic in Info.Fields"}, without the panic's value,
+// which could carry a secret.
 func callFields(f func() map[string]any) (m map[string]any) {
 	defer func() {
 		if v := recover(); v != nil {
-			m = map[string]any{"fields_error": fmt.Sprintf("panic: %v", v)}
+			m = map[string]any{"fields_error": "panic in Info.Fields"}
 		}
 	}()
 	return f()

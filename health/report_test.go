@@ -105,7 +105,7 @@ func TestPanickingFieldsNeverBreakAProbe(t *testing.T) {
 	rec := httptest.NewRecorder()
 	health.Handler(info, func(*http.Request) health.Report { return health.Report{Status: health.StatusOK} }).
 		ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
-	if rec.Code != 200 || !strings.Contains(rec.Body.String(), `"fields_error":"panic: nil map"`) {
+	if rec.Code != 200 || !strings.Contains(rec.Body.String(), `"fields_error":"panic in Info.Fields"`) {
 		t.Fatalf("%d %s", rec.Code, rec.Body)
 	}
 }

@@ -87,9 +87,14 @@ func detail(o Outcome, text string, hide bool) string {
 		return string(o)
 	}
 	text = Redact(text)
-	if strings.ContainsAny(text, "\r\n") {
-		text = strings.NewReplacer("\r\n", " ", "\n", " ", "\r", " ").Replace(text)
-	}
+	// One line of printable UTF-8: the verbose report is text/plain, read
+	// in terminals, where a control sequence from an error must not act.
+	text = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+			return ' '
+		}
+		return r
+	}, strings.ToValidUTF8(text, "\uFFFD"))
 	if len(text) > maxTextBytes {
 		cut := maxTextBytes
 		for cut > 0 && !isRuneStart(text[cut]) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 )
 
 // logLine is a log record built under a lock and emitted after it is
@@ -71,6 +72,14 @@ func (c *Checker) reportPanic(name string, value any, stack []byte) {
 	if c.opts.OnPanic == nil {
 		return
 	}
+	// One call at a time per check: a hook that blocks (an error tracker
+	// flushing) must not keep a goroutine per probe alive. Panics of a check
+	// whose previous hook call is still running are logged, not handed over.
+	busy, _ := c.hooking.LoadOrStore(name, new(atomic.Bool))
+	if !busy.(*atomic.Bool).CompareAndSwap(false, true) {
+		return
+	}
+	defer busy.(*atomic.Bool).Store(false)
 	defer func() {
 		if v := recover(); v != nil {
 			c.logger().Error("health: CheckerOptions.OnPanic panicked; recovered", "check", name, "panic", fmt.Sprint(v))
