@@ -2,6 +2,8 @@ package lameducktest
 
 import (
 	"context"
+	"io"
+	"sync"
 	"log/slog"
 	"testing"
 	"time"
@@ -13,7 +15,8 @@ import (
 // with Clock set to a new [Clock], IgnoreSignals set (the test process's
 // own signals are left alone), an empty environment (LookupEnv reads
 // nothing, so the host's LAMEDUCK_* variables cannot change the test), and
-// Logger writing to t's output unless cfg sets one. It fails t when New
+// Logger writing to t's output (until the test is over; later lines are
+// dropped) unless cfg sets one. It fails t when New
 // refuses cfg.
 func New(t testing.TB, cfg lameduck.Config) (*lameduck.Lifecycle, *Clock) {
 	t.Helper()
@@ -24,7 +27,7 @@ func New(t testing.TB, cfg lameduck.Config) (*lameduck.Lifecycle, *Clock) {
 		cfg.LookupEnv = func(string) (string, bool) { return "", false }
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), nil))
+		cfg.Logger = slog.New(slog.NewTextHandler(testWriter(t), nil))
 	}
 	lc, err := lameduck.New(cfg)
 	if err != nil {
@@ -86,4 +89,32 @@ func EndWindow(t testing.TB, lc *lameduck.Lifecycle, clk *Clock) {
 	case <-ctx.Done():
 		t.Fatal("lameducktest.EndWindow: the window did not end")
 	}
+}
+
+// testWriter writes to t's output until t's cleanup runs, and drops what is
+// written after: a goroutine that logs once the test is over (a readiness
+// ping that returns late, say) must not make testing panic.
+func testWriter(t testing.TB) io.Writer {
+	w := &lateWriter{out: t.Output()}
+	t.Cleanup(func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.done = true
+	})
+	return w
+}
+
+type lateWriter struct {
+	mu   sync.Mutex
+	out  io.Writer // guarded by mu
+	done bool      // guarded by mu: the test is over
+}
+
+func (w *lateWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.done {
+		return len(p), nil
+	}
+	return w.out.Write(p)
 }
