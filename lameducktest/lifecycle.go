@@ -3,8 +3,8 @@ package lameducktest
 import (
 	"context"
 	"io"
-	"sync"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 

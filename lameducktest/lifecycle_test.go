@@ -24,15 +24,24 @@ func TestUsersOwnDrain(t *testing.T) {
 	if lc.Phase() != lameduck.PhaseServing {
 		t.Fatalf("phase %s after Start", lc.Phase())
 	}
-	wrote := make(chan struct{})
-	lameducktest.EndWindow(t, lc, clk)
-	if err := lc.GoWrite("audit-row", 0, func(context.Context) error { close(wrote); return nil }); err != nil {
+	release, wrote := make(chan struct{}), make(chan struct{})
+	if err := lc.GoWrite("audit-row", 0, func(context.Context) error {
+		<-release
+		close(wrote)
+		return nil
+	}); err != nil {
 		t.Fatal(err)
 	}
+	lameducktest.EndWindow(t, lc, clk)
+	close(release) // the join is waiting for it
 	if err := wait(); err != nil {
 		t.Fatal(err)
 	}
-	<-wrote
+	select {
+	case <-wrote:
+	default:
+		t.Fatal("Run returned before the write finished")
+	}
 	s, _ := lc.Events().ShutdownInitiated.At()
 	e, _ := lc.Events().WindowEnded.At()
 	if e.Sub(s) != 5*time.Second {
