@@ -449,7 +449,11 @@ wait:
 				break wait
 			case l.phase.CompareAndSwap(int32(PhaseStarting), int32(PhaseServing)):
 				l.events.StartupDone.fire(l.clock.Now())
-				l.log.Info("lameduck: serving — /startupz and /readyz now 200", "startup_tasks", len(tasks))
+				msg := "lameduck: serving — /startupz and /readyz now 200"
+				if names := l.checks.Names(); len(names) > 0 {
+					msg = "lameduck: serving — /startupz now 200; /readyz follows its checks (" + strings.Join(names, ", ") + ")"
+				}
+				l.log.Info(msg, "startup_tasks", len(tasks))
 			}
 		case err := <-serveErrs:
 			fatal = err
