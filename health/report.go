@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"unicode/utf8"
 )
 
 // Report is one probe answer before it is rendered.
@@ -98,6 +99,7 @@ func Render(info *Info, rep Report) []byte {
 	keys, merged := envelopeFields(info, rep, reserved)
 
 	var b bytes.Buffer
+	b.Grow(128 + 64*len(rep.Checks))
 	b.WriteString(`{"status":`)
 	writeJSON(&b, string(rep.Status))
 	var version, commit string
@@ -116,14 +118,12 @@ func Render(info *Info, rep Report) []byte {
 	}
 	if rep.Checks != nil {
 		b.WriteString(`,"checks":`)
-		writeJSON(&b, rep.Checks) // encoding/json sorts map keys
+		writeStringMap(&b, rep.Checks)
 	}
 	b.WriteString("}\n")
 	return b.Bytes()
 }
 
-// envelopeFields merges info.Fields() and rep.Fields (rep's win a clash)
-// and returns the merged keys, sorted, without the reserved ones.
 // callFields calls the application's Fields, recovering a panic: a broken
 // field must never break a probe (liveness least of all). The body then
 // says {"fields_error":"panic in Info.Fields"}, without the panic's value,
@@ -137,6 +137,8 @@ func callFields(f func() map[string]any) (m map[string]any) {
 	return f()
 }
 
+// envelopeFields merges info.Fields() and rep.Fields (rep's win a clash)
+// and returns the merged keys, sorted, without the reserved ones.
 func envelopeFields(info *Info, rep Report, reserved []string) ([]string, map[string]any) {
 	var extra map[string]any
 	if info != nil && info.Fields != nil {
@@ -163,6 +165,10 @@ func envelopeFields(info *Info, rep Report, reserved []string) ([]string, map[st
 }
 
 func writeJSON(b *bytes.Buffer, v any) {
+	if str, ok := v.(string); ok {
+		writeJSONString(b, str)
+		return
+	}
 	out, err := json.Marshal(v)
 	if err != nil {
 		out, _ = json.Marshal("unencodable: " + err.Error())
@@ -196,4 +202,85 @@ func AllowedMethod(w http.ResponseWriter, r *http.Request, info *Info) bool {
 	w.Header().Set("Allow", "GET, HEAD")
 	Write(w, r, info, Report{Status: "method not allowed", Code: http.StatusMethodNotAllowed})
 	return false
+}
+
+// writeStringMap writes m as a JSON object with sorted keys, as
+// encoding/json would, without its reflection.
+func writeStringMap(b *bytes.Buffer, m map[string]string) {
+	var buf [16]string
+	keys := buf[:0]
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	b.WriteByte('{')
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		writeJSONString(b, k)
+		b.WriteByte(':')
+		writeJSONString(b, m[k])
+	}
+	b.WriteByte('}')
+}
+
+// writeJSONString writes s as a JSON string exactly as encoding/json's
+// Marshal does (HTML-safe escapes, U+2028 and U+2029 escaped, invalid UTF-8
+// as U+FFFD), without its reflection; TestJSONStringMatchesEncodingJSON
+// holds it to that.
+func writeJSONString(b *bytes.Buffer, s string) {
+	const hex = "0123456789abcdef"
+	b.WriteByte('"')
+	start := 0
+	for i := 0; i < len(s); {
+		if c := s[i]; c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			b.WriteString(s[start:i])
+			switch c {
+			case '"', '\\':
+				b.WriteByte('\\')
+				b.WriteByte(c)
+			case '\b':
+				b.WriteString(`\b`)
+			case '\f':
+				b.WriteString(`\f`)
+			case '\n':
+				b.WriteString(`\n`)
+			case '\r':
+				b.WriteString(`\r`)
+			case '\t':
+				b.WriteString(`\t`)
+			default:
+				b.WriteString(`\u00`)
+				b.WriteByte(hex[c>>4])
+				b.WriteByte(hex[c&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b.WriteString(s[start:i])
+			b.WriteString(`\ufffd`)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b.WriteString(s[start:i])
+			b.WriteString(`\u202`)
+			b.WriteByte(hex[r&0xF])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b.WriteString(s[start:])
+	b.WriteByte('"')
 }

@@ -109,3 +109,24 @@ func TestPanickingFieldsNeverBreakAProbe(t *testing.T) {
 		t.Fatalf("%d %s", rec.Code, rec.Body)
 	}
 }
+
+func TestJSONStringMatchesEncodingJSON(t *testing.T) {
+	for _, s := range []string{"", "plain", `q"uote\back`, "<script>&", "\x00\x01\b\f\n\r\t\x1f\x7f", "é ü 日本",
+		"\u2028\u2029", "bad \xff\xfe utf8", "mixed \xe2\x28\xa1 <>&"} {
+		checkJSONString(t, s)
+	}
+}
+
+func FuzzJSONStringMatchesEncodingJSON(f *testing.F) {
+	f.Add("a\"b<c>\u2028\xff")
+	f.Fuzz(checkJSONString)
+}
+
+func checkJSONString(t *testing.T, s string) {
+	want, _ := json.Marshal(map[string]string{"k": s})
+	got := health.Render(&health.Info{}, health.Report{Status: "x", Checks: map[string]string{"k": s}})
+	wantBody := `{"status":"x","version":"","commit":"","checks":` + string(want) + "}\n"
+	if string(got) != wantBody {
+		t.Fatalf("Render of %q:\n got %s\nwant %s", s, got, wantBody)
+	}
+}
