@@ -7,14 +7,23 @@
 // runs the startup tasks, and on SIGTERM runs the shutdown sequence of the
 // platform guide this project follows (seed 004): readiness 503 at once, a
 // lame-duck window while the service keeps serving so that endpoint removal
-// can propagate, then a teardown that drains in-flight requests under a
-// budget and names what it had to cut. The whole sequence fits
-// Config.ShutdownDelay + Config.ShutdownTeardown, which an operator adds up
-// against terminationGracePeriodSeconds.
+// can propagate (fixed, or until traffic is idle, seed 000), then a teardown
+// that drains in-flight requests (WebSockets included) beside the drain
+// hooks, joins the background work (GoWrite, GoLoop) under one budget, runs
+// the closers, and names whatever it had to cut. The whole sequence fits
+// the window + Config.ShutdownTeardown, which an operator adds up against
+// terminationGracePeriodSeconds.
+//
+// Readiness checks (AddCheck) and gates (AddGate) are critical or degraded,
+// run concurrently under their own deadlines, and are never consulted once
+// the pod drains (seed 003). The request-tracking middleware that every
+// registered server goes through allocates nothing.
 //
 // Settings come from [Config] and, for what the code leaves unset, from
 // LAMEDUCK_* environment variables, strictly parsed.
 //
 // The package imports only the standard library. Its sibling package health
-// renders probe answers; lameducktest provides a fake clock for tests.
+// holds the check engine and renders probe answers; checks has ready-made
+// stdlib checks; lameducktest a fake clock and helpers to test a service's
+// own drain.
 package lameduck
