@@ -325,3 +325,37 @@ func TestBadTasksAreRefused(t *testing.T) {
 		}
 	}
 }
+
+// A service that never started background work before the signal keeps no
+// tail for the join, yet a write started by a request answered during the
+// drain is still joined from the time the drain left.
+func TestWriteStartedDuringTheDrainIsJoined(t *testing.T) {
+	h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 10 * time.Second, JoinBudget: 2 * time.Second})
+	entered, answer := make(chan struct{}), make(chan struct{})
+	release := make(chan struct{})
+	var wrote atomic.Bool
+	base := h.serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(entered)
+		<-answer
+		h.lc.GoWrite("audit-row", 0, func(context.Context) error { <-release; wrote.Store(true); return nil })
+	}))
+	h.run()
+	await(t, h.lc.Events().StartupDone)
+	go func() {
+		if resp, err := client(t).Post(base+"/orders", "text/plain", nil); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	<-entered
+	h.endWindow(time.Second)
+	close(answer) // the mutation is answered during the drain, and asks for its audit row
+	await(t, h.lc.Events().HTTPDrained)
+	h.timers(1) // the join, with its whole budget
+	close(release)
+	if err := h.wait(); err != nil {
+		t.Fatal(err)
+	}
+	if !wrote.Load() || !strings.Contains(h.logs.String(), "(1 joined)") {
+		t.Fatalf("the write was not joined:\n%s", h.logs)
+	}
+}

@@ -26,9 +26,9 @@ import (
 // was ever started, plus JoinBudget again when closers are registered (at
 // most half of T in all), so the whole teardown fits T whatever handlers and
 // tasks do; a service that uses neither gives its in-flight requests all of
-// T. It returns an error wrapping
-// context.DeadlineExceeded when a hook overran or requests were cut; the
-// log has named them once.
+// T (a write started during the drain is then joined from what the drain
+// left). It returns an error wrapping context.DeadlineExceeded when a hook
+// overran or requests were cut; the log has named them once.
 func (l *Lifecycle) teardown(servers []*server, serving *sync.WaitGroup) error {
 	l.mu.Lock()
 	hooks := append([]namedFunc(nil), l.hooks...)
@@ -73,7 +73,10 @@ func (l *Lifecycle) teardown(servers []*server, serving *sync.WaitGroup) error {
 	l.events.HTTPDrained.fire(l.clock.Now())
 	wg.Wait()
 
-	l.join(min(join, end.Add(-closeReserve).Sub(l.clock.Now())))
+	// The join gets its whole budget if time is left, whether or not a tail
+	// was kept: writes started by requests answered during the drain are
+	// joined too. It never runs into the closers' reserve or past T.
+	l.join(min(l.cfg.JoinBudget, end.Add(-closeReserve).Sub(l.clock.Now())))
 
 	for i := len(closers) - 1; i >= 0; i-- {
 		share := end.Sub(l.clock.Now()) / time.Duration(i+1)
