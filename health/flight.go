@@ -281,7 +281,7 @@ const captiveSlack = 100 * time.Millisecond
 // lateLine is the line for a captive ping that returned after its
 // verdict, "timeout", was out.
 func (cs *checkState) lateLine(after time.Duration, logText string) *logLine {
-	return &logLine{level: slog.LevelInfo,
+	return &logLine{at: time.Now(), level: slog.LevelInfo,
 		msg: "health: captive check returned; the next probe pings it afresh",
 		attrs: []slog.Attr{slog.String("check", cs.Name), slog.Duration("after", after),
 			slog.String("result", logText)}}

@@ -5,22 +5,38 @@ import (
 	"fmt"
 	"log/slog"
 	"sync/atomic"
+	"time"
 )
 
 // logLine is a log record built under a lock and emitted after it is
 // released (no lock is held across I/O).
 type logLine struct {
+	at    time.Time // when the change was decided, under the lock
 	level slog.Level
 	msg   string
 	attrs []slog.Attr
 }
 
-// emit writes l, if any, to the Checker's logger.
+// emit writes l, if any, to the Checker's logger, stamped with the time the
+// change was decided rather than the time it is written: lines of one check
+// decided by concurrent probes may reach the log out of order, but their
+// timestamps are in the order of the changes.
 func (c *Checker) emit(l *logLine) {
 	if l == nil {
 		return
 	}
-	c.logger().LogAttrs(context.Background(), l.level, l.msg, l.attrs...)
+	h := c.logger().Handler()
+	ctx := context.Background()
+	if !h.Enabled(ctx, l.level) {
+		return
+	}
+	at := l.at
+	if at.IsZero() {
+		at = time.Now()
+	}
+	r := slog.NewRecord(at, l.level, l.msg, 0)
+	r.AddAttrs(l.attrs...)
+	_ = h.Handle(ctx, r)
 }
 
 // transition records now as the state of the check or gate whose last
@@ -44,7 +60,7 @@ func transition(last *Outcome, kind, name string, critical bool, now Outcome, lo
 	if prev != "" {
 		attrs = append(attrs, slog.String("previous", string(prev)))
 	}
-	l := &logLine{level: slog.LevelWarn}
+	l := &logLine{at: time.Now(), level: slog.LevelWarn}
 	switch now {
 	case OutcomeOK:
 		l.level, l.msg = slog.LevelInfo, fmt.Sprintf("health: %s %s is ok again", kind, name)
