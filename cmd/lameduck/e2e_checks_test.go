@@ -20,8 +20,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -49,32 +47,6 @@ func startChecks(t *testing.T, env map[string]string, args ...string) *proc {
 	p.listening()
 	p.waitLog(`"lameduck: serving"`, startTimeout, msgContains("lameduck: serving"))
 	return p
-}
-
-// doHeader is proc.do with request headers.
-func (p *proc) doHeader(ctx context.Context, c *http.Client, path string, hdr map[string]string) (reply, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.base+path, nil)
-	if err != nil {
-		return reply{}, err
-	}
-	for k, v := range hdr {
-		req.Header.Set(k, v)
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return reply{}, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return reply{}, err
-	}
-	r := reply{code: resp.StatusCode, header: resp.Header, raw: string(b), at: time.Now()}
-	var body map[string]any
-	if json.Unmarshal(b, &body) == nil {
-		r.body = body
-	}
-	return r, nil
 }
 
 // getHealthJSON sends GET path with Accept: application/health+json.

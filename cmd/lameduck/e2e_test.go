@@ -343,9 +343,17 @@ func (r reply) String() string { return fmt.Sprintf("%d %s", r.code, strings.Tri
 
 // do sends a GET to path on c and reads the whole answer.
 func (p *proc) do(ctx context.Context, c *http.Client, path string) (reply, error) {
+	return p.doHeader(ctx, c, path, nil)
+}
+
+// doHeader is do with request headers.
+func (p *proc) doHeader(ctx context.Context, c *http.Client, path string, hdr map[string]string) (reply, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.base+path, nil)
 	if err != nil {
 		return reply{}, err
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
 	}
 	resp, err := c.Do(req)
 	if err != nil {
