@@ -14,7 +14,8 @@ import (
 // ErrShuttingDown is returned by GoLoop once the shutdown sequence has
 // started: a loop would run on an already-cancelled context, so its caller
 // should record the work as deferred (to its reconciliation sweep, say)
-// instead (seed 004, "The background join").
+// instead (docs/probes-and-shutdown.md, "Teardown: hooks, HTTP drain,
+// background join, closers").
 var ErrShuttingDown = errors.New("lameduck: shutting down: no new loops")
 
 // ErrJoined is returned by GoWrite and GoLoop once the background join is
@@ -117,8 +118,7 @@ func (r *registry) close() (string, int) {
 	return strings.Join(parts, ", "), r.total
 }
 
-// GoWrite starts fn as a named best-effort background write (seed 004's
-// goSafe): an audit row, a last_used_at stamp, an invitation email.
+// GoWrite starts fn as a named best-effort background write: an audit row, a last_used_at stamp, an invitation email.
 //
 // ctx carries the write's own deadline, timeout (a time.Duration; zero means
 // no deadline of its own, negative is an error), and is never cancelled by
@@ -152,8 +152,7 @@ func (l *Lifecycle) GoWrite(name string, timeout time.Duration, fn func(ctx cont
 	return nil
 }
 
-// GoLoop starts fn as a named long-running background task (seed 004's
-// goUntilShutdown): a sweep, a lease campaign. ctx is cancelled when the
+// GoLoop starts fn as a named long-running background task: a sweep, a lease campaign. ctx is cancelled when the
 // shutdown sequence starts; the background join then waits for fn to
 // return, so the process never exits between a claim and its release.
 //

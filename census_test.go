@@ -14,7 +14,7 @@ import (
 )
 
 // census lists every goroutine lameduck itself starts, by the function that
-// starts it, with what joins it (seed 004 keeps the same census as a test).
+// starts it, with what joins it, so that no goroutine outlives Run unseen.
 // A goroutine started anywhere else in the package fails TestCensus until it
 // is listed here with its join.
 var census = map[string]string{

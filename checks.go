@@ -7,18 +7,18 @@ import "github.com/lameduck/lameduck/health"
 // its own deadline (ch.Timeout, or Config.CheckTimeout). A Critical check
 // that fails makes /readyz 503 "failed"; any other failure makes it 200
 // "degraded", so an outage of a shared dependency never removes every pod
-// from the Service at once (seed 004, "Why /readyz does not gate on every
-// dependency"). /readyz/<name> answers for one check.
+// from the Service at once (docs/probes-and-shutdown.md, "Readiness
+// checks"). /readyz/<name> answers for one check.
 //
 // Liveness never runs a check, and from the shutdown signal on readiness
-// answers 503 "draining" without running any (seed 003). Panics, wedged
+// answers 503 "draining" without running any. Panics, wedged
 // pings and probe storms are handled as health.Checker documents.
 //
 // It returns the Checker's error for a bad or duplicate name, a nil Func or
 // a negative Timeout. It is safe for concurrent use, also while probes run.
 func (l *Lifecycle) AddCheck(ch health.Check) error { return l.checks.AddCheck(ch) }
 
-// AddGate registers a readiness gate (seed 000): a predicate over state the
+// AddGate registers a readiness gate: a predicate over state the
 // application keeps in memory, such as "this backend group's consensus set
 // is non-empty", that fails readiness like a critical check, or declares
 // itself not applicable and is skipped. It is evaluated on every /readyz

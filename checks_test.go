@@ -81,7 +81,7 @@ func TestReadinessRunsChecksOnlyWhileServing(t *testing.T) {
 		t.Fatalf("verbose while draining: %d %q", p.code, p.body)
 	}
 	if n := pings.Load(); n != before {
-		t.Fatalf("checks ran %d more times while draining; readiness must not consult them (seed 003)", n-before)
+		t.Fatalf("checks ran %d more times while draining; readiness must not consult them", n-before)
 	}
 	h.timers(1)
 	h.clock.Advance(time.Second)

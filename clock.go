@@ -7,7 +7,7 @@ import "time"
 //
 // Production code leaves [Config.Clock] nil and gets the system clock. Tests
 // inject a fake (lameducktest.Clock) so the window's length and the budget's
-// cut are exact and no test sleeps to synchronise (DESIGN.md, house style 11).
+// cut are exact and no test sleeps to synchronise.
 // Implementations must be safe for concurrent use.
 type Clock interface {
 	// Now returns the current time.

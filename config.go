@@ -20,12 +20,12 @@ const DefaultEnvPrefix = "LAMEDUCK_"
 // NoDelay, set as [Config.ShutdownDelay], pins a zero lame-duck window
 // whatever the environment says. (A zero ShutdownDelay means "unset": the
 // environment, then the default, decides.) A zero window still flips
-// readiness to 503 at the signal; it only removes the pause (seed 004).
+// readiness to 503 at the signal; it only removes the pause.
 const NoDelay time.Duration = -1
 
 // Environments that [Config.Env] and LAMEDUCK_ENV accept.
 const (
-	// EnvKubernetes selects the platform guide's cloud defaults: a 5s
+	// EnvKubernetes selects the in-cluster defaults: a 5s
 	// lame-duck window and a 30s teardown.
 	EnvKubernetes = "kubernetes"
 	// EnvLocal selects the laptop defaults: no window (Ctrl-C stops now) and
@@ -36,11 +36,11 @@ const (
 // Drain modes that [Config.DrainMode] and LAMEDUCK_DRAIN_MODE accept.
 const (
 	// DrainDelay waits the fixed lame-duck window, ShutdownDelay, after the
-	// signal (seed 004).
+	// signal.
 	DrainDelay = "delay"
 	// DrainIdle waits until the pod's traffic goes idle: nothing in flight
 	// and no request arrived or completed for IdleWindow, at least
-	// ShutdownDelay and at most DrainTimeout after the signal (seed 000).
+	// ShutdownDelay and at most DrainTimeout after the signal.
 	DrainIdle = "idle"
 )
 
@@ -54,7 +54,7 @@ var ErrInvalidConfig = errors.New("invalid configuration")
 // the code left at their zero value, and a built-in default fills the rest.
 //
 // The zero Config is valid: it reads everything from the environment and
-// defaults. Defaults follow the platform guide (seed 004, "Configuration"):
+// defaults (docs/probes-and-shutdown.md, "Configuration"):
 // inside Kubernetes (KUBERNETES_SERVICE_HOST is set, or LAMEDUCK_ENV is
 // "kubernetes") the window is 5s and the teardown 30s; elsewhere the window
 // is 0 and the teardown 60s, so Ctrl-C on a laptop stops now.
@@ -99,8 +99,8 @@ type Config struct {
 	// left is closed by force, named in the log, and Run returns an error
 	// wrapping context.DeadlineExceeded. Zero means unset; it must be
 	// positive, because a zero budget cuts every in-flight request at once
-	// (seed 004). Env: SHUTDOWN_TEARDOWN. Default 30s in Kubernetes, 60s
-	// elsewhere.
+	// (its context has expired before the drain starts).
+	// Env: SHUTDOWN_TEARDOWN. Default 30s in Kubernetes, 60s elsewhere.
 	ShutdownTeardown time.Duration
 	// TerminationGrace is the pod's terminationGracePeriodSeconds, as a
 	// time.Duration, which a chart passes in. When set, Run logs the shutdown
@@ -116,7 +116,7 @@ type Config struct {
 	// hijacked connections aside) and no application request arrived or
 	// completed, and no KeepAlive call, for this long. Only in DrainIdle
 	// mode. Zero means unset; negative is an error. Env: IDLE_WINDOW.
-	// Default 10s (seed 000's graceful_shutdown_idle_seconds).
+	// Default 10s.
 	IdleWindow time.Duration
 	// DrainTimeout, a time.Duration, bounds the idle drain's wait after the
 	// signal, so a steady trickle of traffic cannot hold the pod past its
@@ -127,21 +127,23 @@ type Config struct {
 	// in-flight requests have drained, and answers every new request with
 	// 503, Retry-After: 1 and Connection: close instead of a refused
 	// connection: for deployments without a readiness-aware load balancer
-	// (seed 000's legacy drain; the Kubernetes API server's
-	// --shutdown-send-retry-after). Env: SEND_RETRY_AFTER.
+	// (the Kubernetes API server's --shutdown-send-retry-after does the
+	// same: https://kubernetes.io/docs/reference/command-line-tools-reference/kube-apiserver/). Env: SEND_RETRY_AFTER.
 	SendRetryAfter bool
 
 	// JoinBudget is the one budget, a time.Duration, for joining every
 	// background task (GoWrite, GoLoop) after the HTTP drain. It is spent
 	// inside the teardown budget, not added to it, so the exit costs the
-	// same whether the application started two tasks or twenty (seed 004,
-	// "The background join"). Tasks still running when it is spent are
+	// same whether the application started two tasks or twenty
+	// (docs/probes-and-shutdown.md, "Teardown: hooks, HTTP drain, background
+	// join, closers"). Tasks still running when it is spent are
 	// named once in a warning. Zero means unset; it must be positive and
 	// less than ShutdownTeardown. Env: JOIN_BUDGET. Default 500ms.
 	JoinBudget time.Duration
 	// HookShare is the largest fraction of the teardown budget the drain
 	// hooks may use, in (0, 1); the HTTP drain gets at least the rest, so
-	// in-flight requests keep a window (seed 004: "split ⅔ / ⅓"). Zero
+	// in-flight requests keep a window (by default ⅔ for hooks, ⅓ at least
+	// for requests). Zero
 	// means unset. Env: HOOK_SHARE (such as "0.5"). Default 2/3.
 	HookShare float64
 	// OnPanic, when set, receives every panic lameduck recovers (in a
@@ -151,8 +153,8 @@ type Config struct {
 	OnPanic func(what string, value any, stack []byte)
 
 	// CheckTimeout, a time.Duration, is the deadline of every readiness
-	// check added without a Timeout of its own (seed 004: "each under its
-	// own 1s deadline"). Zero means unset; negative is an error.
+	// check added without a Timeout of its own, so a probe answers in the
+	// slowest check's time, not the sum of them. Zero means unset; negative is an error.
 	// Env: CHECK_TIMEOUT. Default 1s.
 	CheckTimeout time.Duration
 	// HideCheckErrors makes readiness bodies carry status words only
@@ -174,8 +176,9 @@ type Config struct {
 	// ExitOnSecondSignal makes a second SIGTERM or SIGINT, after a first
 	// signal started the sequence, exit the process at once with code 128 +
 	// the signal's number, for people at a terminal. By default a second
-	// signal is logged and changes nothing (seed 004: "a second SIGTERM (or
-	// a second Ctrl-C) does not shorten it"). The SIGTERM that the kubelet
+	// signal is logged and changes nothing: once started, the sequence runs
+	// to its end or its own deadline (docs/probes-and-shutdown.md, "Second
+	// signals"). The SIGTERM that the kubelet
 	// sends after a GET /prestop hook is never a second signal.
 	// Env: EXIT_ON_SECOND_SIGNAL ("true"/"false").
 	ExitOnSecondSignal bool

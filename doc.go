@@ -4,10 +4,13 @@
 //
 // A [Lifecycle] owns the service's HTTP servers. [Lifecycle.Run] binds them,
 // serves /healthz, /readyz and /startupz on them as soon as they are bound,
-// runs the startup tasks, and on SIGTERM runs the shutdown sequence of the
-// platform guide this project follows (seed 004): readiness 503 at once, a
-// lame-duck window while the service keeps serving so that endpoint removal
-// can propagate (fixed, or until traffic is idle, seed 000), then a teardown
+// runs the startup tasks, and on SIGTERM runs the shutdown sequence that
+// docs/probes-and-shutdown.md ("The shutdown sequence") explains: readiness
+// 503 at once, a lame-duck window while the service keeps serving so that
+// endpoint removal can propagate (Kubernetes removes a terminating pod from
+// its Service in parallel with SIGTERM, not before it:
+// https://kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/#pod-termination;
+// the window is fixed, or lasts until traffic is idle), then a teardown
 // that drains in-flight requests (WebSockets included) beside the drain
 // hooks, joins the background work (GoWrite, GoLoop) under one budget, runs
 // the closers, and names whatever it had to cut. The whole sequence fits
@@ -16,7 +19,7 @@
 //
 // Readiness checks (AddCheck) and gates (AddGate) are critical or degraded,
 // run concurrently under their own deadlines, and are never consulted once
-// the pod drains (seed 003). The request-tracking middleware that every
+// the pod drains: a draining pod's readiness is 503 whatever they say. The request-tracking middleware that every
 // registered server goes through allocates nothing.
 //
 // Settings come from [Config] and, for what the code leaves unset, from

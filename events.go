@@ -9,8 +9,8 @@ import (
 // Event is a named one-shot signal in the Lifecycle's sequence: it fires
 // once, at a recorded time, and never un-fires. Handlers and tests wait on
 // exactly the event they need instead of polling the phase (the model of
-// kube-apiserver's lifecycle signals, plus timestamps; DESIGN.md, house
-// style 6).
+// kube-apiserver's lifecycle signals, k8s.io/apiserver/pkg/server's
+// lifecycle_signals.go, plus timestamps).
 //
 // Event's methods are safe for concurrent use. The zero value is not usable;
 // a Lifecycle makes its own.

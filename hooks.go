@@ -15,7 +15,7 @@ type namedFunc struct {
 // AddDrainHook registers a named drain step that teardown runs when the
 // lame-duck window ends, beside the HTTP drain, and waits for before the
 // background join: a job dispatcher releasing its claims, a run console
-// finishing its runs (seed 004, "The shutdown sequence"). Hooks run one
+// finishing its runs (docs/probes-and-shutdown.md, "The shutdown sequence"). Hooks run one
 // after the other in the order they were added.
 //
 // Together they get at most Config.HookShare (default ⅔) of the teardown

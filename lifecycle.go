@@ -33,7 +33,8 @@ var ErrAlreadyRunning = errors.New("lameduck: the Lifecycle is already running")
 // registered servers, answers the liveness, readiness and startup probes
 // truthfully, runs startup tasks, and on SIGTERM (or SIGINT, GET /prestop,
 // BeginShutdown, or the cancellation of Run's context) runs the shutdown
-// sequence of the platform guide (seed 004, "The shutdown sequence"):
+// sequence below (docs/probes-and-shutdown.md, "The shutdown sequence";
+// Kubernetes' side of it: https://kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/#pod-termination):
 //
 //  1. /readyz answers 503 draining at once, before any wait, and one log
 //     line says so with the window's length; responses to requests that
@@ -482,7 +483,7 @@ wait:
 }
 
 // logBudget logs the resolved settings and the grace-period arithmetic
-// (seed 004, "Sizing terminationGracePeriodSeconds"): the longest window
+// (docs/probes-and-shutdown.md, "Sizing terminationGracePeriodSeconds"): the longest window
 // (the delay, or the idle drain's bound) plus the teardown budget must fit
 // terminationGracePeriodSeconds, or the kubelet SIGKILLs the pod mid-drain.
 func (l *Lifecycle) logBudget() {

@@ -35,7 +35,7 @@ func (l *Lifecycle) instrument(srv *http.Server) {
 
 // wrap is the request-tracking middleware, outermost on every registered
 // server (before authentication and rate limits: a retried request is still
-// a sign of use, seed 000). It routes probe paths to the probes (unless they
+// a sign of use to the idle drain). It routes probe paths to the probes (unless they
 // have their own listener) and tracks every other request as in flight.
 //
 // While serving, its cost is one clock read and two uncontended lock pairs

@@ -6,7 +6,7 @@ import "strconv"
 // starting → serving → draining → stopping → stopped (draining may also
 // follow starting directly, when the signal arrives during boot).
 //
-// What the probes answer in each phase (DESIGN.md):
+// What the probes answer in each phase (docs/probes-and-shutdown.md, "Phases"):
 //
 //	phase     /startupz       /healthz  /readyz
 //	starting  503 starting    200       503 starting

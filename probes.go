@@ -39,7 +39,9 @@ func (l *Lifecycle) isProbePath(p string) bool {
 //
 //   - GET /healthz (liveness): always 200 {"status":"ok",...} while the
 //     process serves, including through the drain: a liveness failure would
-//     make the kubelet kill the pod mid-drain (seed 004).
+//     make the kubelet kill the pod mid-drain (the kubelet restarts a
+//     container whose liveness probe fails:
+//     https://kubernetes.io/docs/concepts/configuration/liveness-readiness-startup-probes/).
 //   - GET /readyz (readiness): 503 {"status":"starting"} during boot; while
 //     serving, 200 {"status":"ok"}, 200 {"status":"degraded"} when a
 //     non-critical check fails, 503 {"status":"failed"} when a critical
@@ -88,8 +90,8 @@ func (l *Lifecycle) newProbeHandler() http.Handler {
 }
 
 // serveReadiness answers /readyz and /readyz/<check>: the phase's answer
-// while starting or draining, without consulting any check or gate (seed
-// 003); while serving, the checks' and gates' answer, with the Kubernetes
+// while starting or draining, without consulting any check or gate; while
+// serving, the checks' and gates' answer, with the Kubernetes
 // API server's conventions (?verbose, ?exclude=) and, on Accept:
 // application/health+json, the IETF draft's format.
 func (l *Lifecycle) serveReadiness(w http.ResponseWriter, r *http.Request, check string) {
@@ -110,8 +112,9 @@ func (l *Lifecycle) report(s health.Status) health.Report {
 	return health.Report{Status: s, Fields: map[string]any{"phase": l.Phase().String()}}
 }
 
-// servePreStop is the preStop hook over HTTP (seed 004, "When to enable the
-// preStop hook"): it starts the sequence exactly as SIGTERM does and holds
+// servePreStop is the preStop hook over HTTP (docs/probes-and-shutdown.md,
+// "The preStop hook over HTTP"; hooks:
+// https://kubernetes.io/docs/concepts/containers/container-lifecycle-hooks/): it starts the sequence exactly as SIGTERM does and holds
 // the kubelet until the window has passed, so the SIGTERM that follows adds
 // no second window.
 func (l *Lifecycle) servePreStop(w http.ResponseWriter, r *http.Request) {

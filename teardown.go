@@ -11,7 +11,8 @@ import (
 )
 
 // teardown spends the teardown budget T, which starts when the lame-duck
-// window ends (seed 004, "The shutdown sequence" and "The background join"):
+// window ends (docs/probes-and-shutdown.md, "Teardown: hooks, HTTP drain,
+// background join, closers"):
 //
 //  1. at once, side by side: the drain hooks, in order, for at most
 //     HookShare of T; and the HTTP drain — http.Server.Shutdown of the

@@ -13,7 +13,7 @@ import (
 // tracker records the application requests in flight on the registered
 // servers and when traffic last moved, so that teardown can wait for them
 // and name what it cut (method, path, age), and the idle drain can tell when
-// the pod's traffic has stopped (seed 000).
+// the pod's traffic has stopped (DrainIdle).
 //
 // Its hot path (begin/end, on every request) allocates nothing and writes no
 // shared counter: records come from a sync.Pool, which keeps them per P, and

@@ -20,7 +20,7 @@ func (l *Lifecycle) window() time.Duration {
 // lameDuckWindow waits from start, the signal, until the window ends: after
 // the delay in DrainDelay mode; in DrainIdle mode when traffic has been idle
 // for IdleWindow, no earlier than the delay and no later than DrainTimeout
-// (seed 000's idle drain, with the fake-clock test it lacked).
+// (docs/probes-and-shutdown.md, "The lame-duck window: delay and idle modes").
 //
 // The idle wait sleeps until the exact instant idleness could end and
 // checks again, so it ends within a timer's precision of the idle window's

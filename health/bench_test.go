@@ -15,8 +15,8 @@ import (
 	"github.com/lameduck/lameduck/health"
 )
 
-// Seed 004: "One captive goroutine per dependency is the price; a growing
-// pile of them is not." 10,000 probes of a wedged check grow the goroutine
+// One captive goroutine per wedged dependency, never a growing pile of
+// them (one per probe would be a slow leak ending in an OOM kill). 10,000 probes of a wedged check grow the goroutine
 // count by at most one; so do 10,000 more from 100 concurrent probers. Real
 // time; asserts counts, not durations.
 func TestWedgedCheck10000ProbesAtMostOneGoroutine(t *testing.T) {
@@ -81,7 +81,7 @@ func pingGoroutines() int {
 	}
 }
 
-// Seed 004: overlapping probes share one ping. 100 concurrent probes of one
+// Overlapping probes share one ping. 100 concurrent probes of one
 // 50ms check run it at most twice (once, unless a probe starts after the
 // first ping has returned). Real time, counting calls.
 func TestHundredConcurrentProbesRunTheCheckAtMostTwice(t *testing.T) {

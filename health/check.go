@@ -13,8 +13,9 @@ import (
 )
 
 // DefaultCheckTimeout is the deadline of a check whose Timeout is zero when
-// CheckerOptions.DefaultTimeout is zero too: 1s, the platform guide's "each
-// under its own 1s deadline" (seed 004).
+// CheckerOptions.DefaultTimeout is zero too: 1s. A probe answers in its
+// slowest check's time, so set the readiness probe's timeoutSeconds above
+// it (see Check.Timeout).
 const DefaultCheckTimeout = time.Second
 
 // ErrUnknownCheck is wrapped by the error [Checker.Run] returns when only or
@@ -23,8 +24,7 @@ const DefaultCheckTimeout = time.Second
 var ErrUnknownCheck = errors.New("health: unknown check")
 
 // Check is one dependency that readiness pings: a name, a function, a
-// criticality and a deadline (seed 004, "Why /readyz does not gate on every
-// dependency"; the Kubernetes API server's healthz.HealthChecker is the same
+// criticality and a deadline (docs/probes-and-shutdown.md, "Readiness checks"; the Kubernetes API server's healthz.HealthChecker is the same
 // idea without the criticality).
 //
 // Checks run for readiness only, never for liveness: a dependency outage
@@ -51,25 +51,26 @@ type Check struct {
 	// Critical decides what a failure does to readiness: true answers 503
 	// "failed"; false answers 200 "degraded", because a dependency that all
 	// replicas share would otherwise take every pod out of the Service at
-	// once and turn a partial degradation into a total outage (seed 004).
+	// once and turn a partial degradation into a total outage.
 	// Mark a check critical only when the pod cannot serve without it.
 	Critical bool
 	// Timeout is the check's deadline, counted from the start of its ping.
 	// Zero means CheckerOptions.DefaultTimeout (itself 1s when zero);
 	// negative is an error from AddCheck. Keep it well below the readiness
 	// probe's timeoutSeconds, so the kubelet never aborts a probe that was
-	// about to report a merely degraded backend (seed 004).
+	// about to report a merely degraded backend
+	// (https://kubernetes.io/docs/concepts/configuration/liveness-readiness-startup-probes/).
 	Timeout time.Duration
 }
 
 // Gate is a readiness predicate over in-memory state the application owns,
 // for readiness that depends on what the process knows rather than on
 // something it must ping — "this backend group's consensus set is non-empty
-// and its latest block is above 0" (seed 000, "consensus-gated /readyz").
+// and its latest block is above 0".
 //
 // A failing gate fails readiness like a critical check (503 "failed"). A
-// gate that is not applicable is skipped and passes (seed 000: "Backend
-// groups without consensus enabled are skipped").
+// gate that is not applicable (a backend group without consensus, say) is
+// skipped and passes.
 type Gate struct {
 	// Name follows the rules of Check.Name and shares its namespace.
 	Name string
@@ -99,7 +100,7 @@ type GateResult struct {
 type CheckerOptions struct {
 	// DefaultTimeout is the deadline of a check whose Timeout is zero,
 	// fixed when the check is added. Zero means 1s (DefaultCheckTimeout,
-	// seed 004); negative makes AddCheck return an error. lameduck fills it
+	// under the probe's timeoutSeconds); negative makes AddCheck return an error. lameduck fills it
 	// from LAMEDUCK_CHECK_TIMEOUT.
 	DefaultTimeout time.Duration
 	// OnPanic, when set, receives every panic recovered from a check or a
@@ -109,8 +110,7 @@ type CheckerOptions struct {
 	// not called again for a check while an earlier call for that check is
 	// still running, so a hook that blocks costs one goroutine, not one per
 	// probe; the panics it misses are still logged and reported in bodies.
-	// Wire it to the error tracker (seed 004: "The panic is also sent to the
-	// error tracker"). It is called once per panic, from the goroutine that
+	// Wire it to the error tracker. It is called once per panic, from the goroutine that
 	// ran the check, after the probes waiting on that ping have their
 	// answer, and never with a lock held. It must not block for long; a
 	// panic inside OnPanic is recovered and logged.
@@ -131,7 +131,7 @@ type CheckerOptions struct {
 // Checker runs the readiness checks and gates of one process: concurrently,
 // each under its own deadline, sharing one in-flight ping per check between
 // overlapping probes, never relaunching a check whose earlier ping is still
-// captive, and recovering panics (seed 004).
+// captive, and recovering panics (docs/probes-and-shutdown.md, "Readiness checks").
 //
 // The zero value is a Checker with zero [CheckerOptions] and no checks; use
 // [NewChecker] to set options. A Checker must not be copied after first use.

@@ -69,7 +69,7 @@ func TestDefaultTimeoutApplies(t *testing.T) {
 	})
 }
 
-// Seed 000: gates are predicates over in-memory state; failing fails
+// Gates are predicates over in-memory state; failing fails
 // readiness like a critical check; not applicable is skipped.
 func TestGates(t *testing.T) {
 	var logs logBuf

@@ -11,8 +11,8 @@
 //
 // A [Checker] holds the readiness checks ([Check]: a name, a function of a
 // context, a criticality, a deadline) and gates ([Gate]: a predicate over
-// in-memory state). [Checker.Run] probes them (seed 004, "Why /readyz does
-// not gate on every dependency"):
+// in-memory state). [Checker.Run] probes them (docs/probes-and-shutdown.md,
+// "Readiness checks"):
 //
 //   - concurrently, each under its own deadline, so a probe answers in
 //     max(ping), not sum(ping);
@@ -33,8 +33,9 @@
 //
 // # Responses
 //
-// Every probe response (seed 004, "The four endpoints"; the Kubernetes API
-// server's healthz conventions):
+// Every probe response (docs/probes-and-shutdown.md, "The endpoints"; the
+// Kubernetes API server's conventions,
+// https://kubernetes.io/docs/reference/using-api/health-checks/):
 //
 //   - answers GET and HEAD only; any other method is a 405 with an Allow
 //     header;

@@ -15,8 +15,8 @@ import (
 	"github.com/lameduck/lameduck/health"
 )
 
-// Seed 004: "pinged concurrently, each under its own 1s deadline, so the
-// probe answers in max(ping) rather than sum(ping)".
+// Checks are pinged concurrently, each under its own deadline, so the
+// probe answers in max(ping) rather than sum(ping).
 func TestRunAnswersInMaxNotSum(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := health.NewChecker(health.CheckerOptions{Logger: quiet()})
@@ -87,7 +87,7 @@ func TestNoChecksIsThePhaseAnswer(t *testing.T) {
 	}
 }
 
-// Seed 004: a panicking ping is reported "panic: <value>", counts as a
+// A panicking ping is reported "panic: <value>", counts as a
 // failure, goes to the error tracker, and the process lives.
 func TestPanicRecoveredAndHandedToHook(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -159,7 +159,7 @@ func TestOnPanicThatPanicsIsSurvived(t *testing.T) {
 	})
 }
 
-// Seed 004: a ping that never returns is a timeout at its deadline; the
+// A ping that never returns is a timeout at its deadline; the
 // next probes say stalled and do not launch it again; once it returns, the
 // next probe pings afresh.
 func TestWedgedCheckTimeoutThenStalledThenFresh(t *testing.T) {
@@ -217,7 +217,7 @@ func TestWedgedCheckTimeoutThenStalledThenFresh(t *testing.T) {
 	})
 }
 
-// Seed 004: overlapping probes share one ping, and a probe that joins a
+// Overlapping probes share one ping, and a probe that joins a
 // ping in progress is never told stalled.
 func TestOverlappingProbesShareOnePing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -372,7 +372,7 @@ func TestTransitionsLoggedOnce(t *testing.T) {
 	})
 }
 
-// Seed 004, "one atomic observation": a probe that wakes after both the
+// One atomic observation per ping: a probe that wakes after both the
 // ping's result and its deadline are in reads the result, never a timeout.
 // Deterministic: the probe is held past the deadline by a hook.
 func TestCompletedPingIsNeverATimeout_LateWaiter(t *testing.T) {

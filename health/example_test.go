@@ -35,7 +35,7 @@ func ExampleChecker_Run() {
 	// error: dial tcp 10.0.0.7:443: connection refused
 }
 
-// A readiness gate over state the application owns (seed 000): readiness
+// A readiness gate over state the application owns: readiness
 // fails while the consensus set is empty, and the gate is skipped where
 // consensus is not enabled.
 func ExampleChecker_AddGate() {

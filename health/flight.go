@@ -13,7 +13,7 @@ import (
 
 // checkState is one registered check and its ping in flight.
 //
-// The state machine, per check (seed 004):
+// The state machine, per check:
 //
 //   - no ping in flight: a probe launches one, in a goroutine of its own,
 //     under a context whose deadline is start+timeout;
@@ -30,7 +30,7 @@ import (
 // A ping's verdict is decided exactly once, under mu, by whichever comes
 // first: the ping's own return (its result) or an observer of the deadline
 // that finds the ping has not returned ("timeout"). That single decision is
-// the "one atomic observation" of seed 004: a ping that has returned is
+// one atomic observation: a ping that has returned is
 // never published as a timeout, and all sharers read the same verdict.
 type checkState struct {
 	Check                     // immutable

@@ -31,8 +31,8 @@ import (
 // "degraded", 503 "failed".
 //
 // ServeReadiness knows nothing of phases: the caller answers "starting" and
-// "draining" itself, without calling it (seed 003: draining never consults
-// a check), using [WriteNegotiated] so those answers come in the format
+// "draining" itself, without calling it (a draining pod never consults a
+// check), using [WriteNegotiated] so those answers come in the format
 // asked for too. The probe's context is r.Context(). Safe for concurrent
 // use.
 func (c *Checker) ServeReadiness(w http.ResponseWriter, r *http.Request, info *Info, path string, extra map[string]any) {

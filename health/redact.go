@@ -40,8 +40,7 @@ var (
 // Redact returns s with credentials replaced by "REDACTED". It is applied to
 // every error, panic and gate text before that text reaches a response body
 // or a log line, because probe bodies are read by people and tools outside
-// the process (issue "Dependency checks": "Secrets never leave the
-// process").
+// the process: secrets never leave it.
 //
 // It replaces:
 //   - URL user-info: "postgres://app:s3cret@db:5432/x" becomes

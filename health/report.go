@@ -44,7 +44,7 @@ type Report struct {
 }
 
 // Info names the build that answers. Every body carries its Version and
-// Commit (seed 004: "a probe response also tells you which build answered").
+// Commit, so a probe response also tells which build answered.
 //
 // The zero value renders empty strings; use [BuildInfo] to fill it. An Info
 // must not be modified once a handler uses it; Fields may be called

@@ -7,9 +7,8 @@ import (
 )
 
 // Outcome is the first word of a check's or gate's result text: what
-// happened to it in one probe. The words are the platform guide's (seed 004,
-// "Why /readyz does not gate on every dependency"), plus "failed" and
-// "skipped" for readiness gates (seed 000).
+// happened to it in one probe (docs/probes-and-shutdown.md, "Readiness
+// checks"); "failed" and "skipped" are for readiness gates only.
 type Outcome string
 
 const (
@@ -35,8 +34,8 @@ const (
 	// OutcomeFailed: a gate's predicate did not hold. Text
 	// "failed: <redacted reason>", or "failed" without a reason.
 	OutcomeFailed Outcome = "failed"
-	// OutcomeSkipped: a gate declared itself not applicable (seed 000: "a
-	// group without consensus is skipped"). It passes. Text
+	// OutcomeSkipped: a gate declared itself not applicable (a backend group
+	// without consensus, say). It passes. Text
 	// "skipped: <reason>", or "skipped".
 	OutcomeSkipped Outcome = "skipped"
 )
@@ -45,7 +44,8 @@ const (
 // [OutcomeOK] and [OutcomeSkipped], false for every other word.
 func (o Outcome) Passing() bool { return o == OutcomeOK || o == OutcomeSkipped }
 
-// stalledText is seed 004's wording, verbatim.
+// stalledText is the text of a check whose earlier ping is still captive;
+// docs/probes-and-shutdown.md quotes it.
 const stalledText = "stalled: an earlier probe's ping has not returned"
 
 // maxTextBytes bounds the error, panic or reason text that reaches a body or

@@ -19,7 +19,7 @@ import (
 // Steps, in order:
 //  1. each selected check's ping is launched, joined, or found captive
 //     (see [Check].Func): all pings run concurrently, each under its own
-//     deadline, so Run answers in max(ping), not sum(ping) (seed 004);
+//     deadline, so Run answers in max(ping), not sum(ping);
 //  2. each selected gate is evaluated, in this goroutine;
 //  3. Run waits for each ping's verdict, up to the ping's deadline, or
 //     until ctx ends, whichever comes first. A ping still running when ctx

@@ -2,8 +2,8 @@ package health
 
 // Status is the word a probe body carries in its "status" field.
 //
-// The words come from the platform guide (seed 004) and DESIGN.md's phase
-// table: a readiness probe answers [StatusOK], [StatusDegraded] (still 200),
+// The words are those of docs/probes-and-shutdown.md ("Phases" and
+// "Readiness checks"): a readiness probe answers [StatusOK], [StatusDegraded] (still 200),
 // [StatusFailed] (503), [StatusStarting] (503 during boot) or
 // [StatusDraining] (503 from the shutdown signal on).
 type Status string
@@ -13,7 +13,7 @@ const (
 	StatusOK Status = "ok"
 	// StatusDegraded means a non-critical dependency failed; the pod still
 	// serves. HTTP 200, so a partial degradation never becomes an outage
-	// (seed 004, "Why /readyz does not gate on every dependency").
+	// (docs/probes-and-shutdown.md, "Readiness checks").
 	StatusDegraded Status = "degraded"
 	// StatusFailed means a critical dependency or gate failed. HTTP 503.
 	StatusFailed Status = "failed"

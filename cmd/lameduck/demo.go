@@ -112,7 +112,7 @@ func runDemo(ctx context.Context, o demoOptions) error {
 		}
 	})
 
-	// Background work (issue: the background join): POST /write starts a
+	// Background work that the shutdown joins: POST /write starts a
 	// best-effort write of d; POST /loop starts a loop ticking every 100ms.
 	mux.HandleFunc("POST /write", func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
@@ -167,7 +167,7 @@ func runDemo(ctx context.Context, o demoOptions) error {
 		writeJSON(w, http.StatusAccepted, map[string]any{"loop": name})
 	})
 
-	// Long-lived connections (issue: drain without dropping anything).
+	// Long-lived connections, which the drain closes cleanly.
 	mux.HandleFunc("GET /ws", func(w http.ResponseWriter, r *http.Request) { serveEcho(lc, log, w, r) })
 	mux.HandleFunc("GET /events", func(w http.ResponseWriter, r *http.Request) { serveEvents(lc, w, r) })
 

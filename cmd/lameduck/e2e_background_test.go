@@ -1,6 +1,6 @@
 package main
 
-// End-to-end tests of issue 5 (background work that finishes inside the
+// End-to-end tests of background work that finishes inside the
 // grace period) on the real `lameduck demo` binary: writes started during
 // the window are joined under one budget and the overrun is named once;
 // loops stop at the signal and new ones are refused with a reason.

@@ -1,6 +1,6 @@
 package main
 
-// End-to-end tests of issue 3 (dependency checks: critical or degraded,
+// End-to-end tests of dependency checks (critical or degraded,
 // concurrent under deadlines, immune to panics, wedged pings and probe
 // storms) on the real `lameduck demo` binary, with --simulate-check,
 // --check-tcp, --check-http and --check-dns.

@@ -1,6 +1,6 @@
 package main
 
-// End-to-end tests of issue 4 (drain without dropping anything) on the real
+// End-to-end tests of the drain (nothing dropped) on the real
 // `lameduck demo` binary: the idle drain, the keep-alive and HTTP/2
 // hand-off, WebSockets closed with 1001 or force-closed at the budget,
 // server-sent events ended cleanly, the reject mode, and upgrades refused

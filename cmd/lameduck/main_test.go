@@ -16,7 +16,7 @@ var lameduckBin string
 
 // TestMain builds the command into a temporary directory, runs the tests,
 // and then checks that no test left a goroutine behind (stderr readers,
-// process waiters, HTTP transports): DESIGN.md, house style 8.
+// process waiters, HTTP transports): every goroutine is joined.
 func TestMain(m *testing.M) {
 	os.Exit(testMain(m))
 }
