@@ -29,7 +29,8 @@
 //   - nothing is cached: every result comes from a ping that ran during the
 //     probe;
 //   - error text is redacted of credentials ([Redact]) before it reaches a
-//     body, or hidden entirely (CheckerOptions.HideErrors).
+//     body, or hidden entirely: for every probe (CheckerOptions.HideErrors)
+//     or per handler, for a port the internet can reach (Info.HideDetails).
 //
 // # Responses
 //

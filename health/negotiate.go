@@ -35,13 +35,14 @@ var healthJSONReserved = []string{"status", "version", "releaseId", "notes", "ou
 // status code rep.Code, or rep.Status.Code() when that is 0 (200 for ok and
 // degraded, 503 otherwise; the draft's pass and warn are 2xx, fail is
 // 5xx). A HEAD request gets the headers and no body. WriteNegotiated does
-// not check the method (see [AllowedMethod]) and does not run checks. It
-// is safe for concurrent use.
+// not check the method (see [AllowedMethod]) and does not run checks.
+// When info.HideDetails is set, every form shows each check's outcome word
+// alone ([Report.WithoutDetails]). It is safe for concurrent use.
 func WriteNegotiated(w http.ResponseWriter, r *http.Request, info *Info, rep Report) {
 	w.Header().Add("Vary", "Accept")
 	switch {
 	case wantsVerbose(r):
-		writeBody(w, r, "text/plain; charset=utf-8", rep.code(), func() []byte { return RenderVerbose(rep) })
+		writeBody(w, r, "text/plain; charset=utf-8", rep.code(), func() []byte { return RenderVerbose(hideIf(info, rep)) })
 	case acceptsHealthJSON(r):
 		writeBody(w, r, MediaTypeHealthJSON, rep.code(), func() []byte { return RenderHealthJSON(info, rep) })
 	default:
@@ -203,6 +204,7 @@ func RenderVerbose(rep Report) []byte {
 // the result was observed (RFC 3339, UTC, milliseconds). It is safe for
 // concurrent use.
 func RenderHealthJSON(info *Info, rep Report) []byte {
+	rep = hideIf(info, rep)
 	keys, merged := envelopeFields(info, rep, healthJSONReserved)
 	var b bytes.Buffer
 	code := rep.code()

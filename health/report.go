@@ -58,6 +58,13 @@ type Info struct {
 	// added to the envelope, such as {"mode":"cloud"}. Members named status,
 	// version, commit or checks are ignored: the envelope's own win.
 	Fields func() map[string]any
+	// HideDetails, when true, makes every rendering that takes this Info
+	// ([Write], [Render], [RenderHealthJSON], [WriteNegotiated], ?verbose
+	// included) show each check's and gate's outcome word alone, never its
+	// error, panic or reason text: see [Report.WithoutDetails]. Use it for
+	// probes on a port that people outside the cluster can reach. Status
+	// words and codes are unchanged.
+	HideDetails bool
 }
 
 var reserved = []string{"status", "version", "commit", "checks"}
@@ -96,6 +103,7 @@ func Write(w http.ResponseWriter, r *http.Request, info *Info, rep Report) {
 // Render returns the JSON body [Write] would send for rep, with a trailing
 // newline. It is safe for concurrent use.
 func Render(info *Info, rep Report) []byte {
+	rep = hideIf(info, rep)
 	keys, merged := envelopeFields(info, rep, reserved)
 
 	var b bytes.Buffer

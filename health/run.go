@@ -31,7 +31,9 @@ import (
 // otherwise [StatusOK]. Checks maps each selected name to its result text
 // and Results holds the same results in name order. Excluded lists the
 // excluded names, sorted; names in exclude that match no check or gate are
-// ignored and listed in Unmatched (the Kubernetes API server's convention). With no check and no gate registered, Run returns
+// ignored and listed in Unmatched (the Kubernetes API server's convention;
+// at most 16 of them, each cut to 64 bytes, since the query comes from
+// whoever can reach the port). With no check and no gate registered, Run returns
 // Report{Status: StatusOK} with nil Checks, so readiness is exactly the
 // phase answer.
 //
@@ -52,12 +54,20 @@ func (c *Checker) Run(ctx context.Context, only string, exclude []string) (Repor
 	// An unknown ?exclude is ignored and reported, as the Kubernetes API
 	// server does: a probe that excludes a check this build lacks must not
 	// keep a healthy pod out of the Service.
+	// The query is the client's: at most maxUnmatched names, each cut to
+	// maxUnmatchedBytes, are kept, so a long ?exclude= list costs linear
+	// time and a bounded echo.
 	var unmatched []string
 	known := exclude[:0:0]
 	for _, x := range exclude {
 		if _, ok := reg.byName[x]; ok {
 			known = append(known, x)
-		} else if !slices.Contains(unmatched, x) {
+			continue
+		}
+		if len(x) > maxUnmatchedBytes {
+			x = strings.ToValidUTF8(x[:maxUnmatchedBytes], "") + "…"
+		}
+		if len(unmatched) < maxUnmatched && !slices.Contains(unmatched, x) {
 			unmatched = append(unmatched, x)
 		}
 	}
@@ -134,6 +144,12 @@ func (c *Checker) Run(ctx context.Context, only string, exclude []string) (Repor
 	return rep, nil
 }
 
+// Bounds on the unmatched ?exclude= names a report keeps.
+const (
+	maxUnmatched      = 16
+	maxUnmatchedBytes = 64
+)
+
 func unknown(reg *registry, name, where string) error {
 	known := "none is registered"
 	if len(reg.entries) > 0 {
@@ -142,6 +158,9 @@ func unknown(reg *registry, name, where string) error {
 			names[i] = e.name
 		}
 		known = strings.Join(names, ", ")
+	}
+	if len(name) > maxUnmatchedBytes { // the client's text, echoed in a body
+		name = strings.ToValidUTF8(name[:maxUnmatchedBytes], "") + "…"
 	}
 	return fmt.Errorf("%w %q%s; known checks and gates: %s", ErrUnknownCheck, name, where, known)
 }
