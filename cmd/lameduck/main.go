@@ -28,8 +28,10 @@ func run(args []string) int {
 		Short:         "Probes that tell the truth and a shutdown that drops nothing, for Go services in Kubernetes",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       versionText(),
 	}
-	root.AddCommand(newDemoCommand())
+	root.SetVersionTemplate("{{.Version}}")
+	root.AddCommand(newDemoCommand(), newVersionCommand())
 	root.SetArgs(args)
 	if err := root.Execute(); err != nil {
 		if _, logged := err.(exitError); !logged {
