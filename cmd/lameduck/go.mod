@@ -8,6 +8,7 @@ require (
 	github.com/spf13/cobra v1.10.2
 	go.uber.org/goleak v1.3.0
 	golang.org/x/net v0.50.0
+	golang.org/x/sys v0.41.0
 )
 
 require (
