@@ -22,6 +22,11 @@
 // the pod drains: a draining pod's readiness is 503 whatever they say. The request-tracking middleware that every
 // registered server goes through allocates nothing.
 //
+// A server that is not an *http.Server (a Fiber app, a gRPC server) joins
+// the same sequence through [Lifecycle.AddServerFuncs] (how to serve it and
+// stop it) and [Lifecycle.TrackRequest], which its first middleware calls
+// for every request; the contrib modules fiber and grpc do both.
+//
 // Settings come from [Config] and, for what the code leaves unset, from
 // LAMEDUCK_* environment variables, strictly parsed.
 //

@@ -83,7 +83,9 @@ type Lifecycle struct {
 }
 
 type server struct {
-	srv    *http.Server
+	srv    *http.Server // nil for a ServerFuncs
+	ext    *ServerFuncs // nil for an *http.Server
+	extLn  *extListener // what ext.Serve serves on; set by Run
 	ln     net.Listener
 	probes bool // the Config.ProbeAddr listener: shut down last
 	tls    bool // served with ServeTLS; decided before any Serve runs
@@ -377,8 +379,10 @@ func (l *Lifecycle) Run(ctx context.Context) error {
 		if s.ln != nil {
 			continue
 		}
-		addr := s.srv.Addr
-		if addr == "" {
+		var addr string
+		if s.ext != nil {
+			addr = s.ext.Addr
+		} else if addr = s.srv.Addr; addr == "" {
 			addr = ":http"
 		}
 		ln, err := net.Listen("tcp", addr)
@@ -400,6 +404,11 @@ func (l *Lifecycle) Run(ctx context.Context) error {
 	// (net/http's HTTP/2 setup writes TLSConfig).
 	instrumented := map[*http.Server]bool{}
 	for _, s := range servers {
+		if s.ext != nil {
+			s.extLn = newExtListener(s.ln, l.track)
+			l.log.Info("lameduck: listening", "addr", s.ln.Addr().String(), "server", s.ext.Name, "probes", l.cfg.ProbeAddr == "")
+			continue
+		}
 		s.tls = s.srv.TLSConfig != nil
 		if !s.probes && !instrumented[s.srv] {
 			instrumented[s.srv] = true
@@ -413,11 +422,16 @@ func (l *Lifecycle) Run(ctx context.Context) error {
 	var serving sync.WaitGroup
 	for _, s := range servers {
 		serving.Go(func() {
-			serve := s.srv.Serve
-			if s.tls {
+			var serve func(net.Listener) error
+			switch {
+			case s.ext != nil:
+				serve = func(net.Listener) error { return s.ext.Serve(s.extLn) }
+			case s.tls:
 				// Certificates come from TLSConfig (Certificates or
 				// GetCertificate); HTTP/2 is negotiated as ServeTLS does.
 				serve = func(ln net.Listener) error { return s.srv.ServeTLS(ln, "", "") }
+			default:
+				serve = s.srv.Serve
 			}
 			if err := serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) && !l.closing.Load() {
 				err = fmt.Errorf("lameduck: serve on %s: %w", s.ln.Addr(), err)

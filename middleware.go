@@ -36,7 +36,8 @@ func (l *Lifecycle) instrument(srv *http.Server) {
 // wrap is the request-tracking middleware, outermost on every registered
 // server (before authentication and rate limits: a retried request is still
 // a sign of use to the idle drain). It routes probe paths to the probes (unless they
-// have their own listener) and tracks every other request as in flight.
+// have their own listener) and tracks every other request as in flight,
+// deciding each request as [Lifecycle.TrackRequest] does.
 //
 // While serving, its cost is one clock read and two uncontended lock pairs
 // per request, and no allocation (BenchmarkHandler). From the signal on it
@@ -50,41 +51,162 @@ func (l *Lifecycle) wrap(app http.Handler) http.Handler {
 	if app == nil {
 		app = http.DefaultServeMux
 	}
-	mount := l.cfg.ProbeAddr == ""
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if mount && l.isProbePath(r.URL.Path) {
+		v := l.admit(r.URL.Path, l.state.Load() != stateServing && r.Header.Get("Upgrade") != "")
+		switch {
+		case v.Probe:
 			l.probes.ServeHTTP(w, r)
 			return
-		}
-		if st := l.state.Load(); st != stateServing && l.refuse(w, r, st) {
+		case v.Refuse != "":
+			h := w.Header()
+			h.Set("Retry-After", RetryAfterSeconds)
+			h.Set("Connection", "close")
+			http.Error(w, v.Refuse, http.StatusServiceUnavailable)
 			return
+		case v.Close:
+			// HTTP/1: the connection closes after this response. HTTP/2:
+			// net/http turns the header into a GOAWAY once it is written.
+			w.Header().Set("Connection", "close")
 		}
-		rec := l.track.begin(r)
+		rec := l.track.begin(r.Method, r.URL.Path, r)
 		defer l.track.end(rec)
 		app.ServeHTTP(w, r)
 	})
 }
 
-// refuse handles a request that arrives after the signal; it reports
-// whether it answered it.
-func (l *Lifecycle) refuse(w http.ResponseWriter, r *http.Request, st int32) bool {
-	h := w.Header()
-	switch {
-	case st == stateRejecting:
-		h.Set("Retry-After", "1")
-		h.Set("Connection", "close")
-		http.Error(w, "lameduck: shutting down; retry on another instance", http.StatusServiceUnavailable)
-		return true
-	case r.Header.Get("Upgrade") != "":
-		h.Set("Retry-After", "1")
-		h.Set("Connection", "close")
-		http.Error(w, "lameduck: draining; upgrade on another instance", http.StatusServiceUnavailable)
-		return true
+// RetryAfterSeconds is the Retry-After header's value on a 503 that refuses
+// a request during the shutdown (RFC 9110, section 10.2.3: a number of
+// seconds): the client may retry at once, and a retry lands on another
+// instance.
+const RetryAfterSeconds = "1"
+
+// The bodies of the 503 answers that refuse a request during the shutdown.
+const (
+	refuseRejecting = "lameduck: shutting down; retry on another instance"
+	refuseUpgrade   = "lameduck: draining; upgrade on another instance"
+)
+
+// Verdict is the Lifecycle's decision on one request that arrives on an
+// application server, from [Lifecycle.TrackRequest]. The zero Verdict means
+// "serve it as usual".
+type Verdict struct {
+	// Probe means the path is a probe's (/healthz, /readyz, /readyz/<check>,
+	// /startupz, and /prestop when Config.PreStop is set) and the probes are
+	// mounted on the application's listeners (Config.ProbeAddr is empty):
+	// answer the request with [Lifecycle.ProbeHandler]. It is not tracked.
+	Probe bool
+	// Refuse, when not empty, means: do not serve the request; answer it
+	// 503 Service Unavailable with the headers Retry-After:
+	// [RetryAfterSeconds] and Connection: close and Refuse, plus a newline,
+	// as a text/plain; charset=utf-8 body (what net/http's http.Error
+	// writes). It is not tracked. It is set in reject mode
+	// (Config.SendRetryAfter, during the teardown), and for an upgrade
+	// (WebSocket) that asks to start after the shutdown signal, so its
+	// client opens it on another instance.
+	Refuse string
+	// Close means the shutdown signal has come: mark the response
+	// Connection: close, so an HTTP/1 keep-alive client moves to a fresh
+	// connection, which lands on another pod once endpoints have caught up
+	// (an HTTP/2 or gRPC server sends GOAWAY instead). Set with Refuse too.
+	Close bool
+}
+
+// admit decides a request: the one rule behind wrap and TrackRequest.
+// upgrade is read only from the signal on.
+func (l *Lifecycle) admit(path string, upgrade bool) Verdict {
+	if l.cfg.ProbeAddr == "" && l.isProbePath(path) {
+		return Verdict{Probe: true}
 	}
-	// HTTP/1: the connection closes after this response. HTTP/2: net/http
-	// turns the header into a GOAWAY once the response is written.
-	h.Set("Connection", "close")
-	return false
+	switch l.state.Load() {
+	case stateServing:
+		return Verdict{}
+	case stateRejecting:
+		return Verdict{Refuse: refuseRejecting, Close: true}
+	}
+	if upgrade {
+		return Verdict{Refuse: refuseUpgrade, Close: true}
+	}
+	return Verdict{Close: true}
+}
+
+// TrackRequest is the request-tracking middleware for a server that is not
+// a net/http one (a Fiber app, a gRPC server registered with
+// [Lifecycle.AddServerFuncs]): call it first, before any other middleware,
+// for every request, and act on the [Verdict]:
+//
+//   - v.Probe: answer with ProbeHandler (an adapter to net/http);
+//   - v.Refuse != "": answer 503 as Verdict.Refuse says, and stop;
+//   - otherwise serve the request, marking the response Connection: close
+//     when v.Close is set, and call the Tracked's End when the handler has
+//     returned (defer tr.End()).
+//
+// A served request is in flight from TrackRequest to End: the teardown
+// waits for it, the idle drain (DrainIdle) counts it as traffic, and one
+// that outlives the teardown budget is named in the log by method, path and
+// age, exactly as a request on an *http.Server registered with AddServer.
+// method and path are read until End (and copied only if the request is
+// named), so they may alias a buffer the server reuses after End.
+//
+// upgrade reports whether the request asks to switch protocols (an Upgrade
+// header: a WebSocket); it is read only from the shutdown signal on
+// (Phase() >= PhaseDraining), so a caller may pass false before then and
+// save the header lookup.
+//
+// TrackRequest allocates nothing and costs one clock read and one
+// uncontended lock pair (BenchmarkTrackRequest); End another lock pair. It
+// is safe for concurrent use.
+func (l *Lifecycle) TrackRequest(method, path string, upgrade bool) (Tracked, Verdict) {
+	v := l.admit(path, upgrade)
+	if v.Probe || v.Refuse != "" {
+		return Tracked{}, v
+	}
+	return Tracked{l.track.begin(method, path, nil)}, v
+}
+
+// Tracked is one request in flight, from [Lifecycle.TrackRequest]. Its zero
+// value (the answer for a request that is not tracked) does nothing. A
+// Tracked is used by the request's own goroutine; End must be called once.
+type Tracked struct {
+	rec *reqRecord
+}
+
+// End records that the request has finished: its handler returned. It must
+// be called exactly once per tracked request (not after Hijacked reported
+// true). It allocates nothing.
+func (t Tracked) End() {
+	if t.rec != nil {
+		t.rec.t.end(t.rec)
+	}
+}
+
+// Hijacked records that the request's connection has left the server's
+// care, as a WebSocket's does after its upgrade: from now on the idle drain
+// no longer waits for it (a WebSocket that sends no KeepAlive does not hold
+// the window), it is named "hijacked" if the teardown budget cuts it, and
+// the teardown closes conn then.
+//
+// When conn is a connection accepted on a listener that the Lifecycle
+// handed to ServerFuncs.Serve (as fasthttp's RequestCtx.Conn is for a Fiber
+// app), the request ends when conn is closed, by its handler or by the
+// teardown, and Hijacked reports true: do not call End. Otherwise it
+// reports false and the caller calls End when the session ends.
+func (t Tracked) Hijacked(conn net.Conn) bool {
+	rec := t.rec
+	if rec == nil {
+		return false
+	}
+	s := rec.shard
+	s.mu.Lock()
+	rec.hijacked, rec.conn = true, conn
+	s.mu.Unlock()
+	c, ok := conn.(*extConn)
+	if !ok {
+		return false
+	}
+	if !c.endOnClose(rec) {
+		t.End() // closed already
+	}
+	return true
 }
 
 // KeepAlive moves the idle drain's clock to now, as a request arriving

@@ -146,7 +146,10 @@ func (l *Lifecycle) drainHTTP(servers []*server, serving *sync.WaitGroup, deadli
 		var wg sync.WaitGroup
 		seen := map[*http.Server]bool{}
 		for _, s := range group {
-			if !seen[s.srv] { // a server on two listeners shuts down once
+			switch {
+			case s.ext != nil:
+				wg.Go(func() { l.shutdownExt(ctx, s) })
+			case !seen[s.srv]: // a server on two listeners shuts down once
 				seen[s.srv] = true
 				wg.Go(func() { _ = s.srv.Shutdown(ctx) })
 			}
@@ -166,7 +169,11 @@ func (l *Lifecycle) drainHTTP(servers []*server, serving *sync.WaitGroup, deadli
 	// which a client that connected a moment before would see as an EOF.
 	l.closing.Store(true)
 	for _, s := range app {
-		_ = s.ln.Close()
+		if s.extLn != nil {
+			_ = s.extLn.Close()
+		} else {
+			_ = s.ln.Close()
+		}
 	}
 	graceCtx, cancelGrace := context.WithCancel(ctx)
 	graceTimer := l.clock.NewTimer(min(acceptGrace, deadline.Sub(began)/10))
@@ -199,7 +206,11 @@ func (l *Lifecycle) drainHTTP(servers []*server, serving *sync.WaitGroup, deadli
 	if forced {
 		cut = l.track.snapshot()
 		for _, s := range app {
-			_ = s.srv.Close()
+			if s.ext != nil {
+				l.forceExt(s)
+			} else {
+				_ = s.srv.Close()
+			}
 		}
 		for _, r := range cut {
 			if r.conn != nil {

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,16 +54,19 @@ type trackShard struct {
 type reqRecord struct {
 	method, path string
 	start        time.Duration // offset of the arrival
-	req          *http.Request // for the connection, on the cold paths only
+	req          *http.Request // for the connection, on the cold paths only; nil for TrackRequest
+	hijacked     bool          // Tracked.Hijacked: its connection left the server's care
+	conn         net.Conn      // the hijacked connection of a TrackRequest record
 	prev, next   *reqRecord
 	shard        *trackShard
+	t            *tracker // immutable
 }
 
 func newTracker(c Clock) *tracker {
 	_, sys := c.(systemClock)
 	t := &tracker{clock: c, sys: sys, base: c.Now(), ended: make(chan struct{}, 1)}
 	t.pool.New = func() any {
-		return &reqRecord{shard: &t.shards[t.next.Add(1)%trackShards]}
+		return &reqRecord{shard: &t.shards[t.next.Add(1)%trackShards], t: t}
 	}
 	return t
 }
@@ -77,10 +81,11 @@ func (t *tracker) now() time.Duration {
 	return t.clock.Now().Sub(t.base)
 }
 
-// begin records r as in flight and returns the record to pass to end.
-func (t *tracker) begin(r *http.Request) *reqRecord {
+// begin records a request as in flight and returns the record to pass to
+// end. r, when not nil, is the net/http request (for its connection).
+func (t *tracker) begin(method, path string, r *http.Request) *reqRecord {
 	rec := t.pool.Get().(*reqRecord)
-	rec.method, rec.path, rec.start, rec.req = r.Method, r.URL.Path, t.now(), r
+	rec.method, rec.path, rec.start, rec.req = method, path, t.now(), r
 	s := rec.shard
 	s.mu.Lock()
 	rec.next = s.head
@@ -98,7 +103,7 @@ func (t *tracker) begin(r *http.Request) *reqRecord {
 
 // end removes rec from the in-flight set and recycles it.
 func (t *tracker) end(rec *reqRecord) {
-	if t.anyHijack.Load() {
+	if rec.req != nil && t.anyHijack.Load() {
 		t.forgetHijack(rec.req)
 	}
 	var now time.Duration
@@ -121,7 +126,7 @@ func (t *tracker) end(rec *reqRecord) {
 		s.last = now
 	}
 	s.mu.Unlock()
-	*rec = reqRecord{shard: s}
+	*rec = reqRecord{shard: s, t: t}
 	t.pool.Put(rec)
 	if stamp {
 		t.wake()
@@ -216,7 +221,7 @@ func (t *tracker) waitFresh(ctx context.Context) {
 }
 
 func (t *tracker) isHijacked(r *http.Request) (ok bool) {
-	if !t.anyHijack.Load() {
+	if r == nil || !t.anyHijack.Load() {
 		return false
 	}
 	c := connOf(r)
@@ -238,6 +243,9 @@ func connContext(ctx context.Context, c net.Conn) context.Context {
 }
 
 func connOf(r *http.Request) net.Conn {
+	if r == nil {
+		return nil
+	}
 	c, _ := r.Context().Value(connKey{}).(net.Conn)
 	return c
 }
@@ -265,8 +273,14 @@ func (t *tracker) snapshot() []InFlightRequest {
 		s := &t.shards[i]
 		s.mu.Lock()
 		for r := s.head; r != nil; r = r.next {
-			out = append(out, InFlightRequest{Method: r.method, Path: r.path, Age: now - r.start,
-				Hijacked: t.isHijacked(r.req), conn: connOf(r.req)})
+			conn := r.conn
+			if conn == nil {
+				conn = connOf(r.req)
+			}
+			// Clone: a TrackRequest caller's strings may alias a buffer
+			// that its server reuses once the request has ended.
+			out = append(out, InFlightRequest{Method: strings.Clone(r.method), Path: strings.Clone(r.path),
+				Age: now - r.start, Hijacked: r.hijacked || t.isHijacked(r.req), conn: conn})
 		}
 		s.mu.Unlock()
 	}
@@ -296,7 +310,7 @@ func (t *tracker) activity() (busy int, last time.Time) {
 		s := &t.shards[i]
 		s.mu.Lock()
 		for r := s.head; r != nil; r = r.next {
-			if !t.isHijacked(r.req) {
+			if !r.hijacked && !t.isHijacked(r.req) {
 				busy++
 			}
 		}
