@@ -42,6 +42,31 @@ const (
 	// and no request arrived or completed for IdleWindow, at least
 	// ShutdownDelay and at most DrainTimeout after the signal.
 	DrainIdle = "idle"
+	// DrainComplete, for a runner (Config.Runner), finishes the job in
+	// flight after the signal, bounded by DrainTimeout; no new job is
+	// taken. The runner default. See docs/runners.md.
+	DrainComplete = "complete"
+	// DrainInterrupt, for a runner, cancels the context of the job in
+	// flight at the signal, so it can checkpoint, and hands the job back to
+	// its queue. See docs/runners.md.
+	DrainInterrupt = "interrupt"
+)
+
+// Runner defaults (docs/runners.md, "Sizing").
+const (
+	// DefaultRunnerProbeAddr is where a runner serves its probes when
+	// ProbeAddr is unset: the metrics port, where /metrics can live too.
+	DefaultRunnerProbeAddr = ":9090"
+	// DefaultRunnerDrainTimeout bounds a runner's drain: a job may take
+	// hours, and a deploy should not throw its work away.
+	DefaultRunnerDrainTimeout = 8 * time.Hour
+	// DefaultEpochMismatchDelay is how long a superseded runner delays the
+	// redelivery of a job it hands back, while the newer fleet becomes
+	// ready.
+	DefaultEpochMismatchDelay = 2 * time.Minute
+	// DefaultFetchWait is how long a consume loop's fetch waits for a job
+	// before it returns empty (one idle cycle).
+	DefaultFetchWait = 5 * time.Second
 )
 
 // ErrInvalidConfig is wrapped by every error [New] returns for a bad
@@ -87,7 +112,8 @@ type Config struct {
 	// already 503, so that endpoint removal can reach kube-proxy, ingresses
 	// and load balancers before the listener closes. Zero means unset; use
 	// NoDelay for a zero window. Negative values other than NoDelay are an
-	// error. Env: SHUTDOWN_DELAY. Default 5s in Kubernetes, 0 elsewhere.
+	// error. Env: SHUTDOWN_DELAY. Default 5s in Kubernetes, 0 elsewhere and
+	// for a runner.
 	ShutdownDelay time.Duration
 	// ShutdownTeardown is the budget, a time.Duration, for everything after
 	// the window: the HTTP drain (http.Server.Shutdown of every server and a
@@ -109,7 +135,9 @@ type Config struct {
 	TerminationGrace time.Duration
 
 	// DrainMode is DrainDelay (the default) or DrainIdle and decides how the
-	// lame-duck window ends. Env: DRAIN_MODE.
+	// lame-duck window ends. For a runner (Runner set) it is DrainComplete
+	// (the default) or DrainInterrupt and decides what happens to the job in
+	// flight. Env: DRAIN_MODE.
 	DrainMode string
 	// IdleWindow, a time.Duration, is how long traffic must have been idle
 	// for the idle drain to end: nothing in flight (WebSockets and other
@@ -120,8 +148,10 @@ type Config struct {
 	IdleWindow time.Duration
 	// DrainTimeout, a time.Duration, bounds the idle drain's wait after the
 	// signal, so a steady trickle of traffic cannot hold the pod past its
-	// grace period. Only in DrainIdle mode; it must be at least
-	// ShutdownDelay. Zero means unset. Env: DRAIN_TIMEOUT. Default 30s.
+	// grace period. In DrainIdle mode it must be at least ShutdownDelay. For
+	// a runner it bounds the wait for the jobs in flight: at the bound their
+	// contexts are cancelled and each is named in the log with its age.
+	// Zero means unset. Env: DRAIN_TIMEOUT. Default 30s; 8h for a runner.
 	DrainTimeout time.Duration
 	// SendRetryAfter keeps the listeners open during teardown, until the
 	// in-flight requests have drained, and answers every new request with
@@ -190,6 +220,32 @@ type Config struct {
 	// join and the closers). Env: PROBE_ADDR.
 	ProbeAddr string
 
+	// Runner makes this the Lifecycle of a runner: a process that consumes
+	// jobs from a queue rather than serving requests (docs/runners.md). The
+	// worker package sets it. A runner serves its probes on ProbeAddr
+	// (default ":9090"), its DrainMode is DrainComplete or DrainInterrupt,
+	// its DrainTimeout defaults to 8h and bounds the window, and its
+	// ShutdownDelay defaults to 0 (no Service routes to it, so there is no
+	// endpoint removal to wait for).
+	Runner bool
+	// Epoch is the runner's rollout epoch, a monotonic generation rendered
+	// literally into the pod template; a runner whose epoch is older than
+	// the newest in its fleet is superseded (docs/runners.md, "Rollout
+	// epochs"). Zero means unset. Env: EPOCH, a non-negative integer.
+	// Default 0.
+	Epoch uint64
+	// EpochMismatchDelay, a time.Duration, is how long a superseded runner
+	// delays the redelivery of a job it hands back, so that the newer fleet
+	// takes it. Zero means unset; negative is an error.
+	// Env: EPOCH_MISMATCH_DELAY. Default 2m.
+	EpochMismatchDelay time.Duration
+	// FetchWait, a time.Duration, is how long a runner's consume loop waits
+	// for a job in one fetch, unless the loop sets its own. A loop that has
+	// not cycled for max(2m, 20 × its fetch wait) is stalled and fails
+	// liveness. Zero means unset; negative is an error. Env: FETCH_WAIT.
+	// Default 5s.
+	FetchWait time.Duration
+
 	// Version and Commit are written into every probe body. Default: read
 	// from the binary's build information (health.BuildInfo).
 	Version, Commit string
@@ -225,13 +281,16 @@ var settings = []setting{
 	{"PRESTOP_TOKEN", `any non-empty secret`},
 	{"EXIT_ON_SECOND_SIGNAL", `"true" or "false"`},
 	{"PROBE_ADDR", `a listen address such as ":9090"`},
-	{"DRAIN_MODE", `"delay" or "idle"`},
+	{"DRAIN_MODE", `"delay" or "idle" ("complete" or "interrupt" for a runner)`},
 	{"IDLE_WINDOW", `a positive Go duration, such as "10s"`},
 	{"DRAIN_TIMEOUT", `a positive Go duration at least the shutdown delay, such as "30s"`},
 	{"SEND_RETRY_AFTER", `"true" or "false"`},
 	{"CHECK_TIMEOUT", `a positive Go duration, such as "1s"`},
 	{"JOIN_BUDGET", `a positive Go duration below the teardown budget, such as "500ms"`},
 	{"HOOK_SHARE", `a fraction between 0 and 1, such as "0.66"`},
+	{"EPOCH", `a non-negative integer, such as "3"`},
+	{"EPOCH_MISMATCH_DELAY", `a positive Go duration, such as "2m"`},
+	{"FETCH_WAIT", `a positive Go duration, such as "5s"`},
 }
 
 // resolve fills every unset field of c from the environment and defaults and
@@ -397,21 +456,48 @@ func (c Config) resolve() (Config, error) {
 	str(&c.ProbeAddr, "PROBE_ADDR")
 
 	str(&c.DrainMode, "DRAIN_MODE")
-	switch c.DrainMode {
-	case "":
+	switch {
+	case c.DrainMode == "" && c.Runner:
+		c.DrainMode = DrainComplete
+	case c.DrainMode == "":
 		c.DrainMode = DrainDelay
-	case DrainDelay, DrainIdle:
+	case c.Runner && (c.DrainMode == DrainComplete || c.DrainMode == DrainInterrupt):
+	case !c.Runner && (c.DrainMode == DrainDelay || c.DrainMode == DrainIdle):
+	case c.Runner:
+		errs = append(errs, fmt.Errorf("lameduck: %sDRAIN_MODE=%q: a runner drains in mode %q (finish the job in flight) or %q (cancel it and hand it back); set one of them, or unset it: %w",
+			c.EnvPrefix, c.DrainMode, DrainComplete, DrainInterrupt, ErrInvalidConfig))
 	default:
 		bad("DRAIN_MODE", c.DrainMode, "unknown drain mode")
 	}
 	positive(&c.IdleWindow, "IdleWindow", "IDLE_WINDOW", "")
 	positive(&c.DrainTimeout, "DrainTimeout", "DRAIN_TIMEOUT", "")
+	positive(&c.EpochMismatchDelay, "EpochMismatchDelay", "EPOCH_MISMATCH_DELAY", "")
+	positive(&c.FetchWait, "FetchWait", "FETCH_WAIT", "")
+	if v, ok := env("EPOCH"); ok && c.Epoch == 0 {
+		if n, err := strconv.ParseUint(v, 10, 64); err != nil {
+			bad("EPOCH", v, "not a non-negative integer")
+		} else {
+			c.Epoch = n
+		}
+	}
+	if c.EpochMismatchDelay == 0 {
+		c.EpochMismatchDelay = DefaultEpochMismatchDelay
+	}
+	if c.FetchWait == 0 {
+		c.FetchWait = DefaultFetchWait
+	}
+	if c.Runner && c.ProbeAddr == "" {
+		c.ProbeAddr = DefaultRunnerProbeAddr
+	}
 	positive(&c.CheckTimeout, "CheckTimeout", "CHECK_TIMEOUT", "")
 	if c.CheckTimeout == 0 {
 		c.CheckTimeout = health.DefaultCheckTimeout
 	}
 	if c.IdleWindow == 0 {
 		c.IdleWindow = 10 * time.Second
+	}
+	if c.DrainTimeout == 0 && c.Runner {
+		c.DrainTimeout = DefaultRunnerDrainTimeout
 	}
 	if c.DrainTimeout == 0 {
 		c.DrainTimeout = 30 * time.Second
@@ -438,7 +524,7 @@ func (c Config) resolve() (Config, error) {
 	}
 
 	if !delaySet {
-		if c.Env == EnvKubernetes {
+		if c.Env == EnvKubernetes && !c.Runner {
 			c.ShutdownDelay = 5 * time.Second
 		} else {
 			c.ShutdownDelay = NoDelay
@@ -473,9 +559,9 @@ func (c Config) resolve() (Config, error) {
 func (c *Config) window() time.Duration { return max(c.ShutdownDelay, 0) }
 
 // maxWindow returns the longest the lame-duck window can last: the delay, or
-// the idle drain's bound.
+// the idle drain's bound, or the runner's drain bound.
 func (c *Config) maxWindow() time.Duration {
-	if c.DrainMode == DrainIdle {
+	if c.DrainMode == DrainIdle || c.Runner {
 		return max(c.DrainTimeout, c.window())
 	}
 	return c.window()

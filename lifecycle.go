@@ -53,27 +53,30 @@ var ErrAlreadyRunning = errors.New("lameduck: the Lifecycle is already running")
 // Create one with [New]; the zero value is not usable. A Lifecycle runs
 // once. All methods are safe for concurrent use.
 type Lifecycle struct {
-	cfg     Config // resolved; immutable after New
-	log     *slog.Logger
-	clock   Clock
-	info    health.Info
-	events  *Events
-	phase   atomic.Int32 // a Phase; only moves forward
-	state   atomic.Int32 // what the middleware does: serving, draining or rejecting
-	closing atomic.Bool  // teardown closed the listeners: Serve's accept error is expected
-	track   *tracker
-	probes  http.Handler
-	checks  *health.Checker
-	exit    func(code int) // os.Exit; replaced by in-package tests
-	startCx context.Context
-	cancel  context.CancelFunc // cancels startCx and loopCtx: at the signal
-	loopCtx context.Context    // the context of GoLoop tasks
-	bg      *registry
+	cfg      Config // resolved; immutable after New
+	log      *slog.Logger
+	clock    Clock
+	info     health.Info
+	events   *Events
+	phase    atomic.Int32 // a Phase; only moves forward
+	state    atomic.Int32 // what the middleware does: serving, draining or rejecting
+	closing  atomic.Bool  // teardown closed the listeners: Serve's accept error is expected
+	track    *tracker
+	probes   http.Handler
+	checks   *health.Checker
+	exit     func(code int) // os.Exit; replaced by in-package tests
+	startCx  context.Context
+	cancel   context.CancelFunc // cancels startCx and loopCtx: at the signal
+	loopCtx  context.Context    // the context of GoLoop tasks
+	bg       *registry
+	answer   atomic.Pointer[ProbeAnswer] // set by AnswerProbes before Run
+	unprobed atomic.Bool                 // Run bound no listener: nothing serves the probes
 
 	mu         sync.Mutex
 	servers    []*server     // guarded by mu
 	startup    []startupTask // guarded by mu
 	hooks      []namedFunc   // drain hooks, in order; guarded by mu
+	waits      []namedFunc   // drain waits; guarded by mu
 	closers    []namedFunc   // closers, in order of registration; guarded by mu
 	running    bool          // guarded by mu: Run has been called
 	initiated  bool          // guarded by mu: the sequence has started
@@ -250,13 +253,19 @@ func (l *Lifecycle) begin(reason string, bySignal bool) bool {
 	// Readiness is 503 from here on; the log line comes before anything
 	// else of the sequence can happen.
 	w := l.window()
-	msg := fmt.Sprintf("lameduck: draining — /readyz now 503, waiting %s for endpoint removal", w)
-	if l.cfg.DrainMode == DrainIdle {
-		msg = fmt.Sprintf("lameduck: draining — /readyz now 503, waiting for traffic to stop for %s (at least %s, at most %s)",
-			l.cfg.IdleWindow, w, l.cfg.DrainTimeout)
+	flip, stays := " — /readyz now 503,", " — /readyz stays 503;"
+	if l.unprobed.Load() { // nothing serves /readyz: do not claim it answers
+		flip, stays = " —", " —"
 	}
-	if skip {
-		msg = "lameduck: draining — /readyz stays 503; the pod never became ready, so no lame-duck window"
+	msg := fmt.Sprintf("lameduck: draining%s waiting %s for endpoint removal", flip, w)
+	switch {
+	case l.cfg.Runner:
+		msg = fmt.Sprintf("lameduck: draining%s taking no new job; waiting for the jobs in flight (at most %s)", flip, l.cfg.maxWindow())
+	case skip:
+		msg = "lameduck: draining" + stays + " the pod never became ready, so no lame-duck window"
+	case l.cfg.DrainMode == DrainIdle:
+		msg = fmt.Sprintf("lameduck: draining%s waiting for traffic to stop for %s (at least %s, at most %s)",
+			flip, l.cfg.IdleWindow, w, l.cfg.DrainTimeout)
 	}
 	l.log.Info(msg, "reason", reason, "window", w.String(), "teardown", l.cfg.ShutdownTeardown.String(),
 		"in_flight", l.track.inflight())
@@ -399,6 +408,11 @@ func (l *Lifecycle) Run(ctx context.Context) error {
 		}
 		s.ln = ln
 	}
+	if len(servers) == 0 {
+		l.unprobed.Store(true)
+		l.log.Warn("lameduck: no listener serves the probes: nothing answers " + PathLiveness + ", " + PathReadiness + " or " + PathStartup +
+			"; register a server with AddServer, or set " + l.cfg.EnvPrefix + "PROBE_ADDR (such as \":9090\")")
+	}
 	// One *http.Server may be registered on several listeners (IPv4 and
 	// IPv6, say): instrument it once, and decide TLS before any Serve runs
 	// (net/http's HTTP/2 setup writes TLSConfig).
@@ -468,6 +482,9 @@ wait:
 				if names := l.checks.Names(); len(names) > 0 {
 					msg = "lameduck: serving — /startupz now 200; /readyz follows its checks (" + strings.Join(names, ", ") + ")"
 				}
+				if l.unprobed.Load() {
+					msg = "lameduck: serving — no listener serves the probes"
+				}
 				l.log.Info(msg, "startup_tasks", len(tasks))
 			}
 		case err := <-serveErrs:
@@ -503,7 +520,13 @@ wait:
 func (l *Lifecycle) logBudget() {
 	c := &l.cfg
 	windowName, windowVar := "delay", "SHUTDOWN_DELAY"
-	if c.DrainMode == DrainIdle {
+	switch {
+	case c.Runner:
+		// A runner waits out a whole job: its grace period is sized to the
+		// drain bound plus the teardown, the checkpoint margin
+		// (docs/runners.md, "Sizing").
+		windowName, windowVar = "runner drain bound", "DRAIN_TIMEOUT"
+	case c.DrainMode == DrainIdle:
 		windowName, windowVar = "idle drain bound", "DRAIN_TIMEOUT"
 	}
 	win := c.maxWindow()
@@ -511,6 +534,9 @@ func (l *Lifecycle) logBudget() {
 	sum := fmt.Sprintf("%s %s + teardown %s = %s", windowName, win, c.ShutdownTeardown, total)
 	attrs := []any{"env", c.Env, "drain_mode", c.DrainMode, "window", win.String(), "teardown", c.ShutdownTeardown.String(),
 		"join_budget", c.JoinBudget.String(), "budget", total.String(), "prestop", c.PreStop}
+	if c.Runner {
+		attrs = append(attrs, "runner", true, "epoch", c.Epoch)
+	}
 	grace, known := c.TerminationGrace, c.TerminationGrace > 0
 	if !known {
 		if c.Env != EnvKubernetes {

@@ -63,8 +63,55 @@ func (l *Lifecycle) isProbePath(p string) bool {
 // mounting them elsewhere.
 func (l *Lifecycle) ProbeHandler() http.Handler { return l.probes }
 
+// ProbeAnswer answers a probe in the Lifecycle's place, for code that knows
+// more than the Lifecycle does about the process's health: the worker
+// package's consume loops (a stalled loop fails liveness; a superseded
+// runner is not ready). probe is PathLiveness or PathReadiness (for
+// /readyz/<check> too); phase is the Lifecycle's phase at the probe. It
+// returns the report to render and true, or false to let the Lifecycle
+// answer as [Lifecycle.ProbeHandler] documents. It is called on every such
+// probe, concurrently, and must only read memory and return at once.
+// A "phase" member is added to the report's Fields unless it sets one.
+type ProbeAnswer func(probe string, phase Phase) (rep health.Report, answered bool)
+
+// AnswerProbes installs fn, which is asked first on every liveness and
+// readiness probe (see [ProbeAnswer]). There is one such function per
+// Lifecycle: a second call replaces the first. It returns ErrAlreadyRunning
+// once Run has started. Safe for concurrent use.
+func (l *Lifecycle) AnswerProbes(fn ProbeAnswer) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.running {
+		return ErrAlreadyRunning
+	}
+	l.answer.Store(&fn)
+	return nil
+}
+
+// answered asks the ProbeAnswer, if any.
+func (l *Lifecycle) answered(probe string) (health.Report, bool) {
+	fn := l.answer.Load()
+	if fn == nil || *fn == nil {
+		return health.Report{}, false
+	}
+	p := l.Phase()
+	rep, ok := (*fn)(probe, p)
+	if ok {
+		if rep.Fields == nil {
+			rep.Fields = map[string]any{}
+		}
+		if _, set := rep.Fields["phase"]; !set {
+			rep.Fields["phase"] = p.String()
+		}
+	}
+	return rep, ok
+}
+
 func (l *Lifecycle) newProbeHandler() http.Handler {
 	live := health.Handler(&l.info, func(*http.Request) health.Report {
+		if rep, ok := l.answered(PathLiveness); ok {
+			return rep
+		}
 		return l.report(health.StatusOK)
 	})
 	startup := health.Handler(&l.info, func(*http.Request) health.Report {
@@ -96,6 +143,10 @@ func (l *Lifecycle) newProbeHandler() http.Handler {
 // application/health+json, the IETF draft's format.
 func (l *Lifecycle) serveReadiness(w http.ResponseWriter, r *http.Request, check string) {
 	if !health.AllowedMethod(w, r, &l.info) {
+		return
+	}
+	if rep, ok := l.answered(PathReadiness); ok {
+		health.WriteNegotiated(w, r, &l.info, rep)
 		return
 	}
 	switch p := l.Phase(); p {

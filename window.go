@@ -1,7 +1,12 @@
 package lameduck
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 )
 
@@ -17,7 +22,56 @@ func (l *Lifecycle) window() time.Duration {
 	return l.cfg.window()
 }
 
-// lameDuckWindow waits from start, the signal, until the window ends: after
+// lameDuckWindow waits from start, the signal, until the window ends and
+// every drain wait has returned, or until the window's bound.
+func (l *Lifecycle) lameDuckWindow(start time.Time) {
+	l.mu.Lock()
+	waits := append([]namedFunc(nil), l.waits...)
+	l.mu.Unlock()
+	if len(waits) == 0 {
+		l.baseWindow(start)
+		return
+	}
+	bound := start.Add(l.cfg.maxWindow())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		l.drainWaits(waits, start, bound)
+	}()
+	l.baseWindow(start)
+	<-done
+}
+
+// drainWaits runs every drain wait until bound and logs how they ended.
+func (l *Lifecycle) drainWaits(waits []namedFunc, start, bound time.Time) {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var overran []string
+	for _, w := range waits {
+		wg.Go(func() {
+			err := l.callUntil("drain wait", w, bound)
+			switch {
+			case errors.Is(err, context.DeadlineExceeded):
+				mu.Lock()
+				overran = append(overran, w.name)
+				mu.Unlock()
+			case err != nil:
+				l.log.Warn("lameduck: drain wait "+w.name+" failed", "wait", w.name, "error", err.Error())
+			}
+		})
+	}
+	wg.Wait()
+	took := l.clock.Now().Sub(start).Round(time.Millisecond).String()
+	if len(overran) > 0 {
+		slices.Sort(overran)
+		l.log.Warn(fmt.Sprintf("lameduck: drain bound %s reached with %s still running; teardown begins", l.cfg.maxWindow(), strings.Join(overran, ", ")),
+			"since_signal", took, "setting", l.cfg.EnvPrefix+"DRAIN_TIMEOUT")
+		return
+	}
+	l.log.Info("lameduck: drain waits done", "waits", len(waits), "since_signal", took)
+}
+
+// baseWindow waits from start, the signal, until the window ends: after
 // the delay in DrainDelay mode; in DrainIdle mode when traffic has been idle
 // for IdleWindow, no earlier than the delay and no later than DrainTimeout
 // (docs/probes-and-shutdown.md, "The lame-duck window: delay and idle modes").
@@ -25,7 +79,7 @@ func (l *Lifecycle) window() time.Duration {
 // The idle wait sleeps until the exact instant idleness could end and
 // checks again, so it ends within a timer's precision of the idle window's
 // end, not on a polling tick.
-func (l *Lifecycle) lameDuckWindow(start time.Time) {
+func (l *Lifecycle) baseWindow(start time.Time) {
 	delay := l.window()
 	if l.cfg.DrainMode != DrainIdle || l.skipWindowed() {
 		l.sleepUntil(start.Add(delay))

@@ -22,6 +22,12 @@ const (
 	// StatusDraining means the shutdown sequence has begun: readiness is 503
 	// and stays 503 until the process exits. HTTP 503.
 	StatusDraining Status = "draining"
+	// StatusStalled means a runner's idle consume loop has stopped cycling:
+	// liveness fails, and a restart fixes it (docs/runners.md). HTTP 503.
+	StatusStalled Status = "stalled"
+	// StatusSuperseded means a newer rollout epoch exists: the runner takes
+	// no new job and readiness is 503 (docs/runners.md). HTTP 503.
+	StatusSuperseded Status = "superseded"
 )
 
 // Code returns the HTTP status code a probe answers with this status:

@@ -1,0 +1,103 @@
+package lameduck_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lameduck/lameduck"
+	"github.com/lameduck/lameduck/health"
+)
+
+// A Lifecycle that nothing serves the probes of says so, and never claims
+// that /readyz answers.
+func TestNoListenerNoProbeClaims(t *testing.T) {
+	h := newHarness(t, lameduck.Config{})
+	h.run()
+	await(t, h.lc.Events().StartupDone)
+	h.lc.BeginShutdown("test")
+	if err := h.wait(); err != nil {
+		t.Fatal(err)
+	}
+	logs := h.logs.String()
+	if !strings.Contains(logs, "no listener serves the probes") || !strings.Contains(logs, "LAMEDUCK_PROBE_ADDR") {
+		t.Fatalf("logs do not say nothing serves the probes:\n%s", logs)
+	}
+	if strings.Contains(logs, "/readyz now") {
+		t.Fatalf("logs claim /readyz answers:\n%s", logs)
+	}
+}
+
+// A probe listener of its own serves a Lifecycle without servers.
+func TestProbeAddrServesWithoutServers(t *testing.T) {
+	h := newHarness(t, lameduck.Config{ProbeAddr: "127.0.0.1:0"})
+	h.run()
+	await(t, h.lc.Events().StartupDone)
+	if strings.Contains(h.logs.String(), "no listener serves the probes") {
+		t.Fatalf("warned with a probe listener:\n%s", h.logs)
+	}
+	h.lc.BeginShutdown("test")
+	if err := h.wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// AnswerProbes answers first; the Lifecycle's answer stands otherwise.
+func TestAnswerProbes(t *testing.T) {
+	h := newHarness(t, lameduck.Config{})
+	stalled := false
+	if err := h.lc.AnswerProbes(func(probe string, p lameduck.Phase) (health.Report, bool) {
+		if probe == lameduck.PathLiveness && stalled {
+			return health.Report{Status: health.StatusStalled}, true
+		}
+		return health.Report{}, false
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ask := func(path string) (int, string) {
+		rec := httptest.NewRecorder()
+		h.lc.ProbeHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		return rec.Code, rec.Body.String()
+	}
+	if code, _ := ask("/healthz"); code != 200 {
+		t.Fatalf("healthz %d", code)
+	}
+	stalled = true
+	if code, body := ask("/healthz"); code != 503 || !strings.Contains(body, `"status":"stalled"`) || !strings.Contains(body, `"phase":"starting"`) {
+		t.Fatalf("healthz %d %s", code, body)
+	}
+}
+
+// A drain wait holds the window until it returns, within the bound.
+func TestDrainWaitHoldsTheWindow(t *testing.T) {
+	h := newHarness(t, lameduck.Config{Runner: true, ProbeAddr: "127.0.0.1:0", DrainTimeout: time.Hour})
+	release := make(chan struct{})
+	if err := h.lc.AddDrainWait("job", func(ctx context.Context) error {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	h.run()
+	await(t, h.lc.Events().StartupDone)
+	h.lc.BeginShutdown("test")
+	h.timers(1) // the bound
+	h.clock.Advance(59 * time.Minute)
+	if h.lc.Events().WindowEnded.Fired() {
+		t.Fatal("the window ended while the wait held it")
+	}
+	close(release)
+	await(t, h.lc.Events().WindowEnded)
+	if err := h.wait(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(h.logs.String(), "drain waits done") {
+		t.Fatalf("logs:\n%s", h.logs)
+	}
+}

@@ -1,0 +1,50 @@
+// Package worker gives runners — processes that consume jobs from a queue
+// rather than serve requests, and may be busy with one job for hours —
+// probes that watch the consume loop, a drain that loses no job, and
+// rollout epochs. It runs on a [lameduck.Lifecycle] with Config.Runner set.
+// The operator's guide is docs/runners.md.
+//
+// # Probes
+//
+// A runner has no HTTP server of its own, so its probes get a listener of
+// their own: Config.ProbeAddr, LAMEDUCK_PROBE_ADDR, default ":9090" (the
+// metrics port, where /metrics can live too). Liveness is not a TCP check:
+// a socket proves the process listens, which it does from boot to exit,
+// even with its consumer dead. Instead:
+//
+//	probe     answers                                       when
+//	/healthz  200 ok                                        a job is in flight (however long), or the idle loop cycles
+//	/healthz  503 {"status":"stalled","idle_for":"7m12s"}   an idle loop has not cycled for max(2m, 20 × its fetch wait)
+//	/readyz   503 starting                                  before every loop has cycled once
+//	/readyz   503 superseded                                a newer rollout epoch exists
+//	/readyz   200 ok, 200 degraded, 503 failed              the Lifecycle's readiness checks, otherwise
+//	/readyz   503 {"status":"draining","busy":true}         from the signal on; busy while a job runs
+//
+// A cycle is a fetch that returned (a job, nothing, or an error) or a job
+// that ended. Every body carries version and commit.
+//
+// # Drain
+//
+// From the signal (SIGTERM) on no loop takes a new job. In mode "complete"
+// (LAMEDUCK_DRAIN_MODE, the default) the job in flight finishes, bounded by
+// LAMEDUCK_DRAIN_TIMEOUT (default 8h); at the bound its context is
+// cancelled (cause [ErrDrainBound]) and the log names it with its age. In
+// mode "interrupt" its context is cancelled at once (cause
+// [ErrInterrupted]) so it can checkpoint. A job whose handler returns an
+// error is handed back to the queue; one that returns nil is acknowledged.
+// The pod's terminationGracePeriodSeconds must cover the drain bound plus
+// the teardown (the checkpoint margin); the startup log does that sum.
+//
+// # Rollout epochs
+//
+// LAMEDUCK_EPOCH is the runner's generation, rendered into its pod
+// template. An [EpochSource] reports the newest epoch in the fleet; a
+// runner whose epoch is older is superseded: readiness 503, and every job
+// delivered to it is handed back with a delay (LAMEDUCK_EPOCH_MISMATCH_DELAY,
+// default 2m) so the newer fleet takes it. A job in flight when the fleet
+// moves on finishes where it is, so no job runs twice at once.
+// [StaticEpochs] is the source that never changes; lameduck's demo worker
+// has one on NATS JetStream key-value.
+//
+// The package imports only the standard library and lameduck.
+package worker

@@ -1,0 +1,269 @@
+package worker_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lameduck/lameduck"
+	"github.com/lameduck/lameduck/lameducktest"
+	"github.com/lameduck/lameduck/worker"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// guard bounds every wait on the worker's goroutines: a hang fails the test
+// instead of timing the suite out; it is never a synchronisation.
+const guard = 10 * time.Second
+
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// fakeSource hands out what the test sends: a job on jobs, or an idle cycle
+// on idle. A fetch nobody answers blocks until the drain, as a wedged
+// consumer would.
+type fakeSource struct {
+	jobs    chan worker.Job
+	idle    chan struct{}
+	fetches chan struct{} // receives one value as each fetch begins
+}
+
+func newSource() *fakeSource {
+	return &fakeSource{jobs: make(chan worker.Job), idle: make(chan struct{}), fetches: make(chan struct{}, 100)}
+}
+
+func (s *fakeSource) Fetch(ctx context.Context, _ time.Duration) (worker.Job, error) {
+	s.fetches <- struct{}{}
+	select {
+	case j := <-s.jobs:
+		return j, nil
+	case <-s.idle:
+		return nil, nil
+	case <-ctx.Done():
+		return nil, nil
+	}
+}
+
+// fakeJob records how it ended.
+type fakeJob struct {
+	id    string
+	ended chan string // "ack" or "back <delay>"
+}
+
+func newJob(id string) *fakeJob { return &fakeJob{id: id, ended: make(chan string, 1)} }
+
+func (j *fakeJob) ID() string                { return j.id }
+func (j *fakeJob) Ack(context.Context) error { j.ended <- "ack"; return nil }
+func (j *fakeJob) HandBack(_ context.Context, d time.Duration) error {
+	j.ended <- "back " + d.String()
+	return nil
+}
+
+func (j *fakeJob) outcome(t *testing.T) string {
+	t.Helper()
+	select {
+	case s := <-j.ended:
+		return s
+	case <-time.After(guard):
+		t.Fatalf("job %s neither acknowledged nor handed back", j.id)
+		return ""
+	}
+}
+
+// handler runs each job until the test releases it or its context ends,
+// and reports each start.
+type handler struct {
+	started chan context.Context
+	release chan error
+	calls   sync.Map // job id → number of runs
+}
+
+func newHandler() *handler {
+	return &handler{started: make(chan context.Context, 10), release: make(chan error)}
+}
+
+func (h *handler) Handle(ctx context.Context, j worker.Job) error {
+	n, _ := h.calls.LoadOrStore(j.ID(), new(int))
+	*n.(*int)++
+	h.started <- ctx
+	select {
+	case err := <-h.release:
+		return err
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+func (h *handler) awaitStart(t *testing.T) context.Context {
+	t.Helper()
+	select {
+	case ctx := <-h.started:
+		return ctx
+	case <-time.After(guard):
+		t.Fatal("the job never started")
+		return nil
+	}
+}
+
+type harness struct {
+	poll  time.Duration
+	t     *testing.T
+	w     *worker.Worker
+	clock *lameducktest.Clock
+	logs  *logBuffer
+	done  chan error
+}
+
+var start = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+// newHarness returns a worker on a fake clock, reading vars as its
+// environment, with its probes on a loopback port of the system's choice.
+func newHarness(t *testing.T, cfg worker.Config, vars map[string]string) *harness {
+	t.Helper()
+	h := &harness{t: t, clock: lameducktest.NewClock(start), logs: &logBuffer{}, done: make(chan error, 1)}
+	if cfg.EpochPoll == 0 {
+		cfg.EpochPoll = 1000 * time.Hour // its timer stays put while tests move the clock
+	}
+	h.poll = cfg.EpochPoll
+	c := &cfg.Lifecycle
+	c.Clock = h.clock
+	c.Logger = slog.New(slog.NewTextHandler(h.logs, nil))
+	c.IgnoreSignals = true
+	c.LookupEnv = func(k string) (string, bool) { v, ok := vars[k]; return v, ok }
+	if c.ProbeAddr == "" {
+		c.ProbeAddr = "127.0.0.1:0"
+	}
+	w, err := worker.New(cfg)
+	if err != nil {
+		t.Fatalf("worker.New: %v", err)
+	}
+	h.w = w
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("logs:\n%s", h.logs)
+		}
+	})
+	return h
+}
+
+// run starts Run and registers a cleanup that stops it.
+func (h *harness) run() {
+	go func() { h.done <- h.w.Run(context.Background()) }()
+	h.t.Cleanup(func() {
+		h.w.Lifecycle().BeginShutdown("test over")
+		deadline := time.After(guard)
+		for {
+			select {
+			case err := <-h.done:
+				h.done <- err
+				return
+			case <-deadline:
+				h.t.Error("Run did not return")
+				return
+			case <-time.After(10 * time.Millisecond):
+				h.clock.Advance(9 * time.Hour) // past any drain bound a test left running
+			}
+		}
+	})
+}
+
+// shutdown begins the sequence and returns once the drain wait has armed
+// its bound on the fake clock.
+func (h *harness) shutdown() {
+	h.t.Helper()
+	before := h.clock.Pending()
+	h.w.Lifecycle().BeginShutdown("test")
+	ctx, cancel := context.WithTimeout(context.Background(), guard)
+	defer cancel()
+	if err := h.clock.WaitForTimers(ctx, before+1); err != nil {
+		h.t.Fatalf("the drain never armed its bound: %v", err)
+	}
+}
+
+// wait returns Run's result.
+func (h *harness) wait() error {
+	h.t.Helper()
+	select {
+	case err := <-h.done:
+		h.done <- err
+		return err
+	case <-time.After(guard):
+		h.t.Fatal("Run did not return")
+		return nil
+	}
+}
+
+// probe asks path of the Lifecycle's probe handler.
+func (h *harness) probe(path string) (int, map[string]any) {
+	h.t.Helper()
+	rec := httptest.NewRecorder()
+	h.w.Lifecycle().ProbeHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+	var body map[string]any
+	if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+		h.t.Fatalf("GET %s: %d %q: %v", path, rec.Code, rec.Body, err)
+	}
+	return rec.Code, body
+}
+
+// expect asserts a probe's code and status word.
+func (h *harness) expect(path string, code int, status string) map[string]any {
+	h.t.Helper()
+	c, body := h.probe(path)
+	if c != code || body["status"] != status {
+		h.t.Fatalf("GET %s = %d %v; want %d %q", path, c, body, code, status)
+	}
+	return body
+}
+
+// awaitEvent waits for a Lifecycle event.
+func (h *harness) awaitEvent(e *lameduck.Event) {
+	h.t.Helper()
+	select {
+	case <-e.Done():
+	case <-time.After(guard):
+		h.t.Fatalf("event %s never fired", e.Name())
+	}
+}
+
+// awaitFetch waits until the source's loop has begun a fetch.
+func awaitFetch(t *testing.T, s *fakeSource) {
+	t.Helper()
+	select {
+	case <-s.fetches:
+	case <-time.After(guard):
+		t.Fatal("the loop never fetched")
+	}
+}
+
+// nextPoll waits until the epoch poller sleeps on the fake clock (the only
+// timer while a job runs), then wakes it.
+func (h *harness) nextPoll() {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), guard)
+	defer cancel()
+	if err := h.clock.WaitForTimers(ctx, 1); err != nil {
+		h.t.Fatalf("the epoch poller never slept: %v", err)
+	}
+	h.clock.Advance(h.poll)
+}

@@ -1,0 +1,423 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lameduck/lameduck"
+	"github.com/lameduck/lameduck/health"
+	"github.com/lameduck/lameduck/worker"
+)
+
+// serving starts a worker with one loop on src and takes it through its
+// first cycle.
+func serving(t *testing.T, cfg worker.Config, vars map[string]string, src *fakeSource, hd *handler) *harness {
+	t.Helper()
+	h := newHarness(t, cfg, vars)
+	if err := h.w.AddLoop(worker.Loop{Name: "jobs", Source: src, Handle: hd.Handle, FetchWait: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	h.run()
+	awaitFetch(t, src)
+	src.idle <- struct{}{}
+	h.awaitEvent(h.w.Lifecycle().Events().StartupDone)
+	awaitFetch(t, src)
+	return h
+}
+
+func TestReadinessStartingUntilTheFirstCycle(t *testing.T) {
+	src, hd := newSource(), newHandler()
+	h := newHarness(t, worker.Config{}, nil)
+	if err := h.w.AddLoop(worker.Loop{Name: "jobs", Source: src, Handle: hd.Handle}); err != nil {
+		t.Fatal(err)
+	}
+	h.run()
+	awaitFetch(t, src) // the loop runs, but has not cycled
+	h.expect("/readyz", 503, "starting")
+	h.expect("/healthz", 200, "ok")
+	src.idle <- struct{}{}
+	h.awaitEvent(h.w.Lifecycle().Events().StartupDone)
+	h.expect("/readyz", 200, "ok")
+	h.expect("/healthz", 200, "ok")
+}
+
+func TestLivenessStalledAfterTheThreshold(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		fetchWait time.Duration
+		threshold time.Duration
+	}{
+		{"floor of two minutes", time.Second, 2 * time.Minute},
+		{"twenty fetch waits", 10 * time.Second, 200 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src, hd := newSource(), newHandler()
+			h := newHarness(t, worker.Config{}, nil)
+			if err := h.w.AddLoop(worker.Loop{Name: "jobs", Source: src, Handle: hd.Handle, FetchWait: tc.fetchWait}); err != nil {
+				t.Fatal(err)
+			}
+			h.run()
+			awaitFetch(t, src)
+			src.idle <- struct{}{}
+			h.awaitEvent(h.w.Lifecycle().Events().StartupDone)
+			awaitFetch(t, src) // from here on the consumer never answers again
+			h.clock.Advance(tc.threshold)
+			h.expect("/healthz", 200, "ok") // at the threshold: still alive
+			h.expect("/readyz", 200, "ok")
+			h.clock.Advance(7*time.Minute + 12*time.Second - tc.threshold)
+			body := h.expect("/healthz", 503, "stalled")
+			if body["idle_for"] != "7m12s" || body["loop"] != "jobs" || body["threshold"] != tc.threshold.String() {
+				t.Fatalf("body %v: want idle_for 7m12s, loop jobs, threshold %s", body, tc.threshold)
+			}
+			if body["version"] == nil || body["commit"] == nil {
+				t.Fatalf("body %v lacks version and commit", body)
+			}
+			// One more cycle and it is alive again.
+			src.idle <- struct{}{}
+			awaitFetch(t, src)
+			h.expect("/healthz", 200, "ok")
+		})
+	}
+}
+
+func TestLivenessNamesTheLoopThatStalled(t *testing.T) {
+	a, b, hd := newSource(), newSource(), newHandler()
+	h := newHarness(t, worker.Config{}, nil)
+	for name, src := range map[string]*fakeSource{"orders": a, "emails": b} {
+		if err := h.w.AddLoop(worker.Loop{Name: name, Source: src, Handle: hd.Handle, FetchWait: time.Second}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.run()
+	for _, src := range []*fakeSource{a, b} {
+		awaitFetch(t, src)
+		src.idle <- struct{}{}
+		awaitFetch(t, src)
+	}
+	h.awaitEvent(h.w.Lifecycle().Events().StartupDone)
+	// emails keeps cycling every minute; orders never again.
+	for range 3 {
+		h.clock.Advance(time.Minute)
+		b.idle <- struct{}{}
+		awaitFetch(t, b)
+	}
+	body := h.expect("/healthz", 503, "stalled")
+	if body["loop"] != "orders" || body["idle_for"] != "3m0s" {
+		t.Fatalf("body %v: want loop orders idle for 3m0s", body)
+	}
+}
+
+func TestLivenessAliveWhileAJobRunsForHours(t *testing.T) {
+	src, hd := newSource(), newHandler()
+	h := serving(t, worker.Config{}, nil, src, hd)
+	j := newJob("job-1")
+	src.jobs <- j
+	hd.awaitStart(t)
+	h.clock.Advance(10 * time.Hour)
+	h.expect("/healthz", 200, "ok")
+	hd.release <- nil
+	if got := j.outcome(t); got != "ack" {
+		t.Fatalf("job ended %q; want ack", got)
+	}
+	awaitFetch(t, src)
+	h.expect("/healthz", 200, "ok") // the job's end is a cycle
+}
+
+func TestDrainCompleteFinishesTheJob(t *testing.T) {
+	src, hd := newSource(), newHandler()
+	h := serving(t, worker.Config{}, nil, src, hd)
+	j := newJob("job-1")
+	src.jobs <- j
+	ctx := hd.awaitStart(t)
+	h.shutdown()
+	body := h.expect("/readyz", 503, "draining")
+	if body["busy"] != true {
+		t.Fatalf("body %v: want busy true", body)
+	}
+	h.clock.Advance(3 * time.Hour) // however long, within the 8h bound
+	h.expect("/healthz", 200, "ok")
+	if ctx.Err() != nil {
+		t.Fatal("complete mode cancelled the job")
+	}
+	hd.release <- nil
+	if got := j.outcome(t); got != "ack" {
+		t.Fatalf("job ended %q; want ack", got)
+	}
+	if err := h.wait(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if n, _ := hd.calls.Load("job-1"); *n.(*int) != 1 {
+		t.Fatalf("job ran %d times", *n.(*int))
+	}
+	if !strings.Contains(h.logs.String(), "drain waits done") {
+		t.Fatalf("logs lack the end of the drain wait")
+	}
+}
+
+func TestDrainIdleReportsNotBusy(t *testing.T) {
+	src, hd := newSource(), newHandler()
+	h := serving(t, worker.Config{Lifecycle: lameduck.Config{ShutdownDelay: time.Minute}}, nil, src, hd)
+	h.shutdown()
+	body := h.expect("/readyz", 503, "draining")
+	if body["busy"] != false {
+		t.Fatalf("body %v: want busy false", body)
+	}
+	h.expect("/healthz", 200, "ok")
+	h.clock.Advance(time.Minute)
+	if err := h.wait(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if n := len(src.fetches); n != 0 {
+		t.Fatalf("%d fetch(es) after the signal", n)
+	}
+}
+
+func TestDrainCompleteBoundCancelsTheJobAndNamesIt(t *testing.T) {
+	src, hd := newSource(), newHandler()
+	h := serving(t, worker.Config{}, map[string]string{"LAMEDUCK_DRAIN_TIMEOUT": "1h"}, src, hd)
+	j := newJob("job-7")
+	src.jobs <- j
+	ctx := hd.awaitStart(t)
+	h.clock.Advance(30 * time.Minute) // the job is 30m old at the signal
+	h.shutdown()
+	h.expect("/readyz", 503, "draining")
+	h.clock.Advance(time.Hour)
+	select {
+	case <-ctx.Done():
+	case <-time.After(guard):
+		t.Fatal("the job's context was not cancelled at the bound")
+	}
+	if !errors.Is(context.Cause(ctx), worker.ErrDrainBound) {
+		t.Fatalf("cause %v; want ErrDrainBound", context.Cause(ctx))
+	}
+	if got := j.outcome(t); got != "back 0s" {
+		t.Fatalf("job ended %q; want handed back at once", got)
+	}
+	_ = h.wait()
+	logs := h.logs.String()
+	if !strings.Contains(logs, "drain bound 1h0m0s reached: cancelling job job-7 of loop jobs (age 1h30m0s)") {
+		t.Fatalf("logs do not name the job with its age:\n%s", logs)
+	}
+}
+
+func TestDrainInterruptCancelsAndHandsBack(t *testing.T) {
+	src, hd := newSource(), newHandler()
+	h := serving(t, worker.Config{}, map[string]string{"LAMEDUCK_DRAIN_MODE": "interrupt"}, src, hd)
+	j := newJob("job-3")
+	src.jobs <- j
+	ctx := hd.awaitStart(t)
+	h.shutdown()
+	select {
+	case <-ctx.Done():
+	case <-time.After(guard):
+		t.Fatal("interrupt mode did not cancel the job at the signal")
+	}
+	if !errors.Is(context.Cause(ctx), worker.ErrInterrupted) {
+		t.Fatalf("cause %v; want ErrInterrupted", context.Cause(ctx))
+	}
+	if got := j.outcome(t); got != "back 0s" {
+		t.Fatalf("job ended %q; want handed back at once", got)
+	}
+	if err := h.wait(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if !strings.Contains(h.logs.String(), "job handed back: "+worker.ErrInterrupted.Error()) {
+		t.Fatalf("logs lack the hand-back:\n%s", h.logs)
+	}
+}
+
+// epochs is an EpochSource the test moves.
+type epochs struct {
+	newest chan uint64
+	mu     sync.Mutex
+	last   uint64 // guarded by mu
+	fail   bool   // guarded by mu
+}
+
+func (e *epochs) setFail() { e.mu.Lock(); e.fail = true; e.mu.Unlock() }
+
+func (e *epochs) Newest(_ context.Context, mine uint64) (uint64, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	select {
+	case n := <-e.newest:
+		e.last = n
+	default:
+	}
+	if e.fail {
+		return 0, errors.New("store unreachable")
+	}
+	return max(e.last, mine), nil
+}
+
+func TestSupersededHandsJobsBackUnstarted(t *testing.T) {
+	src, hd := newSource(), newHandler()
+	cfg := worker.Config{Epochs: worker.StaticEpochs(5)}
+	h := serving(t, cfg, map[string]string{"LAMEDUCK_EPOCH": "4", "LAMEDUCK_EPOCH_MISMATCH_DELAY": "90s"}, src, hd)
+	body := h.expect("/readyz", 503, "superseded")
+	if body["epoch"] != float64(4) || body["newest_epoch"] != float64(5) {
+		t.Fatalf("body %v: want epoch 4, newest 5", body)
+	}
+	h.expect("/healthz", 200, "ok")
+	j := newJob("job-9")
+	src.jobs <- j
+	if got := j.outcome(t); got != "back 1m30s" {
+		t.Fatalf("job ended %q; want handed back with the mismatch delay", got)
+	}
+	if _, ran := hd.calls.Load("job-9"); ran {
+		t.Fatal("a superseded runner ran the job")
+	}
+	// The newest runner is not superseded.
+	src2, hd2 := newSource(), newHandler()
+	h2 := serving(t, cfg, map[string]string{"LAMEDUCK_EPOCH": "5"}, src2, hd2)
+	h2.expect("/readyz", 200, "ok")
+}
+
+func TestEpochBumpWhileServingAndAnUnreachableStore(t *testing.T) {
+	src, hd := newSource(), newHandler()
+	e := &epochs{newest: make(chan uint64, 1)}
+	h := serving(t, worker.Config{Epochs: e, EpochPoll: time.Second}, map[string]string{"LAMEDUCK_EPOCH": "1"}, src, hd)
+	h.expect("/readyz", 200, "ok")
+	// A job in flight when the fleet moves on finishes here: never run twice.
+	j := newJob("job-1")
+	src.jobs <- j
+	hd.awaitStart(t)
+	e.newest <- 2
+	h.nextPoll()
+	waitFor(t, func() bool { c, _ := h.probe("/readyz"); return c == 503 })
+	h.expect("/readyz", 503, "superseded")
+	hd.release <- nil
+	if got := j.outcome(t); got != "ack" {
+		t.Fatalf("job in flight ended %q; want ack", got)
+	}
+	// The store goes away: the last answer stands, logged once.
+	e.setFail()
+	h.nextPoll()
+	h.nextPoll()
+	waitFor(t, func() bool { return strings.Contains(h.logs.String(), "epoch source unreachable") })
+	h.expect("/readyz", 503, "superseded")
+	if n := strings.Count(h.logs.String(), "epoch source unreachable"); n != 1 {
+		t.Fatalf("unreachable logged %d times", n)
+	}
+}
+
+// waitFor polls cond, for state that only a goroutine of the worker's can
+// change; it fails after guard.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(guard)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition never held")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestReadinessChecksStillApply(t *testing.T) {
+	src, hd := newSource(), newHandler()
+	h := newHarness(t, worker.Config{}, nil)
+	if err := errors.Join(
+		h.w.AddLoop(worker.Loop{Name: "jobs", Source: src, Handle: hd.Handle}),
+		h.w.Lifecycle().AddCheck(health.Check{Name: "db", Critical: true, Func: func(context.Context) error { return errors.New("down") }}),
+	); err != nil {
+		t.Fatal(err)
+	}
+	h.run()
+	awaitFetch(t, src)
+	src.idle <- struct{}{}
+	h.awaitEvent(h.w.Lifecycle().Events().StartupDone)
+	body := h.expect("/readyz", 503, "failed")
+	if checks, _ := body["checks"].(map[string]any); checks["db"] != "error: down" {
+		t.Fatalf("body %v", body)
+	}
+}
+
+func TestRunnerConfiguration(t *testing.T) {
+	t.Run("defaults", func(t *testing.T) {
+		h := newHarness(t, worker.Config{Lifecycle: lameduck.Config{ProbeAddr: "x"}}, map[string]string{"LAMEDUCK_ENV": "kubernetes"})
+		c := h.w.Lifecycle().Config()
+		if !c.Runner || c.DrainMode != lameduck.DrainComplete || c.DrainTimeout != 8*time.Hour || c.ShutdownDelay != lameduck.NoDelay ||
+			c.EpochMismatchDelay != 2*time.Minute || c.FetchWait != 5*time.Second || c.Epoch != 0 {
+			t.Fatalf("resolved %+v", c)
+		}
+		w, err := worker.New(worker.Config{Lifecycle: lameduck.Config{LookupEnv: func(string) (string, bool) { return "", false }}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := w.Lifecycle().Config().ProbeAddr; got != ":9090" {
+			t.Fatalf("ProbeAddr %q; want :9090", got)
+		}
+	})
+	t.Run("environment", func(t *testing.T) {
+		h := newHarness(t, worker.Config{}, map[string]string{"LAMEDUCK_DRAIN_MODE": "interrupt", "LAMEDUCK_DRAIN_TIMEOUT": "2h",
+			"LAMEDUCK_EPOCH": "12", "LAMEDUCK_EPOCH_MISMATCH_DELAY": "30s", "LAMEDUCK_FETCH_WAIT": "20s"})
+		c := h.w.Lifecycle().Config()
+		if c.DrainMode != lameduck.DrainInterrupt || c.DrainTimeout != 2*time.Hour || c.Epoch != 12 ||
+			c.EpochMismatchDelay != 30*time.Second || c.FetchWait != 20*time.Second {
+			t.Fatalf("resolved %+v", c)
+		}
+	})
+	for _, tc := range []struct{ name, value, want string }{
+		{"DRAIN_MODE", "idle", `LAMEDUCK_DRAIN_MODE="idle": a runner drains in mode "complete"`},
+		{"DRAIN_MODE", "finish", `LAMEDUCK_DRAIN_MODE="finish"`},
+		{"DRAIN_TIMEOUT", "8", `LAMEDUCK_DRAIN_TIMEOUT="8": a duration needs a unit`},
+		{"EPOCH", "-1", `LAMEDUCK_EPOCH="-1": not a non-negative integer; set it to a non-negative integer`},
+		{"EPOCH", "v2", `LAMEDUCK_EPOCH="v2"`},
+		{"EPOCH_MISMATCH_DELAY", "2", `LAMEDUCK_EPOCH_MISMATCH_DELAY="2": a duration needs a unit`},
+		{"FETCH_WAIT", "0s", `LAMEDUCK_FETCH_WAIT="0s": must be greater than zero`},
+	} {
+		t.Run(tc.name+"="+tc.value, func(t *testing.T) {
+			_, err := worker.New(worker.Config{Lifecycle: lameduck.Config{
+				LookupEnv: func(k string) (string, bool) { return tc.value, k == "LAMEDUCK_"+tc.name },
+			}})
+			if !errors.Is(err, lameduck.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err %v; want %q", err, tc.want)
+			}
+		})
+	}
+	t.Run("a server refuses runner modes", func(t *testing.T) {
+		_, err := lameduck.New(lameduck.Config{LookupEnv: func(k string) (string, bool) { return "complete", k == "LAMEDUCK_DRAIN_MODE" }})
+		if !errors.Is(err, lameduck.ErrInvalidConfig) {
+			t.Fatalf("err %v", err)
+		}
+	})
+}
+
+func TestBudgetLogDoesTheRunnerArithmetic(t *testing.T) {
+	for _, tc := range []struct {
+		grace, want string
+	}{
+		{"29100s", "shutdown budget runner drain bound 8h0m0s + teardown 30s = 8h0m30s ≤ terminationGracePeriodSeconds 8h5m0s"},
+		{"1h", "shutdown budget does not fit: runner drain bound 8h0m0s + teardown 30s = 8h0m30s > terminationGracePeriodSeconds 1h0m0s"},
+	} {
+		src, hd := newSource(), newHandler()
+		h := serving(t, worker.Config{}, map[string]string{"LAMEDUCK_ENV": "kubernetes", "LAMEDUCK_TERMINATION_GRACE": tc.grace}, src, hd)
+		if logs := h.logs.String(); !strings.Contains(logs, tc.want) {
+			t.Fatalf("logs lack %q:\n%s", tc.want, logs)
+		}
+	}
+}
+
+func TestAddLoopErrors(t *testing.T) {
+	h := newHarness(t, worker.Config{}, nil)
+	src, hd := newSource(), newHandler()
+	ok := worker.Loop{Name: "jobs", Source: src, Handle: hd.Handle}
+	if err := h.w.AddLoop(ok); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []worker.Loop{ok, {Name: "x", Source: src}, {Name: "y", Source: src, Handle: hd.Handle, FetchWait: -time.Second}} {
+		if err := h.w.AddLoop(l); err == nil {
+			t.Fatalf("AddLoop(%+v) accepted", l)
+		}
+	}
+	if _, err := worker.New(worker.Config{LivenessFloor: -1}); !errors.Is(err, lameduck.ErrInvalidConfig) {
+		t.Fatalf("negative floor: %v", err)
+	}
+	_ = http.StatusOK
+}
