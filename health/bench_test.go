@@ -81,15 +81,19 @@ func pingGoroutines() int {
 	}
 }
 
-// Overlapping probes share one ping. 100 concurrent probes of one
-// 50ms check run it at most twice (once, unless a probe starts after the
-// first ping has returned). Real time, counting calls.
-func TestHundredConcurrentProbesRunTheCheckAtMostTwice(t *testing.T) {
-	c := health.NewChecker(health.CheckerOptions{Logger: quiet()})
+// Overlapping probes share pings, under real scheduling and -race. The
+// exact count (one ping for 100 simultaneous probes) is held in a synctest
+// bubble by TestHundredSimultaneousProbesShareExactlyOnePing; here the
+// probes' goroutines start when the machine lets them, so the bound is
+// one that only a failure to share can break: 100 probes of a 200ms check
+// released together would need their starts spread over ten seconds to
+// run it 50 times.
+func TestHundredConcurrentProbesSharePings(t *testing.T) {
+	c := health.NewChecker(health.CheckerOptions{Logger: quiet(), DefaultTimeout: 10 * time.Second})
 	var calls atomic.Int32
 	mustAdd(t, c, health.Check{Name: "db", Critical: true, Func: func(ctx context.Context) error {
 		calls.Add(1)
-		return sleepy(50*time.Millisecond, nil)(ctx)
+		return sleepy(200*time.Millisecond, nil)(ctx)
 	}})
 	start := make(chan struct{})
 	var wg sync.WaitGroup
@@ -104,8 +108,8 @@ func TestHundredConcurrentProbesRunTheCheckAtMostTwice(t *testing.T) {
 	}
 	close(start)
 	wg.Wait()
-	if n := calls.Load(); n > 2 {
-		t.Fatalf("100 concurrent probes ran the check %d times, want at most 2", n)
+	if n := calls.Load(); n >= 50 {
+		t.Fatalf("100 concurrent probes ran the check %d times; want them to share pings", n)
 	}
 	if notOK.Load() != 0 {
 		t.Fatalf("%d probes did not read ok", notOK.Load())

@@ -414,9 +414,12 @@ func TestCompletedPingIsNeverATimeout_DeadlineDuringPublication(t *testing.T) {
 
 // The boundary in real time, under -race: pings that answer around their
 // deadline, shared by three concurrent probes. Every report is one
-// consistent observation: the status agrees with the text, probes that
-// shared a ping read the same verdict, and a ping that returned well before
-// its deadline is never a timeout.
+// consistent observation: the status agrees with the text, and probes that
+// shared a ping read the same verdict. That a ping which returned before its
+// deadline is never a timeout is held exactly, in synctest bubbles, by the
+// TestCompletedPingIsNeverATimeout tests above: in real time a goroutine
+// preempted between its return and the publication of its result is a
+// genuine timeout, so no margin would make that assertion free of luck.
 func TestBoundaryIsOneObservation(t *testing.T) {
 	iterations := 400
 	if testing.Short() {
@@ -424,17 +427,14 @@ func TestBoundaryIsOneObservation(t *testing.T) {
 	}
 	const timeout = 3 * time.Millisecond
 	const wantTimeout = "timeout: no answer within 3ms"
-	early := 0
+	oks, timeouts := 0, 0
 	for i := range iterations {
 		c := health.NewChecker(health.CheckerOptions{Logger: quiet()})
 		var calls atomic.Int32
-		var returnedEarly atomic.Bool
 		target := time.Duration(1+i%5) * time.Millisecond // 1..5ms, around the 3ms deadline
 		mustAdd(t, c, health.Check{Name: "db", Critical: true, Timeout: timeout, Func: func(ctx context.Context) error {
 			calls.Add(1)
 			time.Sleep(target)
-			deadline, _ := ctx.Deadline()
-			returnedEarly.Store(time.Until(deadline) > time.Millisecond)
 			return nil
 		}})
 		var wg sync.WaitGroup
@@ -449,9 +449,7 @@ func TestBoundaryIsOneObservation(t *testing.T) {
 			switch {
 			case text == "ok" && rep.Status == health.StatusOK:
 			case text == wantTimeout && rep.Status == health.StatusFailed:
-				if returnedEarly.Load() && shared {
-					t.Fatalf("iteration %d probe %d: timeout for a ping that returned >1ms before its deadline", i, j)
-				}
+				timeouts++
 			case strings.HasPrefix(text, "stalled") && rep.Status == health.StatusFailed:
 				shared = false
 			default:
@@ -461,12 +459,16 @@ func TestBoundaryIsOneObservation(t *testing.T) {
 		if shared && (reps[0].Checks["db"] != reps[1].Checks["db"] || reps[1].Checks["db"] != reps[2].Checks["db"]) {
 			t.Fatalf("iteration %d: probes sharing one ping read different verdicts: %v %v %v", i, reps[0].Checks, reps[1].Checks, reps[2].Checks)
 		}
-		if returnedEarly.Load() {
-			early++
+		for _, rep := range reps {
+			if rep.Checks["db"] == "ok" {
+				oks++
+			}
 		}
 	}
-	if early == 0 {
-		t.Fatal("no ping returned well before its deadline; the test proves nothing")
+	// Both sides of the boundary were crossed, or the test proves nothing:
+	// 1ms pings beat a 3ms deadline and 5ms pings lose to it.
+	if oks == 0 || timeouts == 0 {
+		t.Fatalf("%d ok and %d timeout reports; want both sides of the boundary exercised", oks, timeouts)
 	}
 }
 
