@@ -1,0 +1,125 @@
+package render
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/engine"
+	"sigs.k8s.io/yaml"
+)
+
+var update = flag.Bool("update", false, "rewrite deploy/helm/rendered/ from the chart")
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// cases are the renderings kept in deploy/helm/rendered/: the chart's
+// defaults, its other modes, and values that break a rule on purpose
+// (`lameduck vet` must report them; cmd/lameduck's vet tests hold the rule
+// ids).
+var cases = []struct {
+	name   string
+	values string
+}{
+	{"default", ``},
+	{"prestop-http", "preStop:\n  mode: http\n  http:\n    token: change-me-per-release\n"},
+	{"idle", "shutdown:\n  drainMode: idle\n"},
+	{"broken-grace", "terminationGracePeriodSeconds: 20\n"},
+	{"broken-prestop-sleep", "preStop:\n  mode: sleep\n  sleepSeconds: 5\n"},
+	{"broken-probes", "probes:\n  readiness:\n    timeoutSeconds: 1\n"},
+}
+
+// render runs what `helm template lameduck-demo deploy/helm/lameduck-demo
+// -f values.yaml` runs and returns the manifests sorted by template file,
+// each preceded by its "# Source:" line.
+func render(t *testing.T, values string) []byte {
+	t.Helper()
+	chart, err := loader.Load("../lameduck-demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals := map[string]any{}
+	if err := yaml.Unmarshal([]byte(values), &vals); err != nil {
+		t.Fatal(err)
+	}
+	opts := chartutil.ReleaseOptions{Name: "lameduck-demo", Namespace: "default", Revision: 1, IsInstall: true}
+	top, err := chartutil.ToRenderValues(chart, vals, opts, chartutil.DefaultCapabilities)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := engine.Render(chart, top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := make([]string, 0, len(files))
+	for name := range files {
+		if strings.HasSuffix(name, ".yaml") && strings.TrimSpace(files[name]) != "" {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	var out bytes.Buffer
+	for _, name := range names {
+		out.WriteString("---\n# Source: " + name + "\n")
+		out.WriteString(strings.TrimSpace(files[name]) + "\n")
+	}
+	return out.Bytes()
+}
+
+func TestRenderedIsCurrent(t *testing.T) {
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := render(t, c.values)
+			path := filepath.Join("..", "rendered", c.name+".yaml")
+			if *update {
+				if err := os.WriteFile(path, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v; run: go test ./deploy/helm/render -update", err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("%s is not what the chart renders; run: go test ./deploy/helm/render -update\n--- rendered now:\n%s", path, got)
+			}
+		})
+	}
+}
+
+// TestTemplateErrors holds the chart's own refusals: a value the binary
+// would refuse never renders.
+func TestTemplateErrors(t *testing.T) {
+	for _, c := range []struct{ values, want string }{
+		{"shutdown:\n  delaySeconds: 5s\n", "shutdown.delaySeconds=5s: must be a whole number of seconds"},
+		{"shutdown:\n  teardownSeconds: 0\n", "shutdown.teardownSeconds=0: must be positive"},
+		{"preStop:\n  mode: http\n", "preStop.http.token is required"},
+		{"preStop:\n  mode: exec\n", `preStop.mode="exec": unknown`},
+		{"shutdown:\n  drainMode: fast\n", `shutdown.drainMode="fast": unknown`},
+	} {
+		chart, err := loader.Load("../lameduck-demo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		vals := map[string]any{}
+		if err := yaml.Unmarshal([]byte(c.values), &vals); err != nil {
+			t.Fatal(err)
+		}
+		top, err := chartutil.ToRenderValues(chart, vals, chartutil.ReleaseOptions{Name: "x", Namespace: "default"}, chartutil.DefaultCapabilities)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = engine.Render(chart, top)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("values %q: got error %v, want one containing %q", c.values, err, c.want)
+		}
+	}
+}
