@@ -90,13 +90,43 @@ func TestReadinessRunsChecksOnlyWhileServing(t *testing.T) {
 	}
 }
 
+// Liveness runs no dependency check in any phase: starting, serving (where
+// readiness does run it) and draining.
 func TestLivenessNeverRunsChecks(t *testing.T) {
-	h := newHarness(t, lameduck.Config{})
-	h.lc.AddCheck(health.Check{Name: "db", Critical: true, Func: func(context.Context) error {
-		t.Error("liveness ran a dependency check")
+	var pings atomic.Int32
+	cfg := lameduck.Config{ShutdownDelay: time.Second}
+	h := newHarness(t, cfg)
+	if err := h.lc.AddCheck(health.Check{Name: "db", Critical: true, Func: func(context.Context) error {
+		pings.Add(1)
 		return nil
-	}})
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	probeOf(t, h.lc, "/healthz").status(t, 200, "ok") // starting
+	if n := pings.Load(); n != 0 {
+		t.Fatalf("/healthz while starting ran the check %d time(s)", n)
+	}
+	h.serve(http.NotFoundHandler())
+	h.run()
+	await(t, h.lc.Events().StartupDone)
+	for range 3 {
+		probeOf(t, h.lc, "/healthz").status(t, 200, "ok")
+	}
+	if n := pings.Load(); n != 0 {
+		t.Fatalf("/healthz while serving ran the check %d time(s)", n)
+	}
+	probeOf(t, h.lc, "/readyz").status(t, 200, "ok")
+	if n := pings.Load(); n != 1 {
+		t.Fatalf("/readyz ran the check %d time(s); want 1 (the harness must reach serving)", n)
+	}
+	h.endWindow(time.Second)
 	probeOf(t, h.lc, "/healthz").status(t, 200, "ok")
+	if err := h.wait(); err != nil {
+		t.Fatal(err)
+	}
+	if n := pings.Load(); n != 1 {
+		t.Fatalf("the check ran %d time(s) in all; want only readiness's 1", n)
+	}
 }
 
 func TestCheckPanicReachesOnPanic(t *testing.T) {

@@ -7,3 +7,6 @@ package health
 func SetTestHooks(c *Checker, wait, returned func()) {
 	c.testHookWait, c.testHookReturned = wait, returned
 }
+
+// FromBuildInfo exposes BuildInfo's rule for a given build (test only).
+var FromBuildInfo = fromBuildInfo

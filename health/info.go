@@ -15,9 +15,13 @@ import "runtime/debug"
 // BuildInfo is safe for concurrent use; it reads process-wide, immutable
 // data.
 func BuildInfo() (version, commit string) {
+	return fromBuildInfo(debug.ReadBuildInfo())
+}
+
+// fromBuildInfo is BuildInfo's rule applied to what ReadBuildInfo returned.
+func fromBuildInfo(bi *debug.BuildInfo, ok bool) (version, commit string) {
 	version, commit = "unknown", "unknown"
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
+	if !ok || bi == nil {
 		return version, commit
 	}
 	if bi.Main.Version != "" {

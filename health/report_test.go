@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"runtime/debug"
 	"strings"
 	"testing"
 
@@ -94,9 +95,36 @@ func TestStatusCodes(t *testing.T) {
 }
 
 func TestBuildInfo(t *testing.T) {
-	v, c := health.BuildInfo()
-	if v == "" || c == "" {
-		t.Fatalf("BuildInfo() = %q, %q; want non-empty words", v, c)
+	setting := func(kv ...string) []debug.BuildSetting {
+		var out []debug.BuildSetting
+		for i := 0; i+1 < len(kv); i += 2 {
+			out = append(out, debug.BuildSetting{Key: kv[i], Value: kv[i+1]})
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name            string
+		bi              *debug.BuildInfo
+		ok              bool
+		version, commit string
+	}{
+		{"no build info", nil, false, "unknown", "unknown"},
+		{"module version and clean commit",
+			&debug.BuildInfo{Main: debug.Module{Version: "v1.2.3"}, Settings: setting("vcs.revision", "abc123", "vcs.modified", "false")},
+			true, "v1.2.3", "abc123"},
+		{"dirty work tree",
+			&debug.BuildInfo{Main: debug.Module{Version: "(devel)"}, Settings: setting("vcs.revision", "abc123", "vcs.modified", "true")},
+			true, "(devel)", "abc123-dirty"},
+		{"no VCS stamping", &debug.BuildInfo{Main: debug.Module{Version: ""}, Settings: setting("vcs.modified", "true")},
+			true, "unknown", "unknown"},
+	} {
+		if v, c := health.FromBuildInfo(tc.bi, tc.ok); v != tc.version || c != tc.commit {
+			t.Errorf("%s: version, commit = %q, %q; want %q, %q", tc.name, v, c, tc.version, tc.commit)
+		}
+	}
+	// The running test binary: whatever it carries, never empty words.
+	if v, c := health.BuildInfo(); v == "" || c == "" {
+		t.Errorf("BuildInfo() = %q, %q; want non-empty words", v, c)
 	}
 }
 
