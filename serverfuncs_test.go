@@ -349,9 +349,8 @@ func TestTrackRequestAllocatesNothing(t *testing.T) {
 		tr, _ := h.lc.TrackRequest("GET", "/api/orders", false)
 		tr.End()
 	}
-	track()
-	if n := testing.AllocsPerRun(1000, track); n != 0 {
-		t.Fatalf("TrackRequest+End allocate %.1f times per request, want 0", n)
+	if n := exactAllocs(t, 1000, track); n != 0 {
+		t.Fatalf("TrackRequest+End allocated %d times in 1000 requests, want 0", n)
 	}
 }
 

@@ -32,9 +32,8 @@ func TestTrackingAllocatesNothing(t *testing.T) {
 	_, h := trackedHandler(t, okHandler)
 	req := httptest.NewRequest("GET", "/api/orders", nil)
 	w := nopWriter{http.Header{}}
-	h.ServeHTTP(w, req) // warm the pool
-	if n := testing.AllocsPerRun(1000, func() { h.ServeHTTP(w, req) }); n != 0 {
-		t.Fatalf("tracking allocates %.1f times per request, want 0", n)
+	if n := exactAllocs(t, 1000, func() { h.ServeHTTP(w, req) }); n != 0 {
+		t.Fatalf("tracking allocated %d times in 1000 requests, want 0", n)
 	}
 }
 

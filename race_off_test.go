@@ -1,0 +1,5 @@
+//go:build !race
+
+package lameduck_test
+
+const raceEnabled = false
