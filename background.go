@@ -233,32 +233,43 @@ func (l *Lifecycle) withTimeout(parent context.Context, d time.Duration) (contex
 }
 
 // join waits for every background task, up to budget, then refuses all new
-// work. It reports whether everything finished.
-func (l *Lifecycle) join(budget time.Duration) bool {
+// work. capped says JoinBudget set the bound, rather than what the teardown
+// had left. When tasks are still running at the bound, one warning names
+// each with its count, the bound and the setting that widens it, and join
+// returns an error wrapping context.DeadlineExceeded: the process is about
+// to exit, and the work is abandoned.
+func (l *Lifecycle) join(budget time.Duration, capped bool) error {
 	began := l.clock.Now()
 	waiting, ended0 := l.bg.count()
 	t := l.clock.NewTimer(budget)
 	defer t.Stop()
-	clean := true
 	select {
 	case <-l.bg.idleCh():
 	case <-t.C():
-		clean = false
 	}
 	used := l.bg.used()
 	running, n := l.bg.close()
 	_, ended1 := l.bg.count()
 	joined := ended1 - ended0 // includes writes asked for during the join
 	took := l.clock.Now().Sub(began).Round(time.Millisecond)
-	if n > 0 {
-		clean = false
-		budget = budget.Round(time.Millisecond)
-		l.log.Warn(fmt.Sprintf("lameduck: join: %s spent; still running: %s", budget, running),
-			"budget", budget.String(), "joined", joined, "still_running", n)
-	} else if used {
-		l.log.Info(fmt.Sprintf("lameduck: join done — every background task finished (%d joined)", joined),
-			"took", took.String(), "joined", joined, "waited_for", waiting)
+	defer l.events.Joined.fire(l.clock.Now())
+	if n == 0 {
+		if used {
+			l.log.Info(fmt.Sprintf("lameduck: join done — every background task finished (%d joined)", joined),
+				"took", took.String(), "joined", joined, "waited_for", waiting)
+		}
+		return nil
 	}
-	l.events.Joined.fire(l.clock.Now())
-	return clean
+	budget = budget.Round(time.Millisecond)
+	setting, widen := l.cfg.EnvPrefix+"SHUTDOWN_TEARDOWN", "what the teardown budget left"
+	fix := "raise " + setting + " (and terminationGracePeriodSeconds with it)"
+	if capped {
+		setting = l.cfg.EnvPrefix + "JOIN_BUDGET"
+		widen = "the cap " + setting
+		fix = "raise or unset " + setting
+	}
+	l.log.Error(fmt.Sprintf("lameduck: join: %s spent; still running: %s — abandoned at exit after %s; %s",
+		budget, running, widen, fix),
+		"budget", budget.String(), "joined", joined, "still_running", n, "setting", setting)
+	return fmt.Errorf("lameduck: background join: %d task(s) abandoned (%s): %w", n, running, context.DeadlineExceeded)
 }

@@ -83,12 +83,16 @@ func TestJoinBudgetNamesEachOverrunOnce(t *testing.T) {
 		t.Fatal("the join ended before its budget")
 	}
 	h.clock.Advance(time.Nanosecond)
-	if err := h.wait(); err != nil {
-		t.Fatalf("Run = %v; a join overrun is a warning, not a failure", err)
+	// Work abandoned at exit is a failure the exit code must tell.
+	if err := h.wait(); !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "audit-row ×3, invite-email ×1") {
+		t.Fatalf("Run = %v; want an error naming the abandoned tasks", err)
 	}
 	logs := h.logs.String()
 	if n := strings.Count(logs, "join: 500ms spent; still running: audit-row ×3, invite-email ×1"); n != 1 {
 		t.Fatalf("want one warning naming each task once with its count, got %d:\n%s", n, logs)
+	}
+	if !strings.Contains(logs, "after the cap LAMEDUCK_JOIN_BUDGET; raise or unset LAMEDUCK_JOIN_BUDGET") || !strings.Contains(logs, "setting=LAMEDUCK_JOIN_BUDGET") {
+		t.Fatalf("the warning does not name the setting that widens the join:\n%s", logs)
 	}
 	s, _ := h.lc.Events().ShutdownInitiated.At()
 	e, _ := h.lc.Events().Stopped.At()
@@ -357,5 +361,67 @@ func TestWriteStartedDuringTheDrainIsJoined(t *testing.T) {
 	}
 	if !wrote.Load() || !strings.Contains(h.logs.String(), "(1 joined)") {
 		t.Fatalf("the write was not joined:\n%s", h.logs)
+	}
+}
+
+// By default the join has no budget of its own: a write still running after
+// the HTTP drain is waited for with whatever the teardown has left, not cut
+// at a fixed 500ms while most of the teardown goes unused.
+func TestJoinUsesWhatTheTeardownLeaves(t *testing.T) {
+	h := started(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 10 * time.Second})
+	release := make(chan struct{})
+	var wrote atomic.Bool
+	h.lc.GoWrite("audit", 0, func(context.Context) error { <-release; wrote.Store(true); return nil })
+	h.endWindow(time.Second)
+	await(t, h.lc.Events().HTTPDrained)
+	h.timers(1) // the join's bound
+	h.clock.Advance(2 * time.Second)
+	if h.lc.Events().Joined.Fired() {
+		t.Fatal("the join gave up after 2s of a 10s teardown")
+	}
+	h.clock.Advance(7 * time.Second)
+	if h.lc.Events().Joined.Fired() {
+		t.Fatal("the join gave up before the teardown's end")
+	}
+	close(release)
+	if err := h.wait(); err != nil {
+		t.Fatal(err)
+	}
+	if !wrote.Load() {
+		t.Fatal("the write was cut")
+	}
+	s, _ := h.lc.Events().ShutdownInitiated.At()
+	e, _ := h.lc.Events().Stopped.At()
+	if e.Sub(s) > 11*time.Second {
+		t.Fatalf("the sequence took %s, more than delay + teardown", e.Sub(s))
+	}
+}
+
+// Work still running at the end of the teardown is abandoned: the warning
+// names it, the bound and the setting that widens it, and Run fails.
+func TestJoinAbandonedAtTheTeardownsEnd(t *testing.T) {
+	h := started(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 10 * time.Second})
+	release := make(chan struct{})
+	defer close(release)
+	h.lc.GoWrite("audit", 0, func(context.Context) error { <-release; return nil })
+	h.endWindow(time.Second)
+	await(t, h.lc.Events().HTTPDrained)
+	h.timers(1)
+	h.clock.Advance(10 * time.Second)
+	err := h.wait()
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "audit ×1") {
+		t.Fatalf("Run = %v; want an error naming the abandoned write", err)
+	}
+	logs := h.logs.String()
+	for _, want := range []string{"join: 10s spent; still running: audit ×1", "what the teardown budget left",
+		"raise LAMEDUCK_SHUTDOWN_TEARDOWN (and terminationGracePeriodSeconds with it)", "setting=LAMEDUCK_SHUTDOWN_TEARDOWN"} {
+		if !strings.Contains(logs, want) {
+			t.Fatalf("the warning lacks %q:\n%s", want, logs)
+		}
+	}
+	s, _ := h.lc.Events().ShutdownInitiated.At()
+	e, _ := h.lc.Events().Stopped.At()
+	if e.Sub(s) != 11*time.Second {
+		t.Fatalf("the sequence took %s, want delay + teardown = 11s", e.Sub(s))
 	}
 }

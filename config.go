@@ -2,15 +2,9 @@ package lameduck
 
 import (
 	"errors"
-	"fmt"
 	"log/slog"
 	"os"
-	"slices"
-	"strconv"
-	"strings"
 	"time"
-
-	"github.com/lameduck/lameduck/health"
 )
 
 // DefaultEnvPrefix is the prefix of the environment variables lameduck reads
@@ -79,18 +73,23 @@ var ErrInvalidConfig = errors.New("invalid configuration")
 // the code left at their zero value, and a built-in default fills the rest.
 //
 // The zero Config is valid: it reads everything from the environment and
-// defaults (docs/probes-and-shutdown.md, "Configuration"):
-// inside Kubernetes (KUBERNETES_SERVICE_HOST is set, or LAMEDUCK_ENV is
-// "kubernetes") the window is 5s and the teardown 30s; elsewhere the window
-// is 0 and the teardown 60s, so Ctrl-C on a laptop stops now.
+// defaults. Inside Kubernetes (KUBERNETES_SERVICE_HOST is set, or
+// LAMEDUCK_ENV is "kubernetes") the window is 5s and the teardown is what
+// the pod's grace period leaves (see ShutdownTeardown), so the sequence fits
+// terminationGracePeriodSeconds out of the box; elsewhere the window is 0
+// and the teardown 60s, so Ctrl-C on a laptop stops now. Run's first log
+// line says which rule chose each number (docs/probes-and-shutdown.md,
+// "Configuration").
 //
 // Durations in the environment are Go durations with a unit ("5s",
 // "250ms"); a bare number, a negative value or a zero teardown is an error
-// that names the variable, the value and the fix, never a silent zero. An
-// empty variable means unset. With the default prefix, a LAMEDUCK_ variable
-// that is not a lameduck setting is an error too, so a misspelt name is not
+// that names the variable, the value and the accepted form, never a silent
+// zero. Choices (ENV, DRAIN_MODE) and booleans accept any case. An empty
+// variable means unset. With the default prefix, a LAMEDUCK_ variable that
+// is not a lameduck setting is an error too, so a misspelt name is not
 // silently ignored; with a prefix the application chose, which its own
-// variables may share, no such check is made.
+// variables may share, no such check is made. [Resolve] resolves a Config
+// exactly as New does without starting anything.
 type Config struct {
 	// EnvPrefix is the prefix of the environment variables read. Default
 	// "LAMEDUCK_".
@@ -103,8 +102,8 @@ type Config struct {
 	// Environ is not, no such check is made.
 	Environ func() []string
 
-	// Env is EnvKubernetes or EnvLocal and selects the defaults below.
-	// Env: ENV. Default: EnvKubernetes when KUBERNETES_SERVICE_HOST is set,
+	// Env is EnvKubernetes or EnvLocal and selects the defaults below. Any
+	// case is accepted. Env: ENV. Default: EnvKubernetes when KUBERNETES_SERVICE_HOST is set,
 	// else EnvLocal.
 	Env string
 	// ShutdownDelay is the lame-duck window, a time.Duration: how long the
@@ -119,25 +118,45 @@ type Config struct {
 	// the window: the HTTP drain (http.Server.Shutdown of every server and a
 	// wait for every tracked handler, WebSockets included) beside the drain
 	// hooks, then the background join and the closers. When a service uses
-	// background work or closers, the tail of the budget is kept for them
-	// (JoinBudget each, at most half of the budget); otherwise in-flight
-	// requests get all of it. When the HTTP drain's share is spent, what is
-	// left is closed by force, named in the log, and Run returns an error
-	// wrapping context.DeadlineExceeded. Zero means unset; it must be
-	// positive, because a zero budget cuts every in-flight request at once
-	// (its context has expired before the drain starts).
-	// Env: SHUTDOWN_TEARDOWN. Default 30s in Kubernetes, 60s elsewhere.
+	// background work or closers, a tail of the budget is kept for them
+	// (500ms, or JoinBudget, each; at most half of the budget); otherwise
+	// in-flight requests get all of it. When the HTTP drain's share is
+	// spent, what is left is closed by force, named in the log, and Run
+	// returns an error wrapping context.DeadlineExceeded. Zero means unset;
+	// it must be positive, because a zero budget cuts every in-flight
+	// request at once. Env: SHUTDOWN_TEARDOWN.
+	//
+	// Default: with a known grace period (TerminationGrace), or inside
+	// Kubernetes, where the grace period is 30s unless the pod says
+	// otherwise, what the grace period leaves after the preStop sleep
+	// (PreStopDelay), the longest window (ShutdownDelay, or DrainTimeout in
+	// DrainIdle mode) and a margin of a tenth of the grace period (at least
+	// 2s, at most 10s), never below 1s: 22s for the 30s default grace and a
+	// 5s delay. Elsewhere 60s. Kubernetes sends SIGKILL when the grace period
+	// ends (kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle,
+	// "Termination of Pods").
 	ShutdownTeardown time.Duration
 	// TerminationGrace is the pod's terminationGracePeriodSeconds, as a
-	// time.Duration, which a chart passes in. When set, Run logs the shutdown
-	// budget against it and warns, with every number, when delay + teardown
-	// does not fit. Zero means unknown. Env: TERMINATION_GRACE.
+	// time.Duration, which a chart passes in. Run logs the shutdown budget
+	// against it and warns, with every number, when preStop + window +
+	// teardown does not fit; the teardown's default is derived from it.
+	// Zero means unknown: inside Kubernetes, its default of 30s is assumed.
+	// Env: TERMINATION_GRACE.
 	TerminationGrace time.Duration
+	// PreStopDelay is the length, a time.Duration, of a preStop hook that
+	// sleeps before the kubelet sends SIGTERM (an exec "sleep 5", or the
+	// native sleep action). Its time counts against the grace period
+	// (kubernetes.io/docs/concepts/containers/container-lifecycle-hooks), so
+	// the budget arithmetic and the teardown's default subtract it; lameduck
+	// does nothing else with it. The GET /prestop hook (PreStop) needs no
+	// entry here: it starts the window itself, so its time is the window's.
+	// Zero means none; negative is an error. Env: PRESTOP_DELAY.
+	PreStopDelay time.Duration
 
 	// DrainMode is DrainDelay (the default) or DrainIdle and decides how the
 	// lame-duck window ends. For a runner (Runner set) it is DrainComplete
 	// (the default) or DrainInterrupt and decides what happens to the job in
-	// flight. Env: DRAIN_MODE.
+	// flight. Any case is accepted. Env: DRAIN_MODE.
 	DrainMode string
 	// IdleWindow, a time.Duration, is how long traffic must have been idle
 	// for the idle drain to end: nothing in flight (WebSockets and other
@@ -161,14 +180,17 @@ type Config struct {
 	// same: https://kubernetes.io/docs/reference/command-line-tools-reference/kube-apiserver/). Env: SEND_RETRY_AFTER.
 	SendRetryAfter bool
 
-	// JoinBudget is the one budget, a time.Duration, for joining every
-	// background task (GoWrite, GoLoop) after the HTTP drain. It is spent
-	// inside the teardown budget, not added to it, so the exit costs the
-	// same whether the application started two tasks or twenty
-	// (docs/probes-and-shutdown.md, "Teardown: hooks, HTTP drain, background
-	// join, closers"). Tasks still running when it is spent are
-	// named once in a warning. Zero means unset; it must be positive and
-	// less than ShutdownTeardown. Env: JOIN_BUDGET. Default 500ms.
+	// JoinBudget caps, as a time.Duration, the background join: the one wait
+	// for every background task (GoWrite, GoLoop) after the HTTP drain. By
+	// default there is no cap: the join may use whatever the teardown budget
+	// has left, so nothing is abandoned while the grace period still has
+	// room, and the bound of the whole sequence (window + teardown) is the
+	// same with or without background work. When set, it also sizes the
+	// tail of the teardown kept for the join should requests overrun. Tasks
+	// still running at the bound are named once in a warning that names the
+	// setting that widens it, and Run returns an error wrapping
+	// context.DeadlineExceeded. Zero means no cap; it must be positive and
+	// less than ShutdownTeardown. Env: JOIN_BUDGET.
 	JoinBudget time.Duration
 	// HookShare is the largest fraction of the teardown budget the drain
 	// hooks may use, in (0, 1); the HTTP drain gets at least the rest, so
@@ -176,6 +198,18 @@ type Config struct {
 	// for requests). Zero
 	// means unset. Env: HOOK_SHARE (such as "0.5"). Default 2/3.
 	HookShare float64
+	// StartupTimeout bounds the boot, as a time.Duration from the start of
+	// Run: every startup task, retries included. At the bound the running
+	// task's context is cancelled, no further try or task starts, and Run
+	// returns an error wrapping ErrStartupFailed that names the task, its
+	// tries and the time spent. Size it below the startup probe's budget,
+	// failureThreshold × periodSeconds
+	// (kubernetes.io/docs/tasks/configure-pod-container/configure-liveness-readiness-startup-probes),
+	// so the process says why it gave up before the kubelet kills it.
+	// Zero means no bound: a retrying task then retries until it succeeds or
+	// the shutdown sequence starts. Env: STARTUP_TIMEOUT.
+	StartupTimeout time.Duration
+
 	// OnPanic, when set, receives every panic lameduck recovers (in a
 	// background task, a drain hook, a closer): what panicked ("write
 	// audit-row"), the value and the stack. Hand it to the error tracker.
@@ -266,295 +300,6 @@ type Config struct {
 	IgnoreSignals bool
 }
 
-// setting describes one environment variable.
-type setting struct {
-	name string // without the prefix
-	fix  string // an example of a good value
-}
-
-var settings = []setting{
-	{"ENV", `"kubernetes" or "local"`},
-	{"SHUTDOWN_DELAY", `a Go duration with a unit, such as "5s"`},
-	{"SHUTDOWN_TEARDOWN", `a positive Go duration with a unit, such as "30s"`},
-	{"TERMINATION_GRACE", `the pod's terminationGracePeriodSeconds as a Go duration, such as "60s"`},
-	{"PRESTOP", `"true" or "false"`},
-	{"PRESTOP_TOKEN", `any non-empty secret`},
-	{"EXIT_ON_SECOND_SIGNAL", `"true" or "false"`},
-	{"PROBE_ADDR", `a listen address such as ":9090"`},
-	{"DRAIN_MODE", `"delay" or "idle" ("complete" or "interrupt" for a runner)`},
-	{"IDLE_WINDOW", `a positive Go duration, such as "10s"`},
-	{"DRAIN_TIMEOUT", `a positive Go duration at least the shutdown delay, such as "30s"`},
-	{"SEND_RETRY_AFTER", `"true" or "false"`},
-	{"CHECK_TIMEOUT", `a positive Go duration, such as "1s"`},
-	{"JOIN_BUDGET", `a positive Go duration below the teardown budget, such as "500ms"`},
-	{"HOOK_SHARE", `a fraction between 0 and 1, such as "0.66"`},
-	{"EPOCH", `a non-negative integer, such as "3"`},
-	{"EPOCH_MISMATCH_DELAY", `a positive Go duration, such as "2m"`},
-	{"FETCH_WAIT", `a positive Go duration, such as "5s"`},
-}
-
-// resolve fills every unset field of c from the environment and defaults and
-// validates the result. It returns all problems at once, joined.
-func (c Config) resolve() (Config, error) {
-	if c.EnvPrefix == "" {
-		c.EnvPrefix = DefaultEnvPrefix
-	}
-	if c.LookupEnv == nil {
-		c.LookupEnv = os.LookupEnv
-		if c.Environ == nil {
-			c.Environ = os.Environ
-		}
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	if c.Clock == nil {
-		c.Clock = systemClock{}
-	}
-	if len(c.Signals) == 0 {
-		c.Signals = defaultSignals()
-	}
-	if c.Version == "" || c.Commit == "" {
-		v, cm := health.BuildInfo()
-		if c.Version == "" {
-			c.Version = v
-		}
-		if c.Commit == "" {
-			c.Commit = cm
-		}
-	}
-
-	var errs []error
-	env := func(name string) (string, bool) {
-		v, ok := c.LookupEnv(c.EnvPrefix + name)
-		v = strings.TrimSpace(v)
-		return v, ok && v != ""
-	}
-	bad := func(name, value, why string) {
-		fix := ""
-		for _, s := range settings {
-			if s.name == name {
-				fix = s.fix
-			}
-		}
-		errs = append(errs, fmt.Errorf("lameduck: %s%s=%q: %s; set it to %s, or unset it: %w",
-			c.EnvPrefix, name, value, why, fix, ErrInvalidConfig))
-	}
-	// dur fills an unset duration from the environment and reports the raw
-	// value it read.
-	dur := func(field *time.Duration, name string) (raw string, fromEnv bool) {
-		if *field != 0 {
-			return "", false
-		}
-		v, ok := env(name)
-		if !ok {
-			return "", false
-		}
-		d, err := parseDuration(v)
-		if err != nil {
-			bad(name, v, err.Error())
-			return v, false
-		}
-		*field = d
-		return v, true
-	}
-	// positive is dur for a setting that must be greater than zero; why
-	// explains what zero would do.
-	positive := func(field *time.Duration, fieldName, name, why string) (fromEnv bool) {
-		if *field < 0 {
-			errs = append(errs, fmt.Errorf("lameduck: Config.%s=%s: must be positive: %w", fieldName, *field, ErrInvalidConfig))
-			*field = 0
-			return false
-		}
-		raw, ok := dur(field, name)
-		if ok && *field <= 0 {
-			bad(name, raw, "must be greater than zero"+why)
-			*field = 0
-			return false
-		}
-		return ok
-	}
-	boolean := func(field *bool, name string) {
-		if *field {
-			return
-		}
-		if v, ok := env(name); ok {
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				bad(name, v, "not a boolean")
-				return
-			}
-			*field = b
-		}
-	}
-	str := func(field *string, name string) {
-		if *field == "" {
-			if v, ok := env(name); ok {
-				*field = v
-			}
-		}
-	}
-
-	// Unknown variables with our prefix: a typo must not be silently lost.
-	// Only with lameduck's own prefix: an application that chose its own
-	// shares it with its own variables.
-	if c.Environ != nil && c.EnvPrefix == DefaultEnvPrefix {
-		for _, kv := range c.Environ() {
-			k, _, _ := strings.Cut(kv, "=")
-			name, ok := strings.CutPrefix(k, c.EnvPrefix)
-			if !ok {
-				continue
-			}
-			if !slices.ContainsFunc(settings, func(s setting) bool { return s.name == name }) {
-				known := make([]string, len(settings))
-				for i, s := range settings {
-					known[i] = c.EnvPrefix + s.name
-				}
-				errs = append(errs, fmt.Errorf("lameduck: %s is not a lameduck setting; known: %s; fix the spelling or unset it: %w",
-					k, strings.Join(known, ", "), ErrInvalidConfig))
-			}
-		}
-	}
-
-	str(&c.Env, "ENV")
-	envFromVar := c.Env != ""
-	switch c.Env {
-	case EnvKubernetes, EnvLocal:
-	case "":
-		if v, _ := c.LookupEnv("KUBERNETES_SERVICE_HOST"); v != "" {
-			c.Env = EnvKubernetes
-		} else {
-			c.Env = EnvLocal
-		}
-	default:
-		if envFromVar {
-			bad("ENV", c.Env, "unknown environment")
-		}
-		c.Env = EnvLocal
-	}
-
-	delaySet := c.ShutdownDelay != 0
-	if c.ShutdownDelay < 0 && c.ShutdownDelay != NoDelay {
-		errs = append(errs, fmt.Errorf("lameduck: Config.ShutdownDelay=%s: must not be negative; use lameduck.NoDelay for a zero window: %w", c.ShutdownDelay, ErrInvalidConfig))
-	}
-	if raw, ok := dur(&c.ShutdownDelay, "SHUTDOWN_DELAY"); ok {
-		delaySet = true
-		if c.ShutdownDelay < 0 {
-			bad("SHUTDOWN_DELAY", raw, "must not be negative")
-		} else if c.ShutdownDelay == 0 {
-			c.ShutdownDelay = NoDelay
-		}
-	}
-	positive(&c.ShutdownTeardown, "ShutdownTeardown", "SHUTDOWN_TEARDOWN", ": a zero teardown cuts every in-flight request at once")
-	positive(&c.TerminationGrace, "TerminationGrace", "TERMINATION_GRACE", "")
-	boolean(&c.PreStop, "PRESTOP")
-	str(&c.PreStopToken, "PRESTOP_TOKEN")
-	if c.PreStopToken != "" {
-		c.PreStop = true
-	}
-	boolean(&c.ExitOnSecondSignal, "EXIT_ON_SECOND_SIGNAL")
-	str(&c.ProbeAddr, "PROBE_ADDR")
-
-	str(&c.DrainMode, "DRAIN_MODE")
-	switch {
-	case c.DrainMode == "" && c.Runner:
-		c.DrainMode = DrainComplete
-	case c.DrainMode == "":
-		c.DrainMode = DrainDelay
-	case c.Runner && (c.DrainMode == DrainComplete || c.DrainMode == DrainInterrupt):
-	case !c.Runner && (c.DrainMode == DrainDelay || c.DrainMode == DrainIdle):
-	case c.Runner:
-		errs = append(errs, fmt.Errorf("lameduck: %sDRAIN_MODE=%q: a runner drains in mode %q (finish the job in flight) or %q (cancel it and hand it back); set one of them, or unset it: %w",
-			c.EnvPrefix, c.DrainMode, DrainComplete, DrainInterrupt, ErrInvalidConfig))
-	default:
-		bad("DRAIN_MODE", c.DrainMode, "unknown drain mode")
-	}
-	positive(&c.IdleWindow, "IdleWindow", "IDLE_WINDOW", "")
-	positive(&c.DrainTimeout, "DrainTimeout", "DRAIN_TIMEOUT", "")
-	positive(&c.EpochMismatchDelay, "EpochMismatchDelay", "EPOCH_MISMATCH_DELAY", "")
-	positive(&c.FetchWait, "FetchWait", "FETCH_WAIT", "")
-	if v, ok := env("EPOCH"); ok && c.Epoch == 0 {
-		if n, err := strconv.ParseUint(v, 10, 64); err != nil {
-			bad("EPOCH", v, "not a non-negative integer")
-		} else {
-			c.Epoch = n
-		}
-	}
-	if c.EpochMismatchDelay == 0 {
-		c.EpochMismatchDelay = DefaultEpochMismatchDelay
-	}
-	if c.FetchWait == 0 {
-		c.FetchWait = DefaultFetchWait
-	}
-	if c.Runner && c.ProbeAddr == "" {
-		c.ProbeAddr = DefaultRunnerProbeAddr
-	}
-	positive(&c.CheckTimeout, "CheckTimeout", "CHECK_TIMEOUT", "")
-	if c.CheckTimeout == 0 {
-		c.CheckTimeout = health.DefaultCheckTimeout
-	}
-	if c.IdleWindow == 0 {
-		c.IdleWindow = 10 * time.Second
-	}
-	if c.DrainTimeout == 0 && c.Runner {
-		c.DrainTimeout = DefaultRunnerDrainTimeout
-	}
-	if c.DrainTimeout == 0 {
-		c.DrainTimeout = 30 * time.Second
-	}
-	boolean(&c.SendRetryAfter, "SEND_RETRY_AFTER")
-
-	joinFromEnv := positive(&c.JoinBudget, "JoinBudget", "JOIN_BUDGET", "")
-	if !(c.HookShare >= 0 && c.HookShare < 1) { // NaN too
-		errs = append(errs, fmt.Errorf("lameduck: Config.HookShare=%g: must be in (0, 1): %w", c.HookShare, ErrInvalidConfig))
-	}
-	if v, ok := env("HOOK_SHARE"); ok && c.HookShare == 0 {
-		f, err := strconv.ParseFloat(v, 64)
-		switch {
-		case err != nil:
-			bad("HOOK_SHARE", v, "not a number")
-		case !(f > 0 && f < 1): // NaN and ±Inf too
-			bad("HOOK_SHARE", v, "must be between 0 and 1, exclusive")
-		default:
-			c.HookShare = f
-		}
-	}
-	if c.HookShare == 0 {
-		c.HookShare = 2.0 / 3
-	}
-
-	if !delaySet {
-		if c.Env == EnvKubernetes && !c.Runner {
-			c.ShutdownDelay = 5 * time.Second
-		} else {
-			c.ShutdownDelay = NoDelay
-		}
-	}
-	if c.ShutdownTeardown == 0 {
-		if c.Env == EnvKubernetes {
-			c.ShutdownTeardown = 30 * time.Second
-		} else {
-			c.ShutdownTeardown = 60 * time.Second
-		}
-	}
-	if c.JoinBudget == 0 {
-		c.JoinBudget = min(500*time.Millisecond, c.ShutdownTeardown/2)
-	}
-	if c.DrainMode == DrainIdle && c.DrainTimeout < c.window() {
-		errs = append(errs, fmt.Errorf("lameduck: %sDRAIN_TIMEOUT=%s is shorter than %sSHUTDOWN_DELAY=%s, the idle drain's minimum; raise it: %w",
-			c.EnvPrefix, c.DrainTimeout, c.EnvPrefix, c.window(), ErrInvalidConfig))
-	}
-	if c.JoinBudget >= c.ShutdownTeardown {
-		where := "Config.JoinBudget"
-		if joinFromEnv {
-			where = c.EnvPrefix + "JOIN_BUDGET"
-		}
-		errs = append(errs, fmt.Errorf("lameduck: %s=%s: must be less than the teardown budget %s, which it is spent inside; lower it or raise %sSHUTDOWN_TEARDOWN: %w",
-			where, c.JoinBudget, c.ShutdownTeardown, c.EnvPrefix, ErrInvalidConfig))
-	}
-	return c, errors.Join(errs...)
-}
-
 // window returns the resolved lame-duck window (NoDelay becomes 0).
 func (c *Config) window() time.Duration { return max(c.ShutdownDelay, 0) }
 
@@ -565,16 +310,4 @@ func (c *Config) maxWindow() time.Duration {
 		return max(c.DrainTimeout, c.window())
 	}
 	return c.window()
-}
-
-// parseDuration is time.ParseDuration with the errors an operator can act on.
-func parseDuration(v string) (time.Duration, error) {
-	if _, err := strconv.ParseFloat(v, 64); err == nil {
-		return 0, fmt.Errorf("a duration needs a unit (write %ss or %sms)", v, v)
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		return 0, errors.New("not a Go duration")
-	}
-	return d, nil
 }

@@ -31,11 +31,25 @@ func TestConfigDefaults(t *testing.T) {
 		env             string
 	}{
 		{"local", nil, lameduck.NoDelay, 60 * time.Second, lameduck.EnvLocal},
-		{"detected kubernetes", map[string]string{"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, 5 * time.Second, 30 * time.Second, lameduck.EnvKubernetes},
-		{"declared kubernetes", map[string]string{"LAMEDUCK_ENV": "kubernetes"}, 5 * time.Second, 30 * time.Second, lameduck.EnvKubernetes},
-		{"declared local inside kubernetes", map[string]string{"LAMEDUCK_ENV": "local", "KUBERNETES_SERVICE_HOST": "10.0.0.1"}, lameduck.NoDelay, 60 * time.Second, lameduck.EnvLocal},
-		{"zero delay in kubernetes", map[string]string{"LAMEDUCK_ENV": "kubernetes", "LAMEDUCK_SHUTDOWN_DELAY": "0s"}, lameduck.NoDelay, 30 * time.Second, lameduck.EnvKubernetes},
-		{"empty means unset", map[string]string{"LAMEDUCK_ENV": "kubernetes", "LAMEDUCK_SHUTDOWN_DELAY": ""}, 5 * time.Second, 30 * time.Second, lameduck.EnvKubernetes},
+		// Kubernetes' default grace 30s − delay 5s − margin 3s.
+		{"detected kubernetes", map[string]string{"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, 5 * time.Second, 22 * time.Second, lameduck.EnvKubernetes},
+		{"declared kubernetes", map[string]string{"LAMEDUCK_ENV": "kubernetes"}, 5 * time.Second, 22 * time.Second, lameduck.EnvKubernetes},
+		{"declared in any case", map[string]string{"LAMEDUCK_ENV": "Kubernetes"}, 5 * time.Second, 22 * time.Second, lameduck.EnvKubernetes},
+		{"declared local inside kubernetes", map[string]string{"LAMEDUCK_ENV": "LOCAL", "KUBERNETES_SERVICE_HOST": "10.0.0.1"}, lameduck.NoDelay, 60 * time.Second, lameduck.EnvLocal},
+		{"zero delay in kubernetes", map[string]string{"LAMEDUCK_ENV": "kubernetes", "LAMEDUCK_SHUTDOWN_DELAY": "0s"}, lameduck.NoDelay, 27 * time.Second, lameduck.EnvKubernetes},
+		{"empty means unset", map[string]string{"LAMEDUCK_ENV": "kubernetes", "LAMEDUCK_SHUTDOWN_DELAY": ""}, 5 * time.Second, 22 * time.Second, lameduck.EnvKubernetes},
+		// A known grace: 60s − delay 5s − margin 6s.
+		{"grace known", map[string]string{"KUBERNETES_SERVICE_HOST": "10.0.0.1", "LAMEDUCK_TERMINATION_GRACE": "60s"}, 5 * time.Second, 49 * time.Second, lameduck.EnvKubernetes},
+		// 60s − preStop 10s − delay 5s − margin 6s.
+		{"grace and preStop known", map[string]string{"KUBERNETES_SERVICE_HOST": "10.0.0.1", "LAMEDUCK_TERMINATION_GRACE": "60s", "LAMEDUCK_PRESTOP_DELAY": "10s"}, 5 * time.Second, 39 * time.Second, lameduck.EnvKubernetes},
+		// 10m − delay 5s − margin 10s (the margin's ceiling).
+		{"long grace", map[string]string{"KUBERNETES_SERVICE_HOST": "10.0.0.1", "LAMEDUCK_TERMINATION_GRACE": "10m"}, 5 * time.Second, 10*time.Minute - 15*time.Second, lameduck.EnvKubernetes},
+		// 6s − delay 5s − margin 2s < 1s: the floor.
+		{"grace too short", map[string]string{"KUBERNETES_SERVICE_HOST": "10.0.0.1", "LAMEDUCK_TERMINATION_GRACE": "6s"}, 5 * time.Second, time.Second, lameduck.EnvKubernetes},
+		// The idle drain's bound is the window: 60s − 30s − 6s.
+		{"idle drain", map[string]string{"KUBERNETES_SERVICE_HOST": "10.0.0.1", "LAMEDUCK_TERMINATION_GRACE": "60s", "LAMEDUCK_DRAIN_MODE": "IDLE"}, 5 * time.Second, 24 * time.Second, lameduck.EnvKubernetes},
+		// A known grace outside Kubernetes is still the bound.
+		{"grace known locally", map[string]string{"LAMEDUCK_TERMINATION_GRACE": "20s"}, lameduck.NoDelay, 18 * time.Second, lameduck.EnvLocal},
 		{"explicit", map[string]string{"LAMEDUCK_SHUTDOWN_DELAY": "250ms", "LAMEDUCK_SHUTDOWN_TEARDOWN": "2m"}, 250 * time.Millisecond, 2 * time.Minute, lameduck.EnvLocal},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -86,12 +100,16 @@ func TestConfigErrorsNameSettingValueAndFix(t *testing.T) {
 		{map[string]string{"LAMEDUCK_SHUTDOWN_TEARDOWN": "30"}, lameduck.Config{}, []string{`LAMEDUCK_SHUTDOWN_TEARDOWN="30"`, "30s"}},
 		{map[string]string{"LAMEDUCK_TERMINATION_GRACE": "60"}, lameduck.Config{}, []string{`LAMEDUCK_TERMINATION_GRACE="60"`, "60s"}},
 		{map[string]string{"LAMEDUCK_ENV": "prod"}, lameduck.Config{}, []string{`LAMEDUCK_ENV="prod"`, `"kubernetes" or "local"`}},
+		{nil, lameduck.Config{Env: "prod"}, []string{`Config.Env=prod`, `"kubernetes" or "local"`}},
+		{nil, lameduck.Config{DrainMode: "fast"}, []string{`Config.DrainMode=fast`, `"delay" or "idle"`}},
+		{map[string]string{"LAMEDUCK_PRESTOP_DELAY": "-1s"}, lameduck.Config{}, []string{`LAMEDUCK_PRESTOP_DELAY="-1s"`, "must not be negative", `such as "5s"`}},
+		{map[string]string{"LAMEDUCK_STARTUP_TIMEOUT": "0s"}, lameduck.Config{}, []string{`LAMEDUCK_STARTUP_TIMEOUT="0s"`, "greater than zero", "failureThreshold × periodSeconds"}},
 		{map[string]string{"LAMEDUCK_PRESTOP": "yes please"}, lameduck.Config{}, []string{`LAMEDUCK_PRESTOP="yes please"`, "boolean"}},
-		{map[string]string{"LAMEDUCK_SHUTDOWN_DELAYS": "5s"}, lameduck.Config{}, []string{"LAMEDUCK_SHUTDOWN_DELAYS is not a lameduck setting", "LAMEDUCK_SHUTDOWN_DELAY"}},
+		{map[string]string{"LAMEDUCK_SHUTDOWN_DELAYS": "5s"}, lameduck.Config{}, []string{`LAMEDUCK_SHUTDOWN_DELAYS="5s": not a lameduck setting`, "LAMEDUCK_SHUTDOWN_DELAY,"}},
 		{map[string]string{"LAMEDUCK_DRAIN_MODE": "fast"}, lameduck.Config{}, []string{`LAMEDUCK_DRAIN_MODE="fast"`, `"delay" or "idle"`}},
 		{map[string]string{"LAMEDUCK_IDLE_WINDOW": "0s"}, lameduck.Config{}, []string{`LAMEDUCK_IDLE_WINDOW="0s"`, "greater than zero"}},
-		{map[string]string{"LAMEDUCK_DRAIN_MODE": "idle", "LAMEDUCK_SHUTDOWN_DELAY": "10s", "LAMEDUCK_DRAIN_TIMEOUT": "5s"}, lameduck.Config{}, []string{"LAMEDUCK_DRAIN_TIMEOUT=5s is shorter than LAMEDUCK_SHUTDOWN_DELAY=10s"}},
-		{map[string]string{"LAMEDUCK_JOIN_BUDGET": "2s", "LAMEDUCK_SHUTDOWN_TEARDOWN": "1s"}, lameduck.Config{}, []string{"LAMEDUCK_JOIN_BUDGET=2s: must be less than the teardown budget 1s"}},
+		{map[string]string{"LAMEDUCK_DRAIN_MODE": "idle", "LAMEDUCK_SHUTDOWN_DELAY": "10s", "LAMEDUCK_DRAIN_TIMEOUT": "5s"}, lameduck.Config{}, []string{`LAMEDUCK_DRAIN_TIMEOUT="5s": shorter than LAMEDUCK_SHUTDOWN_DELAY=10s`, "raise it to at least 10s"}},
+		{map[string]string{"LAMEDUCK_JOIN_BUDGET": "2s", "LAMEDUCK_SHUTDOWN_TEARDOWN": "1s"}, lameduck.Config{}, []string{`LAMEDUCK_JOIN_BUDGET="2s": must be less than the teardown budget 1s`, "unset it"}},
 		{map[string]string{"LAMEDUCK_HOOK_SHARE": "1.5"}, lameduck.Config{}, []string{`LAMEDUCK_HOOK_SHARE="1.5"`, "between 0 and 1"}},
 		{map[string]string{"LAMEDUCK_CHECK_TIMEOUT": "5"}, lameduck.Config{}, []string{`LAMEDUCK_CHECK_TIMEOUT="5"`, "needs a unit"}},
 		{map[string]string{"LAMEDUCK_SEND_RETRY_AFTER": "maybe"}, lameduck.Config{}, []string{`LAMEDUCK_SEND_RETRY_AFTER="maybe"`, "boolean"}},
@@ -129,6 +147,28 @@ func TestConfigPreStopToken(t *testing.T) {
 	}
 	if !lc.Config().PreStop {
 		t.Fatal("a token does not enable the preStop hook")
+	}
+}
+
+// Run's first line is Resolved.Budget's verdict, with the rule that chose
+// each number.
+func TestBudgetLogSaysWhichRuleChoseEachNumber(t *testing.T) {
+	h := newHarness(t, lameduck.Config{Env: lameduck.EnvKubernetes})
+	h.lc.BeginShutdown("test")
+	h.run()
+	if err := h.wait(); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"shutdown budget delay 5s + teardown 22s = 27s ≤ Kubernetes' default terminationGracePeriodSeconds 30s (margin 3s",
+		`window_rule="default in Kubernetes"`,
+		`teardown_rule="default: Kubernetes' default terminationGracePeriodSeconds 30s − preStop 0s − window 5s − margin 3s"`,
+		`grace_rule="unknown: Kubernetes' default assumed"`,
+		`join_budget="what the teardown leaves"`,
+	} {
+		if !strings.Contains(h.logs.String(), want) {
+			t.Errorf("log lacks %q:\n%s", want, h.logs)
+		}
 	}
 }
 

@@ -66,7 +66,7 @@ func ExampleNew_badSetting() {
 	})
 	fmt.Println(err)
 	// Output:
-	// lameduck: LAMEDUCK_SHUTDOWN_DELAY="5": a duration needs a unit (write 5s or 5ms); set it to a Go duration with a unit, such as "5s", or unset it: invalid configuration
+	// lameduck: LAMEDUCK_SHUTDOWN_DELAY="5": a duration needs a unit (write 5s or 5ms); set it to a Go duration with a unit, such as "5s" ("0s" for no window), or unset it: invalid configuration
 }
 
 // Critical checks gate readiness; the others only make it "degraded", still

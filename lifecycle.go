@@ -54,6 +54,7 @@ var ErrAlreadyRunning = errors.New("lameduck: the Lifecycle is already running")
 // once. All methods are safe for concurrent use.
 type Lifecycle struct {
 	cfg      Config // resolved; immutable after New
+	budget   Budget // cfg's grace-period arithmetic; immutable after New
 	log      *slog.Logger
 	clock    Clock
 	info     health.Info
@@ -106,13 +107,15 @@ type startupTask struct {
 // setting, its value and the fix; nothing is bound and no goroutine is
 // started, so a caller can exit non-zero before listening.
 func New(cfg Config) (*Lifecycle, error) {
-	cfg, err := cfg.resolve()
-	if err != nil {
-		return nil, err
+	res, errs := Resolve(cfg)
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
 	}
+	cfg = res.Config
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &Lifecycle{
 		cfg:     cfg,
+		budget:  res.Budget(),
 		log:     cfg.Logger,
 		clock:   cfg.Clock,
 		info:    health.Info{Version: cfg.Version, Commit: cfg.Commit, Fields: cfg.Fields},
@@ -514,51 +517,39 @@ wait:
 }
 
 // logBudget logs the resolved settings and the grace-period arithmetic
-// (docs/probes-and-shutdown.md, "Sizing terminationGracePeriodSeconds"): the longest window
-// (the delay, or the idle drain's bound) plus the teardown budget must fit
-// terminationGracePeriodSeconds, or the kubelet SIGKILLs the pod mid-drain.
+// (docs/probes-and-shutdown.md, "Sizing terminationGracePeriodSeconds"),
+// made by Resolved.Budget, the function lameduck vet uses: the preStop
+// sleep, the longest window (the delay, or the idle drain's bound) and the
+// teardown budget must fit terminationGracePeriodSeconds, or the kubelet
+// SIGKILLs the pod mid-drain. Each number comes with the rule that chose it.
 func (l *Lifecycle) logBudget() {
-	c := &l.cfg
-	windowName, windowVar := "delay", "SHUTDOWN_DELAY"
-	switch {
-	case c.Runner:
-		// A runner waits out a whole job: its grace period is sized to the
-		// drain bound plus the teardown, the checkpoint margin
-		// (docs/runners.md, "Sizing").
-		windowName, windowVar = "runner drain bound", "DRAIN_TIMEOUT"
-	case c.DrainMode == DrainIdle:
-		windowName, windowVar = "idle drain bound", "DRAIN_TIMEOUT"
+	c, b := &l.cfg, l.budget
+	join := "what the teardown leaves"
+	if c.JoinBudget > 0 {
+		join = c.JoinBudget.String()
 	}
-	win := c.maxWindow()
-	total := win + c.ShutdownTeardown
-	sum := fmt.Sprintf("%s %s + teardown %s = %s", windowName, win, c.ShutdownTeardown, total)
-	attrs := []any{"env", c.Env, "drain_mode", c.DrainMode, "window", win.String(), "teardown", c.ShutdownTeardown.String(),
-		"join_budget", c.JoinBudget.String(), "budget", total.String(), "prestop", c.PreStop}
+	attrs := []any{"env", c.Env, "drain_mode", c.DrainMode, "window", b.Window.String(), "teardown", b.Teardown.String(),
+		"join_budget", join, "budget", b.Total.String(), "prestop", c.PreStop}
 	if c.Runner {
 		attrs = append(attrs, "runner", true, "epoch", c.Epoch)
 	}
-	grace, known := c.TerminationGrace, c.TerminationGrace > 0
-	if !known {
-		if c.Env != EnvKubernetes {
-			l.log.Info("lameduck: shutdown budget "+sum, attrs...)
-			return
-		}
-		grace = 30 * time.Second // Kubernetes' default terminationGracePeriodSeconds
+	if b.PreStop > 0 {
+		attrs = append(attrs, "prestop_delay", b.PreStop.String())
 	}
-	attrs = append(attrs, "termination_grace", grace.String())
-	fix := fmt.Sprintf("lower %s%s or %sSHUTDOWN_TEARDOWN, or raise terminationGracePeriodSeconds to at least %s",
-		c.EnvPrefix, windowVar, c.EnvPrefix, total)
-	switch {
-	case total > grace && known:
-		l.log.Warn(fmt.Sprintf("lameduck: shutdown budget does not fit: %s > terminationGracePeriodSeconds %s; "+
-			"the kubelet will SIGKILL the pod mid-teardown; %s", sum, grace, fix), attrs...)
-	case total > grace:
-		l.log.Warn(fmt.Sprintf("lameduck: shutdown budget %s exceeds Kubernetes' default terminationGracePeriodSeconds 30s; "+
-			"set %sTERMINATION_GRACE to the pod's value to check it, and %s", sum, c.EnvPrefix, fix), attrs...)
-	case known:
-		l.log.Info(fmt.Sprintf("lameduck: shutdown budget %s ≤ terminationGracePeriodSeconds %s", sum, grace), attrs...)
-	default:
-		l.log.Info("lameduck: shutdown budget "+sum, attrs...)
+	if b.Grace > 0 {
+		attrs = append(attrs, "termination_grace", b.Grace.String(), "margin", b.Margin.String())
+	}
+	for _, r := range []struct{ key, setting string }{
+		{"window_rule", b.WindowSetting}, {"teardown_rule", "SHUTDOWN_TEARDOWN"}, {"grace_rule", "TERMINATION_GRACE"},
+	} {
+		if s, ok := b.Sources[r.setting]; ok {
+			attrs = append(attrs, r.key, s)
+		}
+	}
+	if b.Fits {
+		l.log.Info("lameduck: "+b.String(), attrs...)
+	} else {
+		l.log.Warn("lameduck: "+b.String(), attrs...)
 	}
 }
 

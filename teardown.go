@@ -1,6 +1,7 @@
 package lameduck
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -20,23 +21,26 @@ import (
 //     HTTP/2 connections get GOAWAY), then a wait for every tracked handler,
 //     hijacked ones (WebSockets) included, until T minus the tail; what is
 //     left then is closed by force and named; then the probe listener;
-//  2. the background join, for at most JoinBudget;
+//  2. the background join, with whatever T has left (less the closers'
+//     tail), or at most JoinBudget when that cap is set;
 //  3. closers, in reverse order, each with an equal share of what is left.
 //
-// The tail of T kept for steps 2 and 3 is JoinBudget when background work
-// was ever started, plus JoinBudget again when closers are registered (at
-// most half of T in all), so the whole teardown fits T whatever handlers and
-// tasks do; a service that uses neither gives its in-flight requests all of
-// T (a write started during the drain is then joined from what the drain
-// left). It returns an error wrapping context.DeadlineExceeded when a hook
-// overran or requests were cut; the log has named them once.
+// The tail of T kept for steps 2 and 3, should requests overrun, is
+// joinReserve (or JoinBudget when set) when background work was ever
+// started, plus as much again when closers are registered (at most half of
+// T in all), so the whole teardown fits T whatever handlers and tasks do; a
+// service that uses neither gives its in-flight requests all of T (a write
+// started during the drain is then joined from what the drain left). It
+// returns an error wrapping context.DeadlineExceeded when a hook overran,
+// requests were cut or background work was abandoned; the log has named
+// them once.
 func (l *Lifecycle) teardown(servers []*server, serving *sync.WaitGroup) error {
 	l.mu.Lock()
 	hooks := append([]namedFunc(nil), l.hooks...)
 	closers := append([]namedFunc(nil), l.closers...)
 	l.mu.Unlock()
 
-	budget, join := l.cfg.ShutdownTeardown, l.cfg.JoinBudget
+	budget, join := l.cfg.ShutdownTeardown, cmp.Or(l.cfg.JoinBudget, joinReserve)
 	began := l.clock.Now()
 	end := began.Add(budget)
 	// Keep a tail of the budget for the join and the closers only when the
@@ -74,10 +78,16 @@ func (l *Lifecycle) teardown(servers []*server, serving *sync.WaitGroup) error {
 	l.events.HTTPDrained.fire(l.clock.Now())
 	wg.Wait()
 
-	// The join gets its whole budget if time is left, whether or not a tail
-	// was kept: writes started by requests answered during the drain are
-	// joined too. It never runs into the closers' reserve or past T.
-	l.join(min(l.cfg.JoinBudget, end.Add(-closeReserve).Sub(l.clock.Now())))
+	// The join gets whatever is left, whether or not a tail was kept:
+	// writes started by requests answered during the drain are joined too.
+	// It never runs into the closers' reserve or past T; JoinBudget, when
+	// set, caps it.
+	left := end.Add(-closeReserve).Sub(l.clock.Now())
+	capped := l.cfg.JoinBudget > 0 && l.cfg.JoinBudget < left
+	if capped {
+		left = l.cfg.JoinBudget
+	}
+	joinErr := l.join(left, capped)
 
 	for i := len(closers) - 1; i >= 0; i-- {
 		share := end.Sub(l.clock.Now()) / time.Duration(i+1)
@@ -86,8 +96,13 @@ func (l *Lifecycle) teardown(servers []*server, serving *sync.WaitGroup) error {
 			l.log.Warn("lameduck: closer "+c.name+": "+err.Error(), "closer", c.name, "share", share.Round(time.Millisecond).String())
 		}
 	}
-	return errors.Join(hookErr, httpErr)
+	return errors.Join(hookErr, httpErr, joinErr)
 }
+
+// joinReserve is the tail of the teardown budget kept for the background
+// join (and again for the closers) when JoinBudget is unset, should the
+// HTTP drain overrun: the join is never left with nothing.
+const joinReserve = 500 * time.Millisecond
 
 // runHooks runs the drain hooks in order until deadline.
 func (l *Lifecycle) runHooks(hooks []namedFunc, deadline time.Time) error {

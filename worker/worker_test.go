@@ -393,8 +393,9 @@ func TestBudgetLogDoesTheRunnerArithmetic(t *testing.T) {
 	for _, tc := range []struct {
 		grace, want string
 	}{
-		{"29100s", "shutdown budget runner drain bound 8h0m0s + teardown 30s = 8h0m30s ≤ terminationGracePeriodSeconds 8h5m0s"},
-		{"1h", "shutdown budget does not fit: runner drain bound 8h0m0s + teardown 30s = 8h0m30s > terminationGracePeriodSeconds 1h0m0s"},
+		// The teardown's default is what the grace period leaves: 29100s − 8h − a 10s margin.
+		{"29100s", "shutdown budget runner drain bound 8h0m0s + teardown 4m50s = 8h4m50s ≤ terminationGracePeriodSeconds 8h5m0s (margin 10s)"},
+		{"1h", "shutdown budget does not fit: runner drain bound 8h0m0s + teardown 1s = 8h0m1s > terminationGracePeriodSeconds 1h0m0s"},
 	} {
 		src, hd := newSource(), newHandler()
 		h := serving(t, worker.Config{}, map[string]string{"LAMEDUCK_ENV": "kubernetes", "LAMEDUCK_TERMINATION_GRACE": tc.grace}, src, hd)

@@ -99,8 +99,11 @@ func TestE2EJoinNamesTheWriteThatOverran(t *testing.T) {
 	if d := at.Sub(sig); d >= delay+teardown+3*time.Second {
 		t.Errorf("exited %s after SIGTERM; want within delay + teardown = %s", d, delay+teardown)
 	}
+	if code == 0 {
+		t.Errorf("exit code 0 with a write abandoned; want non-zero, so the exit code tells the truth")
+	}
 
-	const want = "join: 5s spent; still running: invite-email ×1"
+	const want = "join: 5s spent; still running: invite-email ×1 — abandoned at exit after the cap LAMEDUCK_JOIN_BUDGET; raise or unset LAMEDUCK_JOIN_BUDGET"
 	joinAt := p.logIndex(msgContains("join: "))
 	if joinAt < 0 {
 		t.Fatalf("no join line in the log; want a warning %q", want)
@@ -126,6 +129,31 @@ func TestE2EJoinNamesTheWriteThatOverran(t *testing.T) {
 	}
 	if i := p.logIndex(writeDone("invite-email")); i >= 0 {
 		t.Errorf("the 30s invite-email write finished before the exit; the join should have stopped waiting at 5s")
+	}
+}
+
+// A write of 2s started during a 200ms window, with the default join: the
+// join waits for it out of what the teardown has left instead of cutting it
+// at a fixed 500ms, and the process exits 0.
+func TestE2EDefaultJoinWaitsForTheWrite(t *testing.T) {
+	t.Parallel()
+	p := startDemo(t, env("LAMEDUCK_SHUTDOWN_DELAY", "200ms", "LAMEDUCK_SHUTDOWN_TEARDOWN", "10s"))
+	c := newClient(t, false)
+	if r := p.post(c, "/write?name=audit&d=2s"); r.code != http.StatusAccepted {
+		t.Fatalf("POST /write = %s; want 202", r)
+	}
+	sig := p.signal(syscall.SIGTERM)
+	code, at := p.waitExit(30 * time.Second)
+	if code != 0 {
+		t.Fatalf("exit code %d; want 0 (the write finished inside the teardown):\n%s", code, p.output())
+	}
+	if d := at.Sub(sig); d > 10200*time.Millisecond+time.Second {
+		t.Errorf("exited %s after SIGTERM; want within delay + teardown", d)
+	}
+	done := p.logIndex(writeDone("audit"))
+	joined := p.logIndex(msgContains("join done"))
+	if done < 0 || joined < 0 || done > joined {
+		t.Fatalf("the write was not joined (write done at line %d, join done at %d):\n%s", done, joined, p.output())
 	}
 }
 

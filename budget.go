@@ -1,0 +1,216 @@
+package lameduck
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// DefaultTerminationGrace is Kubernetes' default terminationGracePeriodSeconds
+// (30s; kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle,
+// "Termination of Pods"): what lameduck assumes inside Kubernetes when
+// Config.TerminationGrace is unknown.
+const DefaultTerminationGrace = 30 * time.Second
+
+// Resolved is a configuration resolved by [Resolve]: every field filled,
+// and the rule that chose each value.
+type Resolved struct {
+	// Config has every field filled from the code, the environment or the
+	// defaults, as Lifecycle.Config returns it. A refused value is left at
+	// its default.
+	Config Config
+	// Sources maps a setting's name after the prefix ("SHUTDOWN_TEARDOWN")
+	// to the rule that chose its value: the Config field
+	// ("Config.ShutdownTeardown"), the variable ("LAMEDUCK_SHUTDOWN_TEARDOWN"),
+	// or a default and its arithmetic ("default: Kubernetes' default
+	// terminationGracePeriodSeconds 30s − preStop 0s − window 5s − margin 3s").
+	// A setting left unset with no default (PROBE_ADDR, say) has no entry.
+	Sources map[string]string
+}
+
+// Resolve fills every unset field of cfg from the environment and the
+// defaults and checks the result exactly as [New] does — the same table of
+// settings, the same parsers, the same defaults and the same errors — but
+// binds nothing, starts nothing and logs nothing. lameduck vet resolves a
+// container's environment from a manifest with it; set cfg.LookupEnv and
+// cfg.Environ with [EnvList] to read a list of variables instead of the
+// process's own.
+//
+// It returns every problem, not just the first: one [*ConfigError] per
+// refused setting (each wraps [ErrInvalidConfig]), settings in the order of
+// the table, then the checks across settings. New returns the same errors
+// joined. Even with errors, Resolved is filled: a refused value counts as
+// unset, so the budget arithmetic of the rest can still be reported.
+//
+// It is safe for concurrent use when cfg's LookupEnv and Environ are.
+func Resolve(cfg Config) (Resolved, []error) {
+	c, src, errs := cfg.resolve()
+	return Resolved{Config: c, Sources: src}, errs
+}
+
+// EnvList returns a LookupEnv and an Environ for [Config] that read only kv:
+// "KEY=value" strings, as os.Environ returns them and as a container's env
+// lists them. When a key appears twice, the later entry wins, as in a pod
+// spec. An entry without "=" is a key with an empty value (unset, for
+// lameduck). To resolve as inside a pod, include KUBERNETES_SERVICE_HOST,
+// which the kubelet sets in every container. Both functions are safe for
+// concurrent use.
+func EnvList(kv []string) (lookup func(key string) (string, bool), environ func() []string) {
+	m := make(map[string]string, len(kv))
+	for _, e := range kv {
+		k, v, _ := strings.Cut(e, "=")
+		m[k] = v
+	}
+	list := append([]string(nil), kv...)
+	return func(key string) (string, bool) { v, ok := m[key]; return v, ok },
+		func() []string { return append([]string(nil), list...) }
+}
+
+// Budget is the grace-period arithmetic of a resolved configuration
+// (docs/probes-and-shutdown.md, "Sizing terminationGracePeriodSeconds"):
+//
+//	preStop sleep + longest window + teardown ≤ terminationGracePeriodSeconds
+//
+// The kubelet runs the preStop hook, then sends SIGTERM, and sends SIGKILL
+// when the grace period ends, whatever the process is doing
+// (kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle, "Termination
+// of Pods"). Run logs a Budget at start; lameduck vet checks one against a
+// manifest. All durations are time.Durations.
+type Budget struct {
+	// EnvPrefix is the prefix of the variables named in String and Fix.
+	EnvPrefix string
+	// Env is the environment the defaults were chosen for.
+	Env string
+	// Runner reports a runner's budget (Config.Runner), whose window is its
+	// drain bound, the longest a job in flight may take.
+	Runner bool
+	// PreStop is the preStop sleep before SIGTERM (Config.PreStopDelay).
+	PreStop time.Duration
+	// Window is the longest the lame-duck window can last: ShutdownDelay,
+	// or DrainTimeout in DrainIdle mode and for a runner.
+	Window time.Duration
+	// WindowSetting names the setting that bounds Window, after the prefix:
+	// "SHUTDOWN_DELAY" or "DRAIN_TIMEOUT".
+	WindowSetting string
+	// Teardown is Config.ShutdownTeardown.
+	Teardown time.Duration
+	// JoinCap is Config.JoinBudget: zero when the join may use whatever the
+	// teardown has left.
+	JoinCap time.Duration
+	// Total is PreStop + Window + Teardown: the longest the pod can take
+	// from the start of its termination to the exit.
+	Total time.Duration
+	// Grace is the grace period Total is checked against: TerminationGrace,
+	// or inside Kubernetes DefaultTerminationGrace when that is unknown.
+	// Zero outside Kubernetes with no grace period given: nothing to check.
+	Grace time.Duration
+	// GraceKnown reports whether Grace was given (Config.TerminationGrace,
+	// or Against) rather than assumed.
+	GraceKnown bool
+	// Margin is Grace − Total: what is left before SIGKILL; negative when
+	// the sequence does not fit. Zero when Grace is zero.
+	Margin time.Duration
+	// Fits reports whether Total ≤ Grace (true when there is no Grace).
+	Fits bool
+	// Sources maps each number's setting, after the prefix
+	// ("SHUTDOWN_DELAY", "SHUTDOWN_TEARDOWN", "TERMINATION_GRACE",
+	// "PRESTOP_DELAY", "DRAIN_TIMEOUT", "JOIN_BUDGET"), to the rule that
+	// chose it, as in Resolved.Sources.
+	Sources map[string]string
+}
+
+// Budget returns the grace-period arithmetic of r's configuration. Run's
+// first log line is made from it.
+func (r Resolved) Budget() Budget {
+	c := &r.Config
+	b := Budget{
+		EnvPrefix: c.EnvPrefix, Env: c.Env, Runner: c.Runner,
+		PreStop: c.PreStopDelay, Window: c.maxWindow(), WindowSetting: "SHUTDOWN_DELAY",
+		Teardown: c.ShutdownTeardown, JoinCap: c.JoinBudget,
+		Sources: map[string]string{},
+	}
+	if c.DrainMode == DrainIdle || c.Runner {
+		b.WindowSetting = "DRAIN_TIMEOUT"
+	}
+	for _, k := range []string{"SHUTDOWN_DELAY", "SHUTDOWN_TEARDOWN", "TERMINATION_GRACE", "PRESTOP_DELAY", "DRAIN_TIMEOUT", "JOIN_BUDGET"} {
+		if s, ok := r.Sources[k]; ok {
+			b.Sources[k] = s
+		}
+	}
+	b.Total = b.PreStop + b.Window + b.Teardown
+	switch {
+	case c.TerminationGrace > 0:
+		b = b.Against(c.TerminationGrace)
+	case c.Env == EnvKubernetes:
+		b = b.Against(DefaultTerminationGrace)
+		b.GraceKnown = false
+		b.Sources["TERMINATION_GRACE"] = "unknown: Kubernetes' default assumed"
+	default:
+		b.Fits = true
+	}
+	return b
+}
+
+// Against returns b checked against grace, a pod's
+// terminationGracePeriodSeconds, as lameduck vet does with the value in a
+// manifest. The numbers of the sequence are unchanged: only Grace,
+// GraceKnown, Margin and Fits are.
+func (b Budget) Against(grace time.Duration) Budget {
+	b.Grace, b.GraceKnown = grace, true
+	b.Margin = grace - b.Total
+	b.Fits = b.Total <= grace
+	return b
+}
+
+// Sum returns the addition, such as
+// "preStop 0s + delay 5s + teardown 22s = 27s" (the window is "idle drain
+// bound" in DrainIdle mode; preStop is left out when zero).
+func (b Budget) Sum() string {
+	var s strings.Builder
+	if b.PreStop > 0 {
+		fmt.Fprintf(&s, "preStop %s + ", b.PreStop)
+	}
+	name := "delay"
+	switch {
+	case b.Runner:
+		name = "runner drain bound"
+	case b.WindowSetting == "DRAIN_TIMEOUT":
+		name = "idle drain bound"
+	}
+	fmt.Fprintf(&s, "%s %s + teardown %s = %s", name, b.Window, b.Teardown, b.Total)
+	return s.String()
+}
+
+// String returns the verdict in one line, as Run logs it: the sum, the
+// grace period it is checked against and the margin, or why it does not
+// fit and the fix.
+func (b Budget) String() string {
+	switch {
+	case b.Grace == 0:
+		return "shutdown budget " + b.Sum()
+	case !b.Fits && b.GraceKnown:
+		return fmt.Sprintf("shutdown budget does not fit: %s > terminationGracePeriodSeconds %s; "+
+			"the kubelet will SIGKILL the pod mid-teardown; %s", b.Sum(), b.Grace, b.Fix())
+	case !b.Fits:
+		return fmt.Sprintf("shutdown budget %s exceeds Kubernetes' default terminationGracePeriodSeconds %s; "+
+			"set %sTERMINATION_GRACE to the pod's value to check it, and %s", b.Sum(), b.Grace, b.EnvPrefix, b.Fix())
+	case b.GraceKnown:
+		return fmt.Sprintf("shutdown budget %s ≤ terminationGracePeriodSeconds %s (margin %s)", b.Sum(), b.Grace, b.Margin)
+	default:
+		return fmt.Sprintf("shutdown budget %s ≤ Kubernetes' default terminationGracePeriodSeconds %s (margin %s; set %sTERMINATION_GRACE to the pod's value)",
+			b.Sum(), b.Grace, b.Margin, b.EnvPrefix)
+	}
+}
+
+// Fix returns what to change when the budget does not fit ("" when it
+// fits): the settings to lower, or the grace period to raise.
+func (b Budget) Fix() string {
+	if b.Fits {
+		return ""
+	}
+	lower := b.EnvPrefix + b.WindowSetting + " or " + b.EnvPrefix + "SHUTDOWN_TEARDOWN"
+	if b.PreStop > 0 {
+		lower = "the preStop sleep, " + b.EnvPrefix + b.WindowSetting + " or " + b.EnvPrefix + "SHUTDOWN_TEARDOWN"
+	}
+	return fmt.Sprintf("lower %s, or raise terminationGracePeriodSeconds to at least %s", lower, b.Total)
+}
