@@ -1,16 +1,17 @@
-module github.com/lameduck/lameduck/integration
+module github.com/lameduck/lameduck/contrib/pgx
 
 go 1.26
 
+replace github.com/lameduck/lameduck => ../..
+
 require (
-	github.com/go-sql-driver/mysql v1.10.1
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/lameduck/lameduck v0.0.0
+	github.com/lameduck/lameduck/contrib/internal v0.0.0
 	go.uber.org/goleak v1.3.0
 )
 
 require (
-	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
@@ -18,4 +19,4 @@ require (
 	golang.org/x/text v0.41.0 // indirect
 )
 
-replace github.com/lameduck/lameduck => ../
+replace github.com/lameduck/lameduck/contrib/internal => ../internal

@@ -1,0 +1,129 @@
+package ldpgx_test
+
+import (
+	"context"
+	"database/sql"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	_ "github.com/jackc/pgx/v5/stdlib"
+	"github.com/lameduck/lameduck/checks"
+	"github.com/lameduck/lameduck/contrib/internal/contribtest"
+	ldpgx "github.com/lameduck/lameduck/contrib/pgx"
+	"github.com/lameduck/lameduck/health"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// live returns the shared server's DSN once it answers, or skips (fails
+// under CI).
+func live(t testing.TB) string {
+	t.Helper()
+	srv := contribtest.Postgres
+	pool, err := pgxpool.New(context.Background(), srv.Addr())
+	if err != nil {
+		t.Fatalf("%s=%s: %v", srv.EnvVar, srv.Addr(), err)
+	}
+	defer pool.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := pool.Ping(ctx); err != nil {
+		srv.Missing(t, err)
+	}
+	return srv.Addr()
+}
+
+func newPool(t testing.TB, dsn string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+func TestCheckRealServer(t *testing.T) {
+	pool := newPool(t, live(t))
+	r := contribtest.Serve(t, ldpgx.Check(health.Check{Name: "db", Critical: true}, pool))
+	r.Probe(t).Want(t, "the shared PostgreSQL", 200, "ok", "db", "ok")
+	// One connection serves every probe: none is dialled per probe.
+	for range 5 {
+		r.Probe(t).Want(t, "the shared PostgreSQL", 200, "ok", "db", "ok")
+	}
+	if n := pool.Stat().NewConnsCount(); n != 1 {
+		t.Fatalf("6 probes opened %d connections, want 1", n)
+	}
+}
+
+// The shared PostgreSQL behind a proxy of the test's own: cut, then
+// stalled, and restored; the server itself is never touched.
+func TestFaults(t *testing.T) {
+	dsn := live(t)
+	var proxy *contribtest.Proxy
+	contribtest.Faults{
+		Check: func(t testing.TB, name string, critical bool) health.Check {
+			proxy = contribtest.NewProxy(t, "127.0.0.1:5432")
+			u, err := url.Parse(dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			u.Host = proxy.Addr()
+			// As the package doc advises: without it, pgx's background
+			// connects to a stalled server never end.
+			q := u.Query()
+			q.Set("connect_timeout", "2")
+			u.RawQuery = q.Encode()
+			return ldpgx.Check(health.Check{Name: name, Critical: critical, Timeout: time.Second}, newPool(t, u.String()))
+		},
+		Down:  func(testing.TB) { proxy.Cut() },
+		Up:    func(testing.TB) { proxy.Restore() },
+		Stall: func(testing.TB) { proxy.Stall() },
+	}.Run(t)
+}
+
+// Neither the user nor the password of the DSN reaches a body.
+func TestErrorsRedacted(t *testing.T) {
+	pool := newPool(t, "postgres://appuser:hunter2@127.0.0.1:1/test?sslmode=disable&connect_timeout=2")
+	r := contribtest.Serve(t, ldpgx.Check(health.Check{Name: "db", Critical: true}, pool))
+	a := r.Probe(t)
+	a.Want(t, "nothing listens on port 1", 503, "failed", "db", "error")
+	for _, s := range []string{"appuser", "hunter2"} {
+		if strings.Contains(a.Body, s) {
+			t.Fatalf("%q reached the body: %s", s, a.Body)
+		}
+	}
+}
+
+// A service on database/sql uses the core's checks.SQLPing through pgx's
+// stdlib driver: against the shared server, and against one that is gone
+// (without its credentials in the body).
+func TestSQLPingThroughStdlib(t *testing.T) {
+	open := func(dsn string) *sql.DB {
+		db, err := sql.Open("pgx", dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		return db
+	}
+	r := contribtest.Serve(t,
+		health.Check{Name: "live", Critical: true, Func: checks.SQLPing(open(live(t)))},
+		health.Check{Name: "gone", Func: checks.SQLPing(open("postgres://appuser:hunter2@127.0.0.1:1/test?sslmode=disable&connect_timeout=2"))})
+	a := r.Probe(t)
+	a.Want(t, "the shared server", 200, "degraded", "live", "ok")
+	a.Want(t, "nothing listens on port 1", 200, "degraded", "gone", "error")
+	if strings.Contains(a.Body, "hunter2") {
+		t.Fatalf("the password reached the body: %s", a.Body)
+	}
+}
+
+func TestNilPool(t *testing.T) {
+	if ldpgx.Check(health.Check{Name: "db"}, nil).Func(context.Background()) == nil {
+		t.Fatal("a nil pool passed")
+	}
+}

@@ -1,0 +1,20 @@
+module github.com/lameduck/lameduck/contrib/redis
+
+go 1.26.0
+
+replace github.com/lameduck/lameduck => ../..
+
+require (
+	github.com/lameduck/lameduck v0.0.0
+	github.com/lameduck/lameduck/contrib/internal v0.0.0
+	github.com/redis/go-redis/v9 v9.23.0
+	go.uber.org/goleak v1.3.0
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+)
+
+replace github.com/lameduck/lameduck/contrib/internal => ../internal
