@@ -78,9 +78,8 @@ func TestJoinBudgetNamesEachOverrunOnce(t *testing.T) {
 	h.clock.Advance(time.Second)
 	await(t, h.lc.Events().HTTPDrained)
 	h.timers(1) // the join's budget
-	h.clock.Advance(500*time.Millisecond - time.Nanosecond)
-	if h.lc.Events().Joined.Fired() {
-		t.Fatal("the join ended before its budget")
+	if n := h.clock.Advance(500*time.Millisecond - time.Nanosecond); n != 0 || h.lc.Events().Joined.Fired() {
+		t.Fatalf("the join ended before its budget (%d timer(s) fired)", n)
 	}
 	h.clock.Advance(time.Nanosecond)
 	// Work abandoned at exit is a failure the exit code must tell.
@@ -243,12 +242,11 @@ func TestDrainHooksRunInOrderWithinTheirShare(t *testing.T) {
 	})
 	h.lc.AddDrainHook("never", func(ctx context.Context) error { note("never"); return nil })
 	h.endWindow(time.Second)
-	<-entered
+	recv(t, entered, "entered")
 	await(t, h.lc.Events().HTTPDrained) // the hooks run beside the HTTP drain
 	h.timers(1)                         // the hooks' deadline: ⅔ of 30s after the window
-	h.clock.Advance(20*time.Second - time.Nanosecond)
-	if h.lc.Events().HooksDrained.Fired() {
-		t.Fatal("hooks cut before ⅔ of the budget")
+	if n := h.clock.Advance(20*time.Second - time.Nanosecond); n != 0 || h.lc.Events().HooksDrained.Fired() {
+		t.Fatalf("hooks cut before ⅔ of the budget (%d timer(s) fired)", n)
 	}
 	h.clock.Advance(time.Nanosecond)
 	await(t, h.lc.Events().HooksDrained)
@@ -279,7 +277,7 @@ func TestBackgroundPanicsAreRecoveredAndReported(t *testing.T) {
 		defer close(joined)
 		panic("nil map")
 	})
-	<-joined
+	recv(t, joined, "joined")
 	h.endWindow(time.Second)
 	if err := h.wait(); err != nil {
 		t.Fatal(err)
@@ -350,7 +348,7 @@ func TestWriteStartedDuringTheDrainIsJoined(t *testing.T) {
 			resp.Body.Close()
 		}
 	}()
-	<-entered
+	recv(t, entered, "entered")
 	h.endWindow(time.Second)
 	close(answer) // the mutation is answered during the drain, and asks for its audit row
 	await(t, h.lc.Events().HTTPDrained)

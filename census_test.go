@@ -74,7 +74,7 @@ func TestCensus(t *testing.T) {
 	inReq := make(chan struct{})
 	base := h.serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { close(inReq); <-req }))
 	h.run()
-	<-inBoot
+	recv(t, inBoot, "inBoot")
 	look() // booting, with a write and a loop running
 	close(boot)
 	await(t, h.lc.Events().StartupDone)
@@ -83,12 +83,12 @@ func TestCensus(t *testing.T) {
 			resp.Body.Close()
 		}
 	}()
-	<-inReq
+	recv(t, inReq, "inReq")
 	h.lc.BeginShutdown("test")
 	h.timers(2) // the write's own deadline and the window
 	h.clock.Advance(time.Second)
 	await(t, h.lc.Events().WindowEnded)
-	<-inHook
+	recv(t, inHook, "inHook")
 	look() // in a drain hook
 	close(hook)
 	await(t, h.lc.Events().HooksDrained)

@@ -42,9 +42,8 @@ func TestIdleDrainWaitsOutTheDelayWhenIdle(t *testing.T) {
 	h := started(t, idleConfig())
 	h.lc.BeginShutdown("test")
 	h.timers(1)
-	h.clock.Advance(2*time.Second - time.Nanosecond)
-	if h.lc.Events().WindowEnded.Fired() {
-		t.Fatal("an idle pod left before the shutdown delay")
+	if n := h.clock.Advance(2*time.Second - time.Nanosecond); n != 0 || h.lc.Events().WindowEnded.Fired() {
+		t.Fatalf("an idle pod left before the shutdown delay (%d timer(s) fired)", n)
 	}
 	h.clock.Advance(time.Nanosecond)
 	if err := h.wait(); err != nil {
@@ -89,17 +88,16 @@ func TestIdleDrainInFlightRequestHoldsIt(t *testing.T) {
 	h.timers(1)
 	h.clock.Advance(time.Second)
 	go func() { defer close(done); hit(app) }()
-	<-entered // arrived at +1s
+	recv(t, entered, "entered") // arrived at +1s
 	h.clock.Advance(time.Second)
 	h.timers(1) // busy at +2s: looks again no earlier than +5s
 	h.clock.Advance(time.Second)
 	close(release) // completes at +3s
-	<-done
+	recv(t, done, "the request to complete")
 	h.clock.Advance(2 * time.Second) // +5s: idle since +3s, so ends at +6s
 	h.timers(1)
-	h.clock.Advance(time.Second - time.Nanosecond)
-	if h.lc.Events().WindowEnded.Fired() {
-		t.Fatal("ended before the idle window after the completion")
+	if n := h.clock.Advance(time.Second - time.Nanosecond); n != 0 || h.lc.Events().WindowEnded.Fired() {
+		t.Fatalf("ended before the idle window after the completion (%d timer(s) fired)", n)
 	}
 	h.clock.Advance(time.Nanosecond)
 	if err := h.wait(); err != nil {
@@ -272,12 +270,11 @@ func TestHijackedConnectionIsForceClosedAtTheBudget(t *testing.T) {
 	}
 	defer conn.Close()
 	fmt.Fprintf(conn, "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: x-test\r\n\r\n")
-	<-hijacked
+	recv(t, hijacked, "hijacked")
 	h.endWindow(time.Second)
 	h.timers(1) // the HTTP drain's deadline: the whole 4s (no background work)
-	h.clock.Advance(4*time.Second - time.Nanosecond)
-	if h.lc.Events().HTTPDrained.Fired() {
-		t.Fatal("the drain ended with a hijacked connection open: Shutdown's blind spot")
+	if n := h.clock.Advance(4*time.Second - time.Nanosecond); n != 0 || h.lc.Events().HTTPDrained.Fired() {
+		t.Fatalf("the drain ended with a hijacked connection open: Shutdown's blind spot (%d timer(s) fired)", n)
 	}
 	h.clock.Advance(time.Nanosecond)
 	err = h.wait()
@@ -311,7 +308,7 @@ func TestStreamsFinishOnDrain(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	<-streaming
+	recv(t, streaming, "streaming")
 	h.endWindow(time.Second)
 	b, err := io.ReadAll(bufio.NewReader(resp.Body))
 	if err != nil {
@@ -347,7 +344,7 @@ func TestSendRetryAfterDuringTeardown(t *testing.T) {
 		resp.Body.Close()
 		slow <- resp.StatusCode
 	}()
-	<-entered
+	recv(t, entered, "entered")
 	h.endWindow(time.Second)
 	// Teardown has begun and the slow request is in flight: the listener
 	// stays open and new requests are told to retry elsewhere.

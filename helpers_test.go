@@ -119,6 +119,22 @@ func await(t *testing.T, ev *lameduck.Event) {
 	}
 }
 
+// recv receives from ch, or fails the test after 10s of real time (a hang
+// guard, not a synchronisation): a test whose code under test never sends
+// fails naming what it waited for, instead of deadlocking until the test
+// binary's timeout.
+func recv[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(10 * time.Second):
+		t.Fatalf("waited 10s for %s", what)
+		var zero T
+		return zero
+	}
+}
+
 // timers waits until the fake clock has n pending timers.
 func (h *harness) timers(n int) {
 	h.t.Helper()

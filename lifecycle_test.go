@@ -27,7 +27,7 @@ func TestPhasesThroughACleanShutdown(t *testing.T) {
 	c := client(t)
 	h.run()
 
-	<-booted
+	recv(t, booted, "booted")
 	if got := h.lc.Phase(); got != lameduck.PhaseStarting {
 		t.Fatalf("phase during boot = %s", got)
 	}
@@ -50,9 +50,8 @@ func TestPhasesThroughACleanShutdown(t *testing.T) {
 	get(t, c, base+"/startupz").status(t, 200, "ok")
 
 	h.timers(1) // the window's timer
-	h.clock.Advance(5*time.Second - time.Nanosecond)
-	if h.lc.Events().WindowEnded.Fired() {
-		t.Fatal("window ended before 5s")
+	if n := h.clock.Advance(5*time.Second - time.Nanosecond); n != 0 || h.lc.Events().WindowEnded.Fired() {
+		t.Fatalf("window ended before 5s (%d timer(s) fired)", n)
 	}
 	// The application still serves inside the window, on new connections.
 	if p := get(t, client(t), base+"/nothing"); p.code != 404 {
@@ -89,8 +88,10 @@ func TestTeardownCutsAtItsBudget(t *testing.T) {
 			h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 3 * time.Second, JoinBudget: 500 * time.Millisecond})
 			if tc.background {
 				done := make(chan struct{})
-				h.lc.GoWrite("audit-row", 0, func(context.Context) error { close(done); return nil })
-				<-done
+				if err := h.lc.GoWrite("audit-row", 0, func(context.Context) error { close(done); return nil }); err != nil {
+					t.Fatalf("GoWrite: %v", err)
+				}
+				recv(t, done, "the write to run")
 			}
 			entered := make(chan struct{})
 			release := make(chan struct{})
@@ -113,11 +114,13 @@ func TestTeardownCutsAtItsBudget(t *testing.T) {
 				}
 				reqDone <- err
 			}()
-			<-entered
+			recv(t, entered, "entered")
 			h.clock.Advance(1500 * time.Millisecond) // the request is 1.5s old at the signal
 			h.endWindow(time.Second)
 			h.timers(1) // the HTTP drain's timer
-			h.clock.Advance(tc.httpEnd - time.Nanosecond)
+			if n := h.clock.Advance(tc.httpEnd - time.Nanosecond); n != 0 {
+				t.Fatalf("%d timer(s) fired before the budget was spent", n)
+			}
 			select {
 			case err := <-h.done:
 				t.Fatalf("Run returned %v before the budget was spent", err)
@@ -152,9 +155,8 @@ func TestSecondSignalChangesNothing(t *testing.T) {
 	h.clock.Advance(time.Second)
 	lameduck.Signal(h.lc, syscall.SIGTERM)
 	lameduck.Signal(h.lc, syscall.SIGINT)
-	h.clock.Advance(3*time.Second - time.Nanosecond)
-	if h.lc.Events().WindowEnded.Fired() {
-		t.Fatal("a second signal shortened the window")
+	if n := h.clock.Advance(3*time.Second - time.Nanosecond); n != 0 || h.lc.Events().WindowEnded.Fired() {
+		t.Fatalf("a second signal shortened the window (%d timer(s) fired)", n)
 	}
 	h.clock.Advance(time.Nanosecond)
 	if err := h.wait(); err != nil {
@@ -220,7 +222,9 @@ func TestPreStopThenSIGTERMGivesOneWindow(t *testing.T) {
 	await(t, h.lc.Events().ShutdownInitiated)
 	get(t, c, base+"/readyz").status(t, 503, "draining")
 	h.timers(1)
-	h.clock.Advance(4 * time.Second)
+	if n := h.clock.Advance(4 * time.Second); n != 0 {
+		t.Fatalf("%d timer(s) fired 4s into a 5s window", n)
+	}
 	select {
 	case p := <-hook:
 		t.Fatalf("hook answered %d before the window passed", p.code)
@@ -292,7 +296,7 @@ func TestShutdownDuringStartupCancelsTheTask(t *testing.T) {
 	})
 	h.serve(http.NotFoundHandler())
 	h.run()
-	<-started
+	recv(t, started, "started")
 	h.lc.BeginShutdown("test")
 	// No clock advance: a pod that never became ready waits no window.
 	if err := h.wait(); err != nil {

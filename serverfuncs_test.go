@@ -100,7 +100,7 @@ func TestServerFuncsDrainLikeAnHTTPServer(t *testing.T) {
 	get(t, c, base+"/readyz").status(t, 200, "ok")
 	slow := make(chan probe, 1)
 	go func() { slow <- get(t, client(t), base+"/slow") }()
-	<-entered
+	recv(t, entered, "entered")
 	if got := h.lc.InFlight(); len(got) != 1 || got[0].Path != "/slow" {
 		t.Fatalf("InFlight = %+v; want the /slow request", got)
 	}
@@ -155,10 +155,12 @@ func TestServerFuncsCutAtTheBudgetAndNamed(t *testing.T) {
 		}
 		reqDone <- err
 	}()
-	<-entered
+	recv(t, entered, "entered")
 	h.endWindow(time.Second)
 	h.timers(1) // the HTTP drain's timer
-	h.clock.Advance(3*time.Second - time.Nanosecond)
+	if n := h.clock.Advance(3*time.Second - time.Nanosecond); n != 0 {
+		t.Fatalf("%d timer(s) fired before the budget was spent", n)
+	}
 	select {
 	case err := <-h.done:
 		t.Fatalf("Run returned %v before the budget was spent", err)
@@ -233,7 +235,7 @@ func TestServerFuncsRejectModeRefuses(t *testing.T) {
 	await(t, h.lc.Events().StartupDone)
 	slow := make(chan probe, 1)
 	go func() { slow <- get(t, client(t), base+"/slow") }()
-	<-entered
+	recv(t, entered, "entered")
 	h.endWindow(time.Second)
 	var got probe
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && got.code != 503; {

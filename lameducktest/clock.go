@@ -58,8 +58,11 @@ func (c *Clock) NewTimer(d time.Duration) lameduck.Timer {
 }
 
 // Advance moves the clock forward by d and fires, in deadline order, every
-// timer whose deadline has been reached.
-func (c *Clock) Advance(d time.Duration) {
+// timer whose deadline has been reached. It returns how many it fired, so a
+// test can assert exactly that nothing fired before its time (Advance(d -
+// 1ns) returning 0), where checking an event right after Advance would race
+// the goroutine that the timer wakes.
+func (c *Clock) Advance(d time.Duration) (fired int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	end := c.now.Add(d)
@@ -79,9 +82,11 @@ func (c *Clock) Advance(d time.Duration) {
 			c.now = t.at
 		}
 		t.ch <- c.now
+		fired++
 	}
 	c.now = end
 	c.changed.Broadcast()
+	return fired
 }
 
 // Pending returns how many timers are waiting to fire.
