@@ -49,7 +49,7 @@ func TestInFlightListsRunningRequests(t *testing.T) {
 		wg.Go(func() { h.ServeHTTP(nopWriter{http.Header{}}, httptest.NewRequest("POST", p, nil)) })
 	}
 	for range 3 {
-		<-entered
+		recv(t, entered, "a request to enter its handler")
 	}
 	// Probes are not application requests.
 	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/healthz", nil))
