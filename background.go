@@ -268,6 +268,7 @@ func (l *Lifecycle) join(budget time.Duration, capped bool) error {
 		widen = "the cap " + setting
 		fix = "raise or unset " + setting
 	}
+	l.transition(Transition{Kind: TransitionAbandoned, At: l.clock.Now(), Count: n})
 	l.log.Error(fmt.Sprintf("lameduck: join: %s spent; still running: %s — abandoned at exit after %s; %s",
 		budget, running, widen, fix),
 		"budget", budget.String(), "joined", joined, "still_running", n, "setting", setting)

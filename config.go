@@ -215,6 +215,19 @@ type Config struct {
 	// audit-row"), the value and the stack. Hand it to the error tracker.
 	// It must be safe for concurrent use; a panic inside it is swallowed.
 	OnPanic func(what string, value any, stack []byte)
+	// OnTransition, when set, hears what happens to the Lifecycle, as
+	// [Transition] values: each event of the sequence as it fires (the
+	// phase changes and the shutdown steps), each readiness check's verdict
+	// with its duration, each probe's answer (path and status code), the
+	// requests the teardown cut and the background tasks it abandoned. It
+	// is for metrics and tracing; contrib/prometheus builds its collector
+	// on it. It is called synchronously, never with a lock held, from the
+	// goroutine where the thing happened (a probe's, a ping's, Run's), often
+	// concurrently: it must be safe for concurrent use and return at once
+	// (increment a counter; never block, never call back into the
+	// Lifecycle's shutdown). Nil, the default, costs nothing: no wrapper is
+	// installed and no Transition is built.
+	OnTransition func(Transition)
 
 	// CheckTimeout, a time.Duration, is the deadline of every readiness
 	// check added without a Timeout of its own, so a probe answers in the

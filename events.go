@@ -16,6 +16,7 @@ import (
 // a Lifecycle makes its own.
 type Event struct {
 	name string
+	on   func(*Event, time.Time) // the Lifecycle's report of a firing; nil for none
 	ch   chan struct{}
 	once sync.Once
 	at   atomic.Pointer[time.Time] // set before ch is closed
@@ -50,6 +51,9 @@ func (e *Event) fire(at time.Time) bool {
 		close(e.ch)
 		fired = true
 	})
+	if fired && e.on != nil {
+		e.on(e, at)
+	}
 	return fired
 }
 
@@ -83,8 +87,10 @@ type Events struct {
 	Stopped *Event
 }
 
-func newEvents() *Events {
-	return &Events{
+// newEvents makes the events of one Lifecycle; on, when not nil, hears
+// every firing, after the event's channel is closed.
+func newEvents(on func(*Event, time.Time)) *Events {
+	es := &Events{
 		StartupDone:       newEvent("startup-done"),
 		ShutdownInitiated: newEvent("shutdown-initiated"),
 		WindowEnded:       newEvent("window-ended"),
@@ -93,4 +99,11 @@ func newEvents() *Events {
 		Joined:            newEvent("joined"),
 		Stopped:           newEvent("stopped"),
 	}
+	if on != nil {
+		for _, e := range []*Event{es.StartupDone, es.ShutdownInitiated, es.WindowEnded, es.HooksDrained,
+			es.HTTPDrained, es.Joined, es.Stopped} {
+			e.on = on
+		}
+	}
+	return es
 }

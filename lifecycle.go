@@ -119,7 +119,7 @@ func New(cfg Config) (*Lifecycle, error) {
 		log:     cfg.Logger,
 		clock:   cfg.Clock,
 		info:    health.Info{Version: cfg.Version, Commit: cfg.Commit, Fields: cfg.Fields},
-		events:  newEvents(),
+		events:  newEvents(nil),
 		track:   newTracker(cfg.Clock),
 		exit:    os.Exit,
 		startCx: ctx,
@@ -127,7 +127,15 @@ func New(cfg Config) (*Lifecycle, error) {
 		loopCtx: ctx,
 		bg:      newRegistry(),
 	}
+	var onResult func(health.Result)
+	if cfg.OnTransition != nil {
+		l.events = newEvents(l.eventFired)
+		onResult = func(r health.Result) {
+			l.transition(Transition{Kind: TransitionCheck, At: r.Time, Check: r})
+		}
+	}
 	l.checks = health.NewChecker(health.CheckerOptions{
+		OnResult:       onResult,
 		DefaultTimeout: cfg.CheckTimeout,
 		Logger:         cfg.Logger,
 		HideErrors:     cfg.HideCheckErrors,
@@ -137,7 +145,7 @@ func New(cfg Config) (*Lifecycle, error) {
 			}
 		},
 	})
-	l.probes = l.newProbeHandler()
+	l.probes = l.countProbes(l.newProbeHandler())
 	if cfg.ProbeAddr != "" {
 		l.servers = append(l.servers, &server{
 			srv:    &http.Server{Addr: cfg.ProbeAddr, Handler: l.probes, ReadHeaderTimeout: 5 * time.Second},

@@ -272,6 +272,7 @@ func (l *Lifecycle) drainHTTP(servers []*server, serving *sync.WaitGroup, deadli
 		b.WriteString(")")
 	}
 	budget := deadline.Sub(began).Round(time.Millisecond)
+	l.transition(Transition{Kind: TransitionCut, At: l.clock.Now(), Count: len(cut)})
 	l.log.Error(fmt.Sprintf("lameduck: teardown budget spent: HTTP drain cut %d in-flight request(s) after %s: %s", len(cut), budget, b.String()),
 		"http_budget", budget.String(), "cut", len(cut), "hijacked_closed", hijacked)
 	return fmt.Errorf("lameduck: HTTP drain: %d request(s) cut: %w", len(cut), context.DeadlineExceeded)

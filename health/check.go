@@ -120,6 +120,15 @@ type CheckerOptions struct {
 	// late return), never one line per probe. Nil means slog.Default() at
 	// the time of the line.
 	Logger *slog.Logger
+	// OnResult, when set, receives every verdict of a check: once per ping
+	// when its outcome is decided (ok, error, panic, or timeout at its
+	// deadline), and once per probe that finds the check's earlier ping
+	// captive (stalled). Results of gates are not reported. It is for
+	// metrics (a status gauge, a duration histogram): it is called
+	// synchronously, never with a lock held, from the ping's goroutine or
+	// the probe's, concurrently for different checks, so it must be safe for
+	// concurrent use and return at once. Nil costs nothing.
+	OnResult func(Result)
 	// HideErrors, when true, makes bodies carry the outcome word alone
 	// ("error", "timeout", "panic", "stalled", "failed", "skipped") and
 	// never error, panic or gate text, for services whose probes are

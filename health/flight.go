@@ -107,7 +107,7 @@ func (cs *checkState) arrive(parent context.Context) (f *flight, stalled Result,
 				f = nil
 				break
 			}
-			return nil, cs.stalledUnlock(f, nil), true
+			return nil, cs.stalledUnlock(f, nil, false), true
 		default:
 			// Load returned again after the deadline check: the ping may
 			// have returned in between, and then it is no timeout.
@@ -120,7 +120,7 @@ func (cs *checkState) arrive(parent context.Context) (f *flight, stalled Result,
 			// Past its deadline, not returned, and nobody waiting has
 			// decided yet: decide now.
 			timedOut = cs.decideTimeoutLocked(f)
-			return nil, cs.stalledUnlock(f, timedOut), true
+			return nil, cs.stalledUnlock(f, timedOut, true), true
 		}
 	}
 	f = cs.launchLocked(parent)
@@ -130,8 +130,9 @@ func (cs *checkState) arrive(parent context.Context) (f *flight, stalled Result,
 
 // stalledUnlock builds the "stalled" result for a probe that found f
 // captive. Called with cs.mu held, it releases it, then logs (timedOut
-// first, when set).
-func (cs *checkState) stalledUnlock(f *flight, timedOut *logLine) Result {
+// first, when set) and reports the results: f's timeout first when this
+// probe decided it (decided).
+func (cs *checkState) stalledUnlock(f *flight, timedOut *logLine, decided bool) Result {
 	now := time.Now()
 	res := Result{
 		Name: cs.Name, Outcome: OutcomeStalled, Text: stalledWord(cs.c.opts.HideErrors),
@@ -141,6 +142,12 @@ func (cs *checkState) stalledUnlock(f *flight, timedOut *logLine) Result {
 	cs.mu.Unlock()
 	cs.c.emit(timedOut)
 	cs.c.emit(line)
+	if h := cs.c.opts.OnResult; h != nil {
+		if decided {
+			h(f.verdict)
+		}
+		h(res)
+	}
 	return res
 }
 
@@ -233,6 +240,7 @@ func (cs *checkState) failed(f *flight, err error) {
 func (cs *checkState) finish(f *flight, o Outcome, text, logText string, pv any, stack []byte) {
 	now := time.Now()
 	var line *logLine
+	published := false
 	cs.mu.Lock()
 	select {
 	case <-f.decided: // too late: the probes were told "timeout"
@@ -247,6 +255,7 @@ func (cs *checkState) finish(f *flight, o Outcome, text, logText string, pv any,
 		v.Name, v.Outcome, v.Text, v.Critical = cs.Name, o, text, cs.Critical
 		v.Duration, v.Time = now.Sub(f.start), now
 		close(f.decided)
+		published = true
 		if o != cs.last {
 			line = cs.changedLocked(o, logText, stack)
 		}
@@ -258,6 +267,9 @@ func (cs *checkState) finish(f *flight, o Outcome, text, logText string, pv any,
 	f.cancel()
 	if line != nil {
 		cs.c.emit(line)
+	}
+	if h := cs.c.opts.OnResult; h != nil && published {
+		h(f.verdict) // written once, before decided was closed
 	}
 	if pv != nil {
 		cs.c.reportPanic(cs.Name, pv, stack)
@@ -328,6 +340,9 @@ func (cs *checkState) wait(ctx context.Context, f *flight, start time.Time) Resu
 	line := cs.decideTimeoutLocked(f)
 	cs.mu.Unlock()
 	cs.c.emit(line)
+	if h := cs.c.opts.OnResult; h != nil {
+		h(f.verdict)
+	}
 	return f.verdict
 }
 

@@ -1,0 +1,74 @@
+package lameduck_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lameduck/lameduck"
+	"github.com/lameduck/lameduck/health"
+	"github.com/lameduck/lameduck/lameducktest"
+)
+
+// OnTransition hears the events in order, each check verdict and each
+// probe answer.
+func TestOnTransition(t *testing.T) {
+	var mu sync.Mutex
+	var events, checks, probes []string
+	lc, clk := lameducktest.New(t, lameduck.Config{ShutdownDelay: time.Second, OnTransition: func(tr lameduck.Transition) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch tr.Kind {
+		case lameduck.TransitionEvent:
+			events = append(events, tr.Event.Name()+">"+tr.Phase.String())
+		case lameduck.TransitionCheck:
+			checks = append(checks, tr.Check.Name+"="+string(tr.Check.Outcome))
+		case lameduck.TransitionProbe:
+			probes = append(probes, tr.Path+" "+http.StatusText(tr.Code))
+		}
+	}})
+	if err := lc.AddCheck(health.Check{Name: "db", Func: func(context.Context) error { return nil }}); err != nil {
+		t.Fatal(err)
+	}
+	wait := lameducktest.Start(t, lc)
+	for _, p := range []string{"/readyz", "/healthz", "/nope"} {
+		lc.ProbeHandler().ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", p, nil))
+	}
+	lameducktest.EndWindow(t, lc, clk)
+	lc.ProbeHandler().ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/readyz", nil))
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	// The ping reports after the probe has its answer: wait for it by
+	// count.
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		mu.Lock()
+		n := len(checks)
+		mu.Unlock()
+		if n > 0 {
+			break
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// The hooks and the HTTP drain run side by side: either may end first.
+	if len(events) > 4 {
+		slices.Sort(events[3:5])
+	}
+	wantEvents := []string{"startup-done>serving", "shutdown-initiated>draining", "window-ended>stopping",
+		"hooks-drained>stopping", "http-drained>stopping", "joined>stopping", "stopped>stopped"}
+	if !slices.Equal(events, wantEvents) {
+		t.Errorf("events %v, want %v", events, wantEvents)
+	}
+	wantProbes := []string{"/readyz OK", "/healthz OK", "/nope Not Found", "/readyz Service Unavailable"}
+	if !slices.Equal(probes, wantProbes) {
+		t.Errorf("probes %v, want %v", probes, wantProbes)
+	}
+	if !slices.Equal(checks, []string{"db=ok"}) {
+		t.Errorf("checks %v, want [db=ok]", checks)
+	}
+}
