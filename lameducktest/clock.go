@@ -117,6 +117,16 @@ func (c *Clock) WaitForTimers(ctx context.Context, n int) error {
 	return nil
 }
 
+// dueLocked reports whether a pending timer is due at exactly at.
+func (c *Clock) dueLocked(at time.Time) bool {
+	for _, t := range c.timers {
+		if t.at.Equal(at) {
+			return true
+		}
+	}
+	return false
+}
+
 type timer struct {
 	c  *Clock
 	ch chan time.Time

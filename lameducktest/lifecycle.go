@@ -66,27 +66,77 @@ func Start(t testing.TB, lc *lameduck.Lifecycle) (wait func() error) {
 	}
 }
 
-// EndWindow starts the shutdown sequence, as SIGTERM would, and advances
-// clk through the fixed lame-duck window (Config.ShutdownDelay); it returns
-// when teardown has begun. Call it while nothing else is creating timers on
-// clk (the window's timer is told apart by count). In DrainIdle mode,
-// advance the clock yourself. It fails t when the window does not end.
+// EndWindow takes lc through its fixed lame-duck window
+// (Config.ShutdownDelay) and returns when teardown has begun
+// (Events().WindowEnded has fired). It starts the sequence, as SIGTERM
+// would, unless something already did — BeginShutdown, GET /prestop, the
+// cancellation of Run's context, a failed startup task — and advances clk
+// to the window's end, measured from when the sequence started; a window
+// that is already over, or that the sequence skipped (the pod never became
+// ready), needs no advance. Run must be running (see [Start]).
+//
+// It fails t at once, saying why, when no fixed window can be advanced
+// through: in DrainIdle mode and for a runner (the window ends when traffic
+// or the jobs in flight do: advance clk yourself and wait on
+// Events().WindowEnded), or when Run stopped before a window. It fails t
+// after 10s of real time when the window never starts or never ends.
 func EndWindow(t testing.TB, lc *lameduck.Lifecycle, clk *Clock) {
 	t.Helper()
+	ev, cfg := lc.Events(), lc.Config()
+	if ev.WindowEnded.Fired() {
+		return
+	}
+	if ev.Stopped.Fired() {
+		t.Fatal("lameducktest.EndWindow: Run has stopped without a lame-duck window (a listener failed to bind?)")
+		return
+	}
+	if cfg.Runner || cfg.DrainMode != lameduck.DrainDelay {
+		ends := "traffic is idle (or at DrainTimeout)"
+		if cfg.Runner {
+			ends = "the jobs in flight do (or at DrainTimeout)"
+		}
+		t.Fatalf("lameducktest.EndWindow: in drain mode %q the window has no fixed end: it ends when %s; "+
+			"advance clk yourself and wait on lc.Events().WindowEnded", cfg.DrainMode, ends)
+		return
+	}
+	lc.BeginShutdown("test") // nothing, if the sequence has already started
+	start, _ := ev.ShutdownInitiated.At()
+	end := start.Add(max(cfg.ShutdownDelay, 0))
+
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	waits := lc.Phase() == lameduck.PhaseServing && lc.Config().ShutdownDelay > 0
-	before := clk.Pending()
-	lc.BeginShutdown("test")
-	if waits {
-		if err := clk.WaitForTimers(ctx, before+1); err != nil {
-			t.Fatalf("lameducktest.EndWindow: the window never started waiting: %v", err)
+	// Wake the wait below when the window ends without a timer (skipped,
+	// or already past on clk) or when time is up.
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		select {
+		case <-ev.WindowEnded.Done():
+		case <-ctx.Done():
 		}
-		clk.Advance(lc.Config().ShutdownDelay)
+		clk.mu.Lock()
+		defer clk.mu.Unlock()
+		clk.changed.Broadcast()
+	})
+	defer func() { cancel(); wg.Wait() }()
+	// The window's timer is the one due at its end.
+	clk.mu.Lock()
+	for !ev.WindowEnded.Fired() && !clk.dueLocked(end) && ctx.Err() == nil {
+		clk.changed.Wait()
+	}
+	now := clk.now
+	clk.mu.Unlock()
+	if !ev.WindowEnded.Fired() {
+		if ctx.Err() != nil {
+			t.Fatal("lameducktest.EndWindow: the window never started waiting on clk; is Run running (lameducktest.Start)?")
+			return
+		}
+		if end.After(now) {
+			clk.Advance(end.Sub(now))
+		}
 	}
 	select {
-	case <-lc.Events().WindowEnded.Done():
-	case <-ctx.Done():
+	case <-ev.WindowEnded.Done():
+	case <-time.After(10 * time.Second):
 		t.Fatal("lameducktest.EndWindow: the window did not end")
 	}
 }

@@ -2,8 +2,11 @@ package lameducktest_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -71,4 +74,81 @@ func startNoWait(lc *lameduck.Lifecycle) func() error {
 	done := make(chan error, 1)
 	go func() { done <- lc.Run(context.Background()) }()
 	return func() error { return <-done }
+}
+
+// The test began the sequence itself, while serving: EndWindow takes it
+// through the rest of the window, measured from that start.
+func TestEndWindowAfterBeginShutdown(t *testing.T) {
+	lc, clk := lameducktest.New(t, lameduck.Config{ShutdownDelay: 5 * time.Second})
+	wait := lameducktest.Start(t, lc)
+	lc.BeginShutdown("rolling update")
+	lameducktest.EndWindow(t, lc, clk)
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := lc.Events().ShutdownInitiated.At()
+	e, _ := lc.Events().WindowEnded.At()
+	if e.Sub(s) != 5*time.Second {
+		t.Fatalf("window %s on the fake clock, want 5s", e.Sub(s))
+	}
+}
+
+// BeginShutdown before Run: the pod never became ready, so there is no
+// window, and EndWindow returns without advancing the clock.
+func TestEndWindowAfterBeginShutdownBeforeRun(t *testing.T) {
+	lc, clk := lameducktest.New(t, lameduck.Config{ShutdownDelay: 5 * time.Second})
+	lc.BeginShutdown("test")
+	wait := lameducktest.Start(t, lc)
+	before := clk.Now()
+	lameducktest.EndWindow(t, lc, clk)
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	if !clk.Now().Equal(before) {
+		t.Fatalf("the clock moved %s though the window was skipped", clk.Now().Sub(before))
+	}
+	lameducktest.EndWindow(t, lc, clk) // the window is over: nothing to do
+}
+
+// fatalRecorder records what a helper reports through Fatal and ends the
+// goroutine, as testing.T does.
+type fatalRecorder struct {
+	testing.TB
+	msg string
+}
+
+func (r *fatalRecorder) Helper() {}
+func (r *fatalRecorder) Fatal(args ...any) {
+	r.msg = fmt.Sprint(args...)
+	runtime.Goexit()
+}
+func (r *fatalRecorder) Fatalf(format string, args ...any) {
+	r.msg = fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+
+// In idle mode there is no fixed window to advance through: EndWindow says
+// so at once instead of hanging.
+func TestEndWindowFailsAtOnceInIdleMode(t *testing.T) {
+	lc, clk := lameducktest.New(t, lameduck.Config{ShutdownDelay: time.Second, DrainMode: lameduck.DrainIdle})
+	wait := lameducktest.Start(t, lc)
+	rec := &fatalRecorder{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		lameducktest.EndWindow(rec, lc, clk)
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("EndWindow hung in idle mode")
+	}
+	if !strings.Contains(rec.msg, `drain mode "idle"`) || !strings.Contains(rec.msg, "advance clk yourself") {
+		t.Fatalf("EndWindow said %q", rec.msg)
+	}
+	lc.BeginShutdown("test")
+	clk.Advance(30 * time.Second) // the idle drain ends at once: no traffic, past the delay
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
 }
