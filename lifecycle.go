@@ -95,10 +95,6 @@ type server struct {
 	tls    bool // served with ServeTLS; decided before any Serve runs
 }
 
-type startupTask struct {
-	name string
-	fn   func(context.Context) error
-}
 
 // New returns a Lifecycle configured by cfg, filled from the environment and
 // the defaults as [Config] describes.
@@ -201,24 +197,43 @@ func (l *Lifecycle) AddServer(srv *http.Server, ln net.Listener) error {
 // after the listeners are bound, so the probes answer while it runs:
 // /startupz and /readyz 503 starting, /healthz 200. Tasks run one after the
 // other in the order they were added; when all have returned nil the phase
-// becomes serving. ctx is cancelled when the shutdown sequence starts.
+// becomes serving. ctx is cancelled when the shutdown sequence starts, and
+// when Config.StartupTimeout, the boot's budget, is spent.
 //
-// A task that returns an error stops the boot: the phase never becomes
-// serving, the log names the task and its error, the servers are shut down
-// without a lame-duck window (the pod was never ready, so no endpoint routes
-// to it), and Run returns an error wrapping ErrStartupFailed.
+// With a [Retry] (at most one), a task that fails is tried again after an
+// exponential backoff with jitter, for a dependency that is not up yet:
+// each failed try is logged once, with its error and the wait before the
+// next. Without one, the first error is final.
 //
-// AddStartupTask returns ErrAlreadyRunning once Run has started.
-func (l *Lifecycle) AddStartupTask(name string, fn func(ctx context.Context) error) error {
+// A task's final failure stops the boot: the phase never becomes serving,
+// one error line names the task, its tries, the time spent and its last
+// error, the servers are shut down without a lame-duck window (the pod was
+// never ready, so no endpoint routes to it), and Run returns an error
+// wrapping ErrStartupFailed. A panic counts as a failed try.
+//
+// AddStartupTask returns ErrAlreadyRunning once Run has started, and an
+// error for a nil fn, more than one Retry or a negative field in one.
+func (l *Lifecycle) AddStartupTask(name string, fn func(ctx context.Context) error, retry ...Retry) error {
 	if fn == nil {
 		return fmt.Errorf("lameduck: AddStartupTask(%q): nil function", name)
+	}
+	t := startupTask{name: name, fn: fn}
+	switch {
+	case len(retry) > 1:
+		return fmt.Errorf("lameduck: AddStartupTask(%q): %d Retry values; pass at most one", name, len(retry))
+	case len(retry) == 1:
+		r, err := retry[0].resolve(name)
+		if err != nil {
+			return err
+		}
+		t.retry = &r
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.running {
 		return ErrAlreadyRunning
 	}
-	l.startup = append(l.startup, startupTask{name, fn})
+	l.startup = append(l.startup, t)
 	return nil
 }
 
@@ -559,39 +574,6 @@ func (l *Lifecycle) logBudget() {
 	} else {
 		l.log.Warn("lameduck: "+b.String(), attrs...)
 	}
-}
-
-// runStartup runs the startup tasks in order; the first error stops it.
-func (l *Lifecycle) runStartup(tasks []startupTask) error {
-	for _, t := range tasks {
-		began := l.clock.Now()
-		err := l.callStartup(t)
-		took := l.clock.Now().Sub(began)
-		if err != nil {
-			if l.startCx.Err() != nil {
-				// Interrupted by the signal: not a failure of the task.
-				l.log.Info("lameduck: startup task interrupted by shutdown", "task", t.name, "error", err.Error(), "took", took.Round(time.Millisecond).String())
-				return errInterrupted
-			}
-			err = fmt.Errorf("lameduck: startup task %q: %w: %w", t.name, ErrStartupFailed, err)
-			l.log.Error(err.Error(), "task", t.name, "took", took.Round(time.Millisecond).String())
-			return err
-		}
-		l.log.Info("lameduck: startup task done", "task", t.name, "took", took.Round(time.Millisecond).String())
-		if l.startCx.Err() != nil {
-			return errInterrupted // the tasks after it are skipped
-		}
-	}
-	return nil
-}
-
-func (l *Lifecycle) callStartup(t startupTask) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = fmt.Errorf("panic: %v", v)
-		}
-	}()
-	return t.fn(l.startCx)
 }
 
 // awaitStartup waits for startup tasks that are still running after the

@@ -281,7 +281,7 @@ func TestStartupFailureNeverReady(t *testing.T) {
 	if h.lc.Events().StartupDone.Fired() {
 		t.Fatal("StartupDone fired after a failed task")
 	}
-	if !strings.Contains(h.logs.String(), `startup task \"migrate\": startup failed: schema version 7`) {
+	if !strings.Contains(h.logs.String(), `startup task \"migrate\": startup failed after 1 try in 0s: schema version 7`) {
 		t.Fatalf("log does not name the task and its error:\n%s", h.logs)
 	}
 }

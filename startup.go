@@ -1,0 +1,157 @@
+package lameduck
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+)
+
+// Retry makes a startup task try again when it fails, for a dependency that
+// is not up yet at boot (a database still starting in the same rollout):
+// after the n-th failed try it waits First × 2^(n−1), capped at Max, with
+// jitter (a uniformly random wait between half of that and all of it, so a
+// fleet of pods booting together does not retry in step; the "equal
+// jitter" of aws.amazon.com/blogs/architecture/exponential-backoff-and-jitter),
+// then calls the task again.
+//
+// Tries stop at the first success, after Tries tries, when the boot's
+// budget (Config.StartupTimeout) has no room left for the next wait, or
+// when the shutdown sequence starts. Pass one to AddStartupTask. The zero
+// Retry retries with the defaults until the budget is spent.
+type Retry struct {
+	// First is the wait after the first failed try, a time.Duration.
+	// Zero means the default, 250ms; negative is an error.
+	First time.Duration
+	// Max caps each wait, a time.Duration. Zero means the default, 10s;
+	// negative is an error.
+	Max time.Duration
+	// Tries caps the number of tries, the first included. Zero means no cap
+	// (Config.StartupTimeout then bounds the retrying; without it, a task
+	// retries until it succeeds or the sequence starts); negative is an
+	// error.
+	Tries int
+}
+
+// Defaults of Retry.
+const (
+	defaultRetryFirst = 250 * time.Millisecond
+	defaultRetryMax   = 10 * time.Second
+)
+
+func (r Retry) resolve(task string) (Retry, error) {
+	if r.First < 0 || r.Max < 0 || r.Tries < 0 {
+		return r, fmt.Errorf("lameduck: AddStartupTask(%q): Retry{First: %s, Max: %s, Tries: %d}: no field may be negative; zero means the default",
+			task, r.First, r.Max, r.Tries)
+	}
+	if r.First == 0 {
+		r.First = defaultRetryFirst
+	}
+	if r.Max == 0 {
+		r.Max = max(defaultRetryMax, r.First)
+	}
+	return r, nil
+}
+
+// backoff returns the wait after the n-th failed try (n ≥ 1), before
+// jitter.
+func (r *Retry) backoff(n int) time.Duration {
+	d := r.First
+	for i := 1; i < n && d < r.Max; i++ {
+		d *= 2
+	}
+	return min(d, r.Max)
+}
+
+type startupTask struct {
+	name  string
+	fn    func(context.Context) error
+	retry *Retry // nil: the first error is final
+}
+
+// runStartup runs the startup tasks in order under the boot's budget; the
+// first final failure stops it.
+func (l *Lifecycle) runStartup(tasks []startupTask) error {
+	began := l.clock.Now()
+	ctx, deadline := l.startCx, time.Time{}
+	if l.cfg.StartupTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = l.withTimeout(l.startCx, l.cfg.StartupTimeout)
+		defer cancel()
+		deadline = began.Add(l.cfg.StartupTimeout)
+	}
+	for _, t := range tasks {
+		if err := l.runTaskTries(ctx, t, deadline); err != nil {
+			return err
+		}
+		if l.startCx.Err() != nil {
+			return errInterrupted // the tasks after it are skipped
+		}
+	}
+	return nil
+}
+
+// runTaskTries runs one startup task, trying again as its Retry says,
+// until deadline (zero: none).
+func (l *Lifecycle) runTaskTries(ctx context.Context, t startupTask, deadline time.Time) error {
+	began := l.clock.Now()
+	spent := func() string { return l.clock.Now().Sub(began).Round(time.Millisecond).String() }
+	for try := 1; ; try++ {
+		err := l.callStartup(ctx, t)
+		if err == nil {
+			l.log.Info("lameduck: startup task done", "task", t.name, "tries", try, "took", spent())
+			return nil
+		}
+		if l.startCx.Err() != nil {
+			// Interrupted by the signal: not a failure of the task.
+			l.log.Info("lameduck: startup task interrupted by shutdown", "task", t.name, "tries", try, "error", err.Error(), "took", spent())
+			return errInterrupted
+		}
+		why := ""
+		var wait time.Duration
+		switch r := t.retry; {
+		case ctx.Err() != nil:
+			why = fmt.Sprintf("; the startup budget %sSTARTUP_TIMEOUT=%s is spent (raise it, within the startup probe's failureThreshold × periodSeconds)",
+				l.cfg.EnvPrefix, l.cfg.StartupTimeout)
+		case r == nil:
+		case r.Tries > 0 && try >= r.Tries:
+			why = fmt.Sprintf("; Retry.Tries=%d reached", r.Tries)
+		default:
+			b := r.backoff(try)
+			wait = b/2 + rand.N(b/2+1)
+			if !deadline.IsZero() && !l.clock.Now().Add(wait).Before(deadline) {
+				why = fmt.Sprintf("; no room for another try in the startup budget %sSTARTUP_TIMEOUT=%s (raise it, within the startup probe's failureThreshold × periodSeconds)",
+					l.cfg.EnvPrefix, l.cfg.StartupTimeout)
+				wait = 0
+			}
+		}
+		if wait == 0 {
+			tries := "1 try"
+			if try > 1 {
+				tries = fmt.Sprintf("%d tries", try)
+			}
+			err = fmt.Errorf("lameduck: startup task %q: %w after %s in %s%s: %w", t.name, ErrStartupFailed, tries, spent(), why, err)
+			l.log.Error(err.Error(), "task", t.name, "tries", try, "took", spent())
+			return err
+		}
+		l.log.Warn("lameduck: startup task failed; trying again", "task", t.name, "try", try, "error", err.Error(),
+			"retry_in", wait.Round(time.Millisecond).String())
+		tm := l.clock.NewTimer(wait)
+		select {
+		case <-tm.C():
+		case <-l.startCx.Done():
+			tm.Stop()
+			l.log.Info("lameduck: startup task interrupted by shutdown", "task", t.name, "tries", try, "took", spent())
+			return errInterrupted
+		}
+	}
+}
+
+func (l *Lifecycle) callStartup(ctx context.Context, t startupTask) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("panic: %v", v)
+		}
+	}()
+	return t.fn(ctx)
+}
