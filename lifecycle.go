@@ -95,7 +95,6 @@ type server struct {
 	tls    bool // served with ServeTLS; decided before any Serve runs
 }
 
-
 // New returns a Lifecycle configured by cfg, filled from the environment and
 // the defaults as [Config] describes.
 //
