@@ -1,0 +1,5 @@
+//go:build !race
+
+package lameduckfiber_test
+
+const raceEnabled = false
