@@ -55,12 +55,15 @@ type harness struct {
 }
 
 // newHarness returns a Lifecycle on a fake clock, reading no environment and
-// no signals, with cfg's explicit fields kept.
+// no signals, with cfg's explicit fields kept. Its log goes to h.logs, as
+// text, unless cfg sets a Logger.
 func newHarness(t *testing.T, cfg lameduck.Config) *harness {
 	t.Helper()
 	h := &harness{t: t, clock: lameducktest.NewClock(epoch), logs: &logBuffer{}}
 	cfg.Clock = h.clock
-	cfg.Logger = slog.New(slog.NewTextHandler(h.logs, nil))
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(h.logs, nil))
+	}
 	if cfg.LookupEnv == nil {
 		cfg.LookupEnv = env(nil)
 	}

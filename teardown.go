@@ -82,7 +82,7 @@ func (l *Lifecycle) teardown(servers []*server, serving *sync.WaitGroup) error {
 	// writes started by requests answered during the drain are joined too.
 	// It never runs into the closers' reserve or past T; JoinBudget, when
 	// set, caps it.
-	left := end.Add(-closeReserve).Sub(l.clock.Now())
+	left := max(end.Add(-closeReserve).Sub(l.clock.Now()), 0)
 	capped := l.cfg.JoinBudget > 0 && l.cfg.JoinBudget < left
 	if capped {
 		left = l.cfg.JoinBudget

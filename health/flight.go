@@ -138,7 +138,7 @@ func (cs *checkState) stalledUnlock(f *flight, timedOut *logLine, decided bool) 
 		Name: cs.Name, Outcome: OutcomeStalled, Text: stalledWord(cs.c.opts.HideErrors),
 		Critical: cs.Critical, Duration: now.Sub(f.start), Time: now,
 	}
-	line := cs.noteLocked(res, stalledText, slog.Duration("running_for", res.Duration))
+	line := cs.noteLocked(res, stalledText, durationAttr("running_for", roundWait(res.Duration)))
 	cs.mu.Unlock()
 	cs.c.emit(timedOut)
 	cs.c.emit(line)
@@ -295,7 +295,7 @@ const captiveSlack = 100 * time.Millisecond
 func (cs *checkState) lateLine(after time.Duration, logText string) *logLine {
 	return &logLine{at: time.Now(), level: slog.LevelInfo,
 		msg: "health: captive check returned; the next probe pings it afresh",
-		attrs: []slog.Attr{slog.String("check", cs.Name), slog.Duration("after", after),
+		attrs: []slog.Attr{slog.String("check", cs.Name), durationAttr("after", roundWait(after)),
 			slog.String("result", logText)}}
 }
 
@@ -353,7 +353,7 @@ func (cs *checkState) decideTimeoutLocked(f *flight) *logLine {
 	f.verdict = Result{Name: cs.Name, Outcome: OutcomeTimeout, Text: cs.timeoutText,
 		Critical: cs.Critical, Duration: cs.timeout, Time: now}
 	close(f.decided)
-	return cs.noteLocked(f.verdict, timeoutText(cs.timeout, false), slog.Duration("timeout", cs.timeout))
+	return cs.noteLocked(f.verdict, timeoutText(cs.timeout, false), durationAttr("timeout", cs.timeout))
 }
 
 // noteLocked records res's outcome as the check's state and returns the log
@@ -395,6 +395,11 @@ func isClosed(ch <-chan struct{}) bool {
 		return false
 	}
 }
+
+// durationAttr is a log attribute for a duration, written as Go writes it
+// ("1.5s"), the one form every lameduck log line uses for durations:
+// slog's own duration value is a number of nanoseconds in JSON.
+func durationAttr(key string, d time.Duration) slog.Attr { return slog.String(key, d.String()) }
 
 // roundWait rounds how long a probe waited for its answer text: to the
 // millisecond, or the microsecond below one.
