@@ -109,8 +109,10 @@ type CheckerOptions struct {
 	// runtime.Goexit, a string saying so) and the goroutine's stack. It is
 	// not called again for a check while an earlier call for that check is
 	// still running, so a hook that blocks costs one goroutine, not one per
-	// probe; the panics it misses are still logged and reported in bodies.
-	// Wire it to the error tracker. It is called once per panic, from the goroutine that
+	// probe: a panic that comes meanwhile is handed over when that call
+	// returns (of several, the latest; the others are still logged and
+	// reported in bodies).
+	// Wire it to the error tracker. It is called at most once per panic, from a goroutine that
 	// ran the check, after the probes waiting on that ping have their
 	// answer, and never with a lock held. It must not block for long; a
 	// panic inside OnPanic is recovered and logged.
@@ -147,10 +149,13 @@ type CheckerOptions struct {
 // All methods are safe for concurrent use, including AddCheck while probes
 // run: a probe sees the checks added before it started.
 //
-// Goroutines: a Checker starts exactly one goroutine per ping, which ends
-// when the check's Func returns. It starts none at rest and none per waiting
-// probe; so at most one goroutine per check outlives its probe, and only
-// while that check's Func ignores its context.
+// Goroutines: a probe that launches pings starts one goroutine, which runs
+// them one after another while each returns at once, and one more for each
+// ping still waiting when a check blocks that goroutine (so checks run
+// concurrently); each ends when its last check's Func returns. A Checker
+// starts none at rest and none per waiting probe; so at most one goroutine
+// per check outlives its probe, and only while that check's Func ignores
+// its context.
 type Checker struct {
 	opts CheckerOptions // read-only after NewChecker
 
@@ -161,7 +166,10 @@ type Checker struct {
 	mu  sync.Mutex               // serialises writers of reg
 	reg atomic.Pointer[registry] // copy-on-write; nil means empty
 
-	hooking sync.Map // check name → *atomic.Bool: an OnPanic call for it is running
+	hooking sync.Map // check name → *hookSlot: its OnPanic calls, one at a time
+
+	serveBufs serveBufPool    // ServeReadiness's buffers
+	hdr       preparedHeaders // ServeReadiness's header values
 }
 
 // registry is an immutable snapshot of the registered checks and gates.

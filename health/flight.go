@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -15,8 +16,8 @@ import (
 //
 // The state machine, per check:
 //
-//   - no ping in flight: a probe launches one, in a goroutine of its own,
-//     under a context whose deadline is start+timeout;
+//   - no ping in flight: a probe launches one under a context whose
+//     deadline is the probe's start plus the check's timeout;
 //   - a ping in flight and not past its deadline: a probe joins it and
 //     reads the same verdict (single-flight: a kubelet tick next to an
 //     operator's curl reads one answer, and neither is told "stalled");
@@ -44,20 +45,53 @@ type checkState struct {
 }
 
 // flight is one call of a check's Func, shared by every probe that joins it.
+//
+// The flights a probe launches are allocated together (one slice per
+// probe) and run by one goroutine of the Checker's, one after another,
+// while each returns at once; the probe hands those still waiting to
+// goroutines of their own as soon as that goroutine blocks (see
+// [Checker.launch]).
 type flight struct {
-	ctx    context.Context // the ping's context, deadline start+timeout
-	cancel context.CancelFunc
-	start  time.Time
+	cs       *checkState
+	ctx      pingCtx   // the Func's context: deadline start+timeout
+	start    time.Time // when the probe launched it
+	deadline time.Time // start + the check's timeout
 
+	// claimed is set by the goroutine that runs the ping, before it calls
+	// Func: exactly one does.
+	claimed atomic.Bool
 	// returned is set the instant Func returns or unwinds, before the
 	// verdict is decided; an observer of the deadline that sees it waits
 	// for the (imminent) verdict instead of deciding "timeout".
 	returned atomic.Bool
-	// decided is closed once verdict is set.
-	decided chan struct{}
-	// verdict is written once, under checkState.mu, before decided is
-	// closed; read it only after <-decided.
+	// decided is set, under checkState.mu, once verdict is written; read
+	// verdict only after seeing it true.
+	decided atomic.Bool
+	// done is made by the first waiter that has to block, under
+	// checkState.mu, and closed with the decision; nil while nobody waits.
+	done    chan struct{}
 	verdict Result
+}
+
+// doneChan returns a channel closed at f's decision, making it if needed,
+// or nil when f is decided already. The caller holds cs.mu.
+func (f *flight) doneChanLocked() chan struct{} {
+	if f.decided.Load() {
+		return nil
+	}
+	if f.done == nil {
+		f.done = make(chan struct{})
+	}
+	return f.done
+}
+
+// decideLocked publishes v as f's verdict. The caller holds cs.mu.
+func (f *flight) decideLocked(v Result) {
+	f.verdict = v
+	f.decided.Store(true)
+	if f.done != nil {
+		close(f.done)
+	}
 }
 
 // isDeadline reports whether err says a deadline passed: it wraps
@@ -91,39 +125,46 @@ func describeErr(err error, pastDeadline bool) (deadline bool, msg string, pv an
 // runtime.Goexit (t.FailNow in a test double, say).
 const goexitValue = "runtime.Goexit called by the check"
 
-// arrive is a probe's arrival at the check. It returns the flight to wait
-// on, or, when the check is captive, the "stalled" result to report at once.
-func (cs *checkState) arrive(parent context.Context) (f *flight, stalled Result, isStalled bool) {
+// arrive is a probe's arrival at the check, at now (the probe's start).
+// It returns the flight to wait on: one in flight to join, or a new one,
+// taken from *batch (made with room for max flights on first use) and not
+// yet running (see [Checker.launch]); or, when the check is captive, the
+// "stalled" result to report at once.
+func (cs *checkState) arrive(parent context.Context, now time.Time, batch *[]flight, max int) (f *flight, stalled Result, isStalled bool) {
 	cs.mu.Lock()
-	var timedOut *logLine
 	if f = cs.cur; f != nil {
 		returned := f.returned.Load()
-		select {
-		case <-f.decided:
+		switch {
+		case f.decided.Load():
 			// Decided while cs.cur is still f: the verdict was a timeout.
-			if returned {
-				// The captive ping has just returned and is leaving;
-				// it is captive no more: ping afresh.
-				f = nil
-				break
+			if !returned {
+				return nil, cs.stalledUnlock(f, now, nil, false), true
 			}
-			return nil, cs.stalledUnlock(f, nil, false), true
+			// The captive ping has just returned and is leaving; it is
+			// captive no more: ping afresh.
+		case returned || now.Before(f.deadline) || f.returned.Load():
+			// In progress within its deadline, or returned and publishing
+			// its result: join it. (returned is read again after the
+			// deadline test: the ping may have returned in between, and
+			// then it is no timeout.)
+			cs.mu.Unlock()
+			return f, Result{}, false
 		default:
-			// Load returned again after the deadline check: the ping may
-			// have returned in between, and then it is no timeout.
-			if returned || f.ctx.Err() == nil || f.returned.Load() {
-				// In progress within its deadline, or returned and
-				// publishing its result: join it.
-				cs.mu.Unlock()
-				return f, Result{}, false
-			}
 			// Past its deadline, not returned, and nobody waiting has
 			// decided yet: decide now.
-			timedOut = cs.decideTimeoutLocked(f)
-			return nil, cs.stalledUnlock(f, timedOut, true), true
+			timedOut := cs.decideTimeoutLocked(f, now)
+			return nil, cs.stalledUnlock(f, now, timedOut, true), true
 		}
 	}
-	f = cs.launchLocked(parent)
+	if *batch == nil {
+		*batch = make([]flight, 0, max)
+	}
+	n := len(*batch)
+	*batch = (*batch)[:n+1] // within its capacity: earlier flights do not move
+	f = &(*batch)[n]
+	f.cs, f.start, f.deadline = cs, now, now.Add(cs.timeout)
+	f.ctx.init(parent, f.deadline)
+	cs.cur = f
 	cs.mu.Unlock()
 	return f, Result{}, false
 }
@@ -132,8 +173,7 @@ func (cs *checkState) arrive(parent context.Context) (f *flight, stalled Result,
 // captive. Called with cs.mu held, it releases it, then logs (timedOut
 // first, when set) and reports the results: f's timeout first when this
 // probe decided it (decided).
-func (cs *checkState) stalledUnlock(f *flight, timedOut *logLine, decided bool) Result {
-	now := time.Now()
+func (cs *checkState) stalledUnlock(f *flight, now time.Time, timedOut *logLine, decided bool) Result {
 	res := Result{
 		Name: cs.Name, Outcome: OutcomeStalled, Text: stalledWord(cs.c.opts.HideErrors),
 		Critical: cs.Critical, Duration: now.Sub(f.start), Time: now,
@@ -158,19 +198,37 @@ func stalledWord(hide bool) string {
 	return stalledText
 }
 
-// launchLocked starts a ping. The ping's context keeps parent's values (a
-// trace, a logger) but not its cancellation: the probe that launched it may
-// leave, and the probes that joined it still want the answer.
-func (cs *checkState) launchLocked(parent context.Context) *flight {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), cs.timeout)
-	f := &flight{ctx: ctx, cancel: cancel, start: time.Now(), decided: make(chan struct{})}
-	cs.cur = f
-	go cs.ping(f)
-	return f
+// launch runs the flights a probe has just created (batch, in check name
+// order): one goroutine takes them one after another, so that checks which
+// return at once cost the probe one goroutine start, not one per check;
+// meanwhile the probe yields its processor to that goroutine, and when it
+// runs again (the goroutine has finished, or a check blocked it, or another
+// processor took the probe) it hands every flight not yet started to a
+// goroutine of its own. So checks still run concurrently: a check that
+// blocks delays the others by no more than one scheduling round, and each
+// keeps its own deadline, counted from the probe's start.
+func launch(batch []flight) {
+	go runFlights(batch)
+	runtime.Gosched()
+	for i := range batch {
+		if f := &batch[i]; f.claimed.CompareAndSwap(false, true) {
+			go f.cs.ping(f)
+		}
+	}
 }
 
-// ping calls Func once and publishes what happened. It is the only
-// goroutine a Checker starts; it ends when Func returns.
+// runFlights runs, one after another, the flights of batch that no other
+// goroutine has claimed.
+func runFlights(batch []flight) {
+	for i := range batch {
+		if f := &batch[i]; f.claimed.CompareAndSwap(false, true) {
+			f.cs.ping(f)
+		}
+	}
+}
+
+// ping calls Func once and publishes what happened, in a goroutine of the
+// Checker's (see launch); it returns when Func returns.
 //
 // A new goroutine starts on a small stack, and growing it costs more than
 // the rest of a healthy ping: so the ok path keeps its frames small, and
@@ -194,7 +252,7 @@ func (cs *checkState) ping(f *flight) {
 			cs.finish(f, OutcomeOK, string(OutcomeOK), string(OutcomeOK), nil, nil)
 		}
 	}()
-	err = cs.Func(f.ctx)
+	err = cs.Func(&f.ctx)
 	normal = true
 }
 
@@ -211,7 +269,7 @@ func (cs *checkState) panicked(f *flight, pv any) {
 
 // failed finishes a ping whose Func returned err.
 func (cs *checkState) failed(f *flight, err error) {
-	deadline, msg, pv := describeErr(err, f.ctx.Err() != nil)
+	deadline, msg, pv := describeErr(err, !time.Now().Before(f.deadline))
 	if pv != nil {
 		// The error itself panicked (a typed nil whose Error method reads
 		// a field, say): that is the check's panic, and the process lives.
@@ -238,23 +296,20 @@ func (cs *checkState) failed(f *flight, err error) {
 // decided first, frees the check's slot, then (with no lock held) logs and
 // hands a panic to the hook.
 func (cs *checkState) finish(f *flight, o Outcome, text, logText string, pv any, stack []byte) {
-	now := time.Now()
+	took := time.Since(f.start) // one monotonic read; the wall time follows from start
+	now := f.start.Add(took)
 	var line *logLine
 	published := false
 	cs.mu.Lock()
-	select {
-	case <-f.decided: // too late: the probes were told "timeout"
+	if f.decided.Load() { // too late: the probes were told "timeout"
 		// A ping that returned as its deadline passed honoured its context:
 		// the timeout was its one transition. Only one that held on past
 		// the deadline was captive, and its return is worth a line.
-		if dl, ok := f.ctx.Deadline(); !ok || now.Sub(dl) > captiveSlack {
-			line = cs.lateLine(now.Sub(f.start), logText)
+		if now.Sub(f.deadline) > captiveSlack {
+			line = cs.lateLine(took, logText)
 		}
-	default:
-		v := &f.verdict
-		v.Name, v.Outcome, v.Text, v.Critical = cs.Name, o, text, cs.Critical
-		v.Duration, v.Time = now.Sub(f.start), now
-		close(f.decided)
+	} else {
+		f.decideLocked(Result{Name: cs.Name, Outcome: o, Text: text, Critical: cs.Critical, Duration: took, Time: now})
 		published = true
 		if o != cs.last {
 			line = cs.changedLocked(o, logText, stack)
@@ -264,7 +319,7 @@ func (cs *checkState) finish(f *flight, o Outcome, text, logText string, pv any,
 		cs.cur = nil
 	}
 	cs.mu.Unlock()
-	f.cancel()
+	f.ctx.release()
 	if line != nil {
 		cs.c.emit(line)
 	}
@@ -300,44 +355,57 @@ func (cs *checkState) lateLine(after time.Duration, logText string) *logLine {
 }
 
 // wait blocks until the flight's verdict, or until ctx (the probe's own
-// context) ends; start is when the probe began, for the latter's text.
-func (cs *checkState) wait(ctx context.Context, f *flight, start time.Time) Result {
-	select {
-	case <-f.decided:
+// context) ends; start is when the probe began, for the latter's text. tm
+// is the probe's timer, made on first need and reused for its other
+// flights.
+func (cs *checkState) wait(ctx context.Context, f *flight, start time.Time, tm **time.Timer) Result {
+	if f.decided.Load() {
 		return f.verdict
-	case <-f.ctx.Done():
-		// The ping's deadline passed (or it returned and was canceled
-		// after its verdict): decide below.
-	case <-ctx.Done():
-		select {
-		case <-f.decided:
-			return f.verdict
-		default:
-		}
-		// This caller's own deadline came first. The ping goes on for
-		// the probes that share it; this probe reports how long it
-		// waited. Not logged: the check did nothing new.
-		now := time.Now()
-		d := roundWait(now.Sub(start))
-		return Result{Name: cs.Name, Outcome: OutcomeTimeout, Text: timeoutText(d, cs.c.opts.HideErrors),
-			Critical: cs.Critical, Duration: d, Time: now}
 	}
 	cs.mu.Lock()
-	select {
-	case <-f.decided:
+	done := f.doneChanLocked()
+	cs.mu.Unlock()
+	if done == nil {
+		return f.verdict
+	}
+	if d := time.Until(f.deadline); d > 0 {
+		if *tm == nil {
+			*tm = time.NewTimer(d)
+		} else {
+			(*tm).Reset(d)
+		}
+		select {
+		case <-done:
+			return f.verdict
+		case <-(*tm).C:
+			// The ping's deadline passed: decide below.
+		case <-ctx.Done():
+			if f.decided.Load() {
+				return f.verdict
+			}
+			// This caller's own deadline came first. The ping goes on for
+			// the probes that share it; this probe reports how long it
+			// waited. Not logged: the check did nothing new.
+			now := time.Now()
+			d := roundWait(now.Sub(start))
+			return Result{Name: cs.Name, Outcome: OutcomeTimeout, Text: timeoutText(d, cs.c.opts.HideErrors),
+				Critical: cs.Critical, Duration: d, Time: now}
+		}
+	}
+	cs.mu.Lock()
+	if f.decided.Load() {
 		cs.mu.Unlock()
 		return f.verdict
-	default:
 	}
 	if f.returned.Load() {
 		// Func has returned; its goroutine is publishing the result
 		// with no blocking step left. A ping that completed is never
 		// published as a timeout.
 		cs.mu.Unlock()
-		<-f.decided
+		<-done
 		return f.verdict
 	}
-	line := cs.decideTimeoutLocked(f)
+	line := cs.decideTimeoutLocked(f, time.Now())
 	cs.mu.Unlock()
 	cs.c.emit(line)
 	if h := cs.c.opts.OnResult; h != nil {
@@ -348,11 +416,9 @@ func (cs *checkState) wait(ctx context.Context, f *flight, start time.Time) Resu
 
 // decideTimeoutLocked makes "timeout" the verdict of f, which has not
 // returned by its deadline. From now on f is captive.
-func (cs *checkState) decideTimeoutLocked(f *flight) *logLine {
-	now := time.Now()
-	f.verdict = Result{Name: cs.Name, Outcome: OutcomeTimeout, Text: cs.timeoutText,
-		Critical: cs.Critical, Duration: cs.timeout, Time: now}
-	close(f.decided)
+func (cs *checkState) decideTimeoutLocked(f *flight, now time.Time) *logLine {
+	f.decideLocked(Result{Name: cs.Name, Outcome: OutcomeTimeout, Text: cs.timeoutText,
+		Critical: cs.Critical, Duration: cs.timeout, Time: now})
 	return cs.noteLocked(f.verdict, timeoutText(cs.timeout, false), durationAttr("timeout", cs.timeout))
 }
 
@@ -375,25 +441,17 @@ func (c *Checker) Captive() []string {
 		return nil
 	}
 	var names []string
+	now := time.Now()
 	for _, e := range reg.entries { // sorted by name
 		if cs := e.check; cs != nil {
 			cs.mu.Lock()
-			if f := cs.cur; f != nil && !f.returned.Load() && (isClosed(f.decided) || f.ctx.Err() != nil) {
+			if f := cs.cur; f != nil && !f.returned.Load() && (f.decided.Load() || !now.Before(f.deadline)) {
 				names = append(names, cs.Name)
 			}
 			cs.mu.Unlock()
 		}
 	}
 	return names
-}
-
-func isClosed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
 }
 
 // durationAttr is a log attribute for a duration, written as Go writes it

@@ -40,6 +40,11 @@ var healthJSONReserved = []string{"status", "version", "releaseId", "notes", "ou
 // alone ([Report.WithoutDetails]). It is safe for concurrent use.
 func WriteNegotiated(w http.ResponseWriter, r *http.Request, info *Info, rep Report) {
 	w.Header().Add("Vary", "Accept")
+	writeNegotiatedBody(w, r, info, rep)
+}
+
+// writeNegotiatedBody is WriteNegotiated after its Vary header.
+func writeNegotiatedBody(w http.ResponseWriter, r *http.Request, info *Info, rep Report) {
 	switch {
 	case wantsVerbose(r):
 		writeBody(w, r, "text/plain; charset=utf-8", rep.code(), func() []byte { return RenderVerbose(hideIf(info, rep)) })
@@ -205,7 +210,7 @@ func RenderVerbose(rep Report) []byte {
 // concurrent use.
 func RenderHealthJSON(info *Info, rep Report) []byte {
 	rep = hideIf(info, rep)
-	keys, merged := envelopeFields(info, rep, healthJSONReserved)
+	keys, extra := envelopeFields(info, rep, healthJSONReserved, nil)
 	var b bytes.Buffer
 	code := rep.code()
 	status := "pass"
@@ -233,7 +238,7 @@ func RenderHealthJSON(info *Info, rep Report) []byte {
 		b.WriteByte(',')
 		writeJSON(&b, k)
 		b.WriteByte(':')
-		writeJSON(&b, merged[k])
+		writeJSON(&b, fieldValue(k, rep.Fields, extra))
 	}
 	if ls := lines(rep); rep.Checks != nil || len(ls) > 0 {
 		b.WriteString(`,"checks":{`)

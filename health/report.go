@@ -41,6 +41,11 @@ type Report struct {
 	// cannot be excluded: no matches for ..." (the Kubernetes API server's
 	// convention). Other renderings ignore it.
 	Unmatched []string
+
+	// checksInResults says that Checks is nil and the checks are in
+	// Results, sorted by name (a report ServeReadiness renders at once,
+	// without building the map).
+	checksInResults bool
 }
 
 // Info names the build that answers. Every body carries its Version and
@@ -103,33 +108,43 @@ func Write(w http.ResponseWriter, r *http.Request, info *Info, rep Report) {
 // Render returns the JSON body [Write] would send for rep, with a trailing
 // newline. It is safe for concurrent use.
 func Render(info *Info, rep Report) []byte {
-	rep = hideIf(info, rep)
-	keys, merged := envelopeFields(info, rep, reserved)
-
 	var b bytes.Buffer
-	b.Grow(128 + 64*len(rep.Checks))
+	renderJSON(&b, info, rep)
+	return b.Bytes()
+}
+
+// renderJSON appends Render's body to b.
+func renderJSON(b *bytes.Buffer, info *Info, rep Report) {
+	rep = hideIf(info, rep)
+	var kbuf [8]string
+	keys, extra := envelopeFields(info, rep, reserved, kbuf[:0])
+
+	b.Grow(128 + 64*max(len(rep.Checks), len(rep.Results)))
 	b.WriteString(`{"status":`)
-	writeJSON(&b, string(rep.Status))
+	writeJSONString(b, string(rep.Status))
 	var version, commit string
 	if info != nil {
 		version, commit = info.Version, info.Commit
 	}
 	b.WriteString(`,"version":`)
-	writeJSON(&b, version)
+	writeJSONString(b, version)
 	b.WriteString(`,"commit":`)
-	writeJSON(&b, commit)
+	writeJSONString(b, commit)
 	for _, k := range keys {
 		b.WriteByte(',')
-		writeJSON(&b, k)
+		writeJSONString(b, k)
 		b.WriteByte(':')
-		writeJSON(&b, merged[k])
+		writeJSON(b, fieldValue(k, rep.Fields, extra))
 	}
-	if rep.Checks != nil {
+	switch {
+	case rep.Checks != nil:
 		b.WriteString(`,"checks":`)
-		writeStringMap(&b, rep.Checks)
+		writeStringMap(b, rep.Checks)
+	case rep.checksInResults:
+		b.WriteString(`,"checks":`)
+		writeResultsMap(b, rep.Results)
 	}
 	b.WriteString("}\n")
-	return b.Bytes()
 }
 
 // callFields calls the application's Fields, recovering a panic: a broken
@@ -145,31 +160,37 @@ func callFields(f func() map[string]any) (m map[string]any) {
 	return f()
 }
 
-// envelopeFields merges info.Fields() and rep.Fields (rep's win a clash)
-// and returns the merged keys, sorted, without the reserved ones.
-func envelopeFields(info *Info, rep Report, reserved []string) ([]string, map[string]any) {
+// envelopeFields calls info.Fields and returns its members (extra) and the
+// keys of the envelope's fields, those of extra and of rep.Fields, sorted,
+// without duplicates and without the reserved ones, appended to keys (a
+// caller's buffer). Read a key's value with fieldValue: rep.Fields win a
+// clash.
+func envelopeFields(info *Info, rep Report, reserved []string, keys []string) ([]string, map[string]any) {
 	var extra map[string]any
 	if info != nil && info.Fields != nil {
 		extra = callFields(info.Fields)
 	}
-	if len(extra) == 0 && len(rep.Fields) == 0 {
-		return nil, nil
-	}
-	merged := make(map[string]any, len(extra)+len(rep.Fields))
-	for k, v := range extra {
-		merged[k] = v
-	}
-	for k, v := range rep.Fields {
-		merged[k] = v
-	}
-	keys := make([]string, 0, len(merged))
-	for k := range merged {
+	for k := range rep.Fields {
 		if !slices.Contains(reserved, k) {
 			keys = append(keys, k)
 		}
 	}
+	for k := range extra {
+		if _, dup := rep.Fields[k]; !dup && !slices.Contains(reserved, k) {
+			keys = append(keys, k)
+		}
+	}
 	slices.Sort(keys)
-	return keys, merged
+	return keys, extra
+}
+
+// fieldValue returns the value of an envelope field: fields' (the
+// report's) when it has k, else extra's (Info.Fields').
+func fieldValue(k string, fields, extra map[string]any) any {
+	if v, ok := fields[k]; ok {
+		return v
+	}
+	return extra[k]
 }
 
 func writeJSON(b *bytes.Buffer, v any) {
@@ -229,6 +250,21 @@ func writeStringMap(b *bytes.Buffer, m map[string]string) {
 		writeJSONString(b, k)
 		b.WriteByte(':')
 		writeJSONString(b, m[k])
+	}
+	b.WriteByte('}')
+}
+
+// writeResultsMap writes results, sorted by name, as the JSON object of
+// their texts that writeStringMap writes for the Checks map.
+func writeResultsMap(b *bytes.Buffer, results []Result) {
+	b.WriteByte('{')
+	for i := range results {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		writeJSONString(b, results[i].Name)
+		b.WriteByte(':')
+		writeJSONString(b, results[i].Text)
 	}
 	b.WriteByte('}')
 }

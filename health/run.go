@@ -19,7 +19,9 @@ import (
 // Steps, in order:
 //  1. each selected check's ping is launched, joined, or found captive
 //     (see [Check].Func): all pings run concurrently, each under its own
-//     deadline, so Run answers in max(ping), not sum(ping);
+//     deadline (counted from the start of the probe that launched it), so
+//     Run answers in max(ping), not sum(ping). Pings that return at once
+//     share one goroutine, so they cost no goroutine start each;
 //  2. each selected gate is evaluated, in this goroutine;
 //  3. Run waits for each ping's verdict, up to the ping's deadline, or
 //     until ctx ends, whichever comes first. A ping still running when ctx
@@ -42,6 +44,14 @@ import (
 // set Fields or Code. It is safe for concurrent use; concurrent probes share
 // pings rather than start their own.
 func (c *Checker) Run(ctx context.Context, only string, exclude []string) (Report, error) {
+	return c.run(ctx, only, exclude, nil, true)
+}
+
+// run is Run. The results go into buf when it has room (ServeReadiness
+// passes a pooled one), else into a new slice; the Checks map is built only
+// when withMap is set, and otherwise the report says its checks are in
+// Results (checksInResults), which is all the renderings need.
+func (c *Checker) run(ctx context.Context, only string, exclude []string, buf []Result, withMap bool) (Report, error) {
 	reg := c.reg.Load()
 	if reg == nil {
 		reg = &registry{}
@@ -93,42 +103,25 @@ func (c *Checker) Run(ctx context.Context, only string, exclude []string) (Repor
 		}
 	}
 
-	start := time.Now()
-	results := make([]Result, len(sel))
-	var buf [8]*flight
-	flights := buf[:0]
-	if len(sel) > len(buf) {
-		flights = make([]*flight, 0, len(sel))
+	var results []Result
+	if cap(buf) >= len(sel) {
+		results = buf[:len(sel)]
+		clear(results)
+	} else {
+		results = make([]Result, len(sel))
 	}
-	flights = flights[:len(sel)]
-	for i, e := range sel {
-		if e.check == nil {
-			continue
-		}
-		f, stalled, isStalled := e.check.arrive(ctx)
-		if isStalled {
-			results[i] = stalled
-		} else {
-			flights[i] = f
-		}
-	}
-	for i, e := range sel {
-		if e.gate != nil {
-			results[i] = e.gate.eval()
-		}
-	}
-	if c.testHookWait != nil {
-		c.testHookWait()
-	}
-	for i, e := range sel {
-		if f := flights[i]; f != nil {
-			results[i] = e.check.wait(ctx, f, start)
-		}
-	}
+	c.probe(ctx, sel, results)
 
-	rep := Report{Status: StatusOK, Checks: make(map[string]string, len(sel)), Results: results}
+	rep := Report{Status: StatusOK, Results: results}
+	if withMap {
+		rep.Checks = make(map[string]string, len(sel))
+	} else {
+		rep.checksInResults = true
+	}
 	for _, r := range results {
-		rep.Checks[r.Name] = r.Text
+		if withMap {
+			rep.Checks[r.Name] = r.Text
+		}
 		switch {
 		case r.Outcome.Passing():
 		case r.Critical:
@@ -142,6 +135,50 @@ func (c *Checker) Run(ctx context.Context, only string, exclude []string) (Repor
 	}
 	rep.Unmatched = unmatched
 	return rep, nil
+}
+
+// probe runs the checks and gates of sel (sorted by name) once, writing
+// sel[i]'s result to results[i]: Run's steps 1 to 3.
+func (c *Checker) probe(ctx context.Context, sel []*entry, results []Result) {
+	start := time.Now() // the one clock read of a probe whose pings all return at once
+	var fbuf [8]*flight
+	flights := fbuf[:0]
+	if len(sel) > len(fbuf) {
+		flights = make([]*flight, 0, len(sel))
+	}
+	flights = flights[:len(sel)]
+	var batch []flight // the pings this probe launches
+	for i, e := range sel {
+		if e.check == nil {
+			continue
+		}
+		f, stalled, isStalled := e.check.arrive(ctx, start, &batch, len(sel)-i)
+		if isStalled {
+			results[i] = stalled
+		} else {
+			flights[i] = f
+		}
+	}
+	if len(batch) > 0 {
+		launch(batch)
+	}
+	for i, e := range sel {
+		if e.gate != nil {
+			results[i] = e.gate.eval()
+		}
+	}
+	if c.testHookWait != nil {
+		c.testHookWait()
+	}
+	var tm *time.Timer
+	for i, e := range sel {
+		if f := flights[i]; f != nil {
+			results[i] = e.check.wait(ctx, f, start, &tm)
+		}
+	}
+	if tm != nil {
+		tm.Stop()
+	}
 }
 
 // Bounds on the unmatched ?exclude= names a report keeps.

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sync/atomic"
+	"sync"
 	"time"
 )
 
@@ -82,20 +82,56 @@ func transition(last *Outcome, kind, name string, critical bool, now Outcome, lo
 	return l
 }
 
+// hookSlot serialises the OnPanic calls of one check.
+type hookSlot struct {
+	mu      sync.Mutex
+	running bool          // guarded by mu: a goroutine is calling OnPanic for the check
+	pending *pendingPanic // guarded by mu: the latest panic that came meanwhile
+}
+
+type pendingPanic struct {
+	value any
+	stack []byte
+}
+
 // reportPanic hands a recovered panic to CheckerOptions.OnPanic, surviving a
 // hook that panics itself.
+//
+// One call at a time per check: a hook that blocks (an error tracker
+// flushing) must not keep a goroutine per probe alive. A panic that comes
+// while a call for the same check is running is handed over by that
+// goroutine once its call returns; of several that come meanwhile, only the
+// latest is (the others are still logged and reported in bodies).
 func (c *Checker) reportPanic(name string, value any, stack []byte) {
 	if c.opts.OnPanic == nil {
 		return
 	}
-	// One call at a time per check: a hook that blocks (an error tracker
-	// flushing) must not keep a goroutine per probe alive. Panics of a check
-	// whose previous hook call is still running are logged, not handed over.
-	busy, _ := c.hooking.LoadOrStore(name, new(atomic.Bool))
-	if !busy.(*atomic.Bool).CompareAndSwap(false, true) {
+	v, _ := c.hooking.LoadOrStore(name, new(hookSlot))
+	slot := v.(*hookSlot)
+	slot.mu.Lock()
+	if slot.running {
+		slot.pending = &pendingPanic{value, stack}
+		slot.mu.Unlock()
 		return
 	}
-	defer busy.(*atomic.Bool).Store(false)
+	slot.running = true
+	slot.mu.Unlock()
+	for {
+		c.callOnPanic(name, value, stack)
+		slot.mu.Lock()
+		p := slot.pending
+		slot.pending = nil
+		if p == nil {
+			slot.running = false
+			slot.mu.Unlock()
+			return
+		}
+		slot.mu.Unlock()
+		value, stack = p.value, p.stack
+	}
+}
+
+func (c *Checker) callOnPanic(name string, value any, stack []byte) {
 	defer func() {
 		if v := recover(); v != nil {
 			c.logger().Error("health: CheckerOptions.OnPanic panicked; recovered", "check", name, "panic", fmt.Sprint(v))

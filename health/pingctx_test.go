@@ -1,0 +1,79 @@
+package health_test
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/lameduck/lameduck/health"
+)
+
+// A check's context: the ping's deadline, the probe's values, no
+// cancellation of the probe's; a child context registers with it without a
+// goroutine of its own; Err goes with Done; once the ping has returned the
+// context is done.
+func TestCheckContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		type key struct{}
+		var (
+			kept        context.Context
+			deadlineOK  bool
+			valueOK     bool
+			errBefore   error
+			childGrowth int
+			childDL     time.Time
+			afterErr    error
+			afterDone   bool
+		)
+		c := health.NewChecker(health.CheckerOptions{Logger: quiet()})
+		start := time.Now()
+		mustAdd(t, c, health.Check{Name: "db", Timeout: 2 * time.Second, Func: func(ctx context.Context) error {
+			kept = ctx
+			dl, ok := ctx.Deadline()
+			deadlineOK = ok && dl.Equal(start.Add(2*time.Second))
+			valueOK = ctx.Value(key{}) == "trace-1"
+			errBefore = ctx.Err()
+			before := runtime.NumGoroutine()
+			child, cancel := context.WithTimeout(ctx, time.Hour)
+			childGrowth = runtime.NumGoroutine() - before
+			childDL, _ = child.Deadline()
+			cancel()
+			time.Sleep(3 * time.Second) // past the deadline: Err and Done agree
+			afterErr = ctx.Err()
+			select {
+			case <-ctx.Done():
+				afterDone = true
+			default:
+			}
+			return nil
+		}})
+		probeCtx, cancel := context.WithCancel(context.WithValue(t.Context(), key{}, "trace-1"))
+		cancel() // the probe's cancellation is not the ping's
+		rep, err := c.Run(probeCtx, "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := rep.Checks["db"]; !strings.HasPrefix(got, "timeout: no answer within ") {
+			t.Fatalf("db: %q, want the timeout of a probe whose own context had ended", got)
+		}
+		synctest.Wait()
+		time.Sleep(4 * time.Second)
+		synctest.Wait()
+		if !deadlineOK || !valueOK || errBefore != nil {
+			t.Fatalf("deadline ok %v, value ok %v, Err before the deadline %v", deadlineOK, valueOK, errBefore)
+		}
+		if childGrowth != 0 || !childDL.Equal(start.Add(2*time.Second)) {
+			t.Fatalf("a child context started %d goroutines and has deadline %v", childGrowth, childDL)
+		}
+		if !errors.Is(afterErr, context.DeadlineExceeded) || !afterDone {
+			t.Fatalf("past the deadline: Err %v, Done closed %v", afterErr, afterDone)
+		}
+		if kept.Err() == nil {
+			t.Fatal("the context of a returned ping is not done")
+		}
+	})
+}
