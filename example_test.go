@@ -70,7 +70,10 @@ func ExampleNew_badSetting() {
 }
 
 // Critical checks gate readiness; the others only make it "degraded", still
-// 200, so an outage of a shared dependency never empties the Service.
+// 200. A sidecar only this pod uses is critical (traffic should move to the
+// other pods); a cache every replica shares is not, so its outage never
+// empties the Service (docs/probes-and-shutdown.md, "When a check should be
+// critical").
 func ExampleLifecycle_AddCheck() {
 	lc, err := lameduck.New(lameduck.Config{
 		Version: "v1.2.0", Commit: "a984b10",
@@ -82,7 +85,7 @@ func ExampleLifecycle_AddCheck() {
 		fmt.Println(err)
 		return
 	}
-	lc.AddCheck(health.Check{Name: "db", Critical: true, Func: func(ctx context.Context) error { return nil }})
+	lc.AddCheck(health.Check{Name: "sidecar", Critical: true, Func: func(ctx context.Context) error { return nil }})
 	lc.AddCheck(health.Check{Name: "cache", Func: func(ctx context.Context) error {
 		return errors.New("dial tcp 10.0.0.9:6379: connection refused")
 	}})
@@ -99,9 +102,9 @@ func ExampleLifecycle_AddCheck() {
 	}()
 	lc.Run(context.Background())
 	// Output:
-	// 200 {"status":"degraded","version":"v1.2.0","commit":"a984b10","phase":"serving","checks":{"cache":"error: dial tcp 10.0.0.9:6379: connection refused","db":"ok"}}
+	// 200 {"status":"degraded","version":"v1.2.0","commit":"a984b10","phase":"serving","checks":{"cache":"error: dial tcp 10.0.0.9:6379: connection refused","sidecar":"ok"}}
 	// 200 [-]cache failed: error: dial tcp 10.0.0.9:6379: connection refused
-	// [+]db ok
+	// [+]sidecar ok
 	// readyz check passed
 }
 

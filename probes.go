@@ -165,9 +165,9 @@ func (l *Lifecycle) report(s health.Status) health.Report {
 
 // servePreStop is the preStop hook over HTTP (docs/probes-and-shutdown.md,
 // "The preStop hook over HTTP"; hooks:
-// https://kubernetes.io/docs/concepts/containers/container-lifecycle-hooks/): it starts the sequence exactly as SIGTERM does and holds
-// the kubelet until the window has passed, so the SIGTERM that follows adds
-// no second window.
+// https://kubernetes.io/docs/concepts/containers/container-lifecycle-hooks/):
+// it starts the sequence exactly as SIGTERM does and holds the kubelet until
+// the window has passed, so the SIGTERM that follows adds no second window.
 func (l *Lifecycle) servePreStop(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet {
 		// Only GET, the kubelet's httpGet: a HEAD from a monitor must not

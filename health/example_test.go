@@ -12,22 +12,23 @@ import (
 	"github.com/lameduck/lameduck/health"
 )
 
-// A critical database and a non-critical object store: the store failing
-// degrades readiness (still 200) instead of failing it.
+// A critical sidecar, which only this pod uses, and a non-critical object
+// store, which every replica shares: the store failing degrades readiness
+// (still 200) instead of taking every pod out of the Service.
 func ExampleChecker_Run() {
 	c := health.NewChecker(health.CheckerOptions{
 		DefaultTimeout: time.Second,
 		Logger:         slog.New(slog.DiscardHandler),
 	})
-	_ = c.AddCheck(health.Check{Name: "db", Critical: true, Func: func(ctx context.Context) error {
-		return nil // db.PingContext(ctx)
+	_ = c.AddCheck(health.Check{Name: "sidecar", Critical: true, Func: func(ctx context.Context) error {
+		return nil // a dial to 127.0.0.1:15000
 	}})
 	_ = c.AddCheck(health.Check{Name: "s3", Func: func(ctx context.Context) error {
 		return errors.New("dial tcp 10.0.0.7:443: connection refused")
 	}})
 	rep, _ := c.Run(context.Background(), "", nil)
 	fmt.Println(rep.Status, rep.Status.Code())
-	fmt.Println(rep.Checks["db"])
+	fmt.Println(rep.Checks["sidecar"])
 	fmt.Println(rep.Checks["s3"])
 	// Output:
 	// degraded 200
@@ -58,7 +59,7 @@ func ExampleChecker_AddGate() {
 // The Kubernetes API server's verbose report, as an operator's curl sees it.
 func ExampleChecker_ServeReadiness() {
 	c := health.NewChecker(health.CheckerOptions{Logger: slog.New(slog.DiscardHandler)})
-	_ = c.AddCheck(health.Check{Name: "db", Critical: true, Func: func(context.Context) error { return nil }})
+	_ = c.AddCheck(health.Check{Name: "sidecar", Critical: true, Func: func(context.Context) error { return nil }})
 	_ = c.AddCheck(health.Check{Name: "cache", Func: func(context.Context) error {
 		return errors.New("redis://app:hunter2@cache:6379: connection refused")
 	}})
@@ -70,6 +71,6 @@ func ExampleChecker_ServeReadiness() {
 	// Output:
 	// 200
 	// [-]cache failed: error: redis://REDACTED@cache:6379: connection refused
-	// [+]db ok
+	// [+]sidecar ok
 	// readyz check passed
 }
