@@ -219,17 +219,20 @@ func (l *Lifecycle) withTimeout(parent context.Context, d time.Duration) (contex
 	if _, ok := l.clock.(systemClock); ok {
 		return context.WithTimeout(parent, d)
 	}
+	// The timer is stopped however the context ends (its cancel func, or
+	// the parent's end), so an injected clock never keeps a dead deadline
+	// pending.
 	ctx, cancel := context.WithCancelCause(parent)
 	t := l.clock.NewTimer(d)
-	stop := context.AfterFunc(ctx, func() { t.Stop() })
 	go func() {
 		select {
 		case <-t.C():
 			cancel(context.DeadlineExceeded)
 		case <-ctx.Done():
+			t.Stop()
 		}
 	}()
-	return ctx, func() { stop(); cancel(context.Canceled) }
+	return ctx, func() { t.Stop(); cancel(context.Canceled) }
 }
 
 // join waits for every background task, up to budget, then refuses all new

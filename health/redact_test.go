@@ -38,6 +38,12 @@ func TestRedact(t *testing.T) {
 		{`{'password': 'S3CRET'}`, `{'password': 'REDACTED'}`},
 		{`{"password":"a\"S3CRET"}`, `{"password":"REDACTED"}`},
 		{`open app:S3CRET@/orders`, `open REDACTED@/orders`},
+		// Every key the documentation lists.
+		{`host=db passwd=S3CRET user=app`, `host=db passwd=REDACTED user=app`},
+		{`Server=db;Uid=app;Pwd=S3CRET;Database=orders`, `Server=db;Uid=app;Pwd=REDACTED;Database=orders`},
+		{`db_pass=S3CRET`, `db_pass=REDACTED`},
+		{`private_key=S3CRET`, `private_key=REDACTED`},
+		{`credentials=S3CRET`, `credentials=REDACTED`},
 		{`dial app:S3CRET@db:5432`, `dial REDACTED@db:5432`},
 		{`redis://default:p@S3CRET@cache:6379`, `redis://REDACTED@cache:6379`},
 		{`pass=S3CRET private_key=S3CRET credentials=S3CRET`, `pass=REDACTED private_key=REDACTED credentials=REDACTED`},
