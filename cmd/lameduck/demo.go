@@ -18,6 +18,7 @@ const maxSlow = 10 * time.Minute
 
 type demoOptions struct {
 	addr         string
+	server       string
 	startupDelay time.Duration
 	logFormat    string
 	checks       checkFlags
@@ -28,7 +29,9 @@ func newDemoCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Run a demo service that answers the probes and drains on SIGTERM",
-		Long: `Run a demo HTTP service built on lameduck.
+		Long: `Run a demo HTTP service built on lameduck, on net/http or, with
+--server fiber, on a Fiber (gofiber/fiber v2) app driven by the same
+Lifecycle (every route below but /events).
 
 Routes: GET / (a small JSON answer), GET /ws (a WebSocket echo that closes
 with 1001 going away when the window ends), GET /events (server-sent events,
@@ -49,6 +52,7 @@ LAMEDUCK_SHUTDOWN_TEARDOWN, LAMEDUCK_ENV, LAMEDUCK_TERMINATION_GRACE, ...).`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.addr, "addr", ":8080", "listen address")
+	f.StringVar(&o.server, "server", "http", `the server that serves the routes: "http" (net/http) or "fiber" (gofiber/fiber v2, without /events)`)
 	f.DurationVar(&o.startupDelay, "startup-delay", 0, "simulated boot work before the service is ready, such as 2s")
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	f.StringArrayVar(&o.checks.simulate, "simulate-check", nil,
@@ -92,90 +96,16 @@ func runDemo(ctx context.Context, o demoOptions) error {
 		}
 	}
 
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
-		host, _ := os.Hostname()
-		writeJSON(w, http.StatusOK, map[string]any{
-			"service": "lameduck demo",
-			"host":    host,
-			"phase":   lc.Phase().String(),
-		})
-	})
-	mux.HandleFunc("GET /slow", func(w http.ResponseWriter, r *http.Request) {
-		d, msg := parseSlow(r.URL.Query())
-		if msg != "" {
-			writeJSON(w, http.StatusBadRequest, map[string]any{"error": msg})
-			return
-		}
-		if sleep(r.Context(), d) == nil { // else the client left, or the connection was cut
-			writeJSON(w, http.StatusOK, map[string]any{"slept": d.String()})
-		}
-	})
-
-	// Background work that the shutdown joins: POST /write starts a
-	// best-effort write of d; POST /loop starts a loop ticking every 100ms.
-	mux.HandleFunc("POST /write", func(w http.ResponseWriter, r *http.Request) {
-		q := r.URL.Query()
-		name := q.Get("name")
-		if name == "" {
-			writeJSON(w, http.StatusBadRequest, map[string]any{"error": "missing name: pass /write?name=audit-row&d=200ms"})
-			return
-		}
-		d, msg := parseSlow(q)
-		if msg != "" {
-			writeJSON(w, http.StatusBadRequest, map[string]any{"error": msg})
-			return
-		}
-		err := lc.GoWrite(name, 0, func(ctx context.Context) error {
-			if err := sleep(ctx, d); err != nil {
-				return err
-			}
-			log.Info("demo: write done", "task", name, "took", d.String())
-			return nil
-		})
-		if err != nil {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": err.Error()})
-			return
-		}
-		writeJSON(w, http.StatusAccepted, map[string]any{"write": name, "d": d.String()})
-	})
-	mux.HandleFunc("POST /loop", func(w http.ResponseWriter, r *http.Request) {
-		name := r.URL.Query().Get("name")
-		if name == "" {
-			writeJSON(w, http.StatusBadRequest, map[string]any{"error": "missing name: pass /loop?name=sweep"})
-			return
-		}
-		err := lc.GoLoop(name, func(ctx context.Context) error {
-			tick := time.NewTicker(100 * time.Millisecond)
-			defer tick.Stop()
-			ticks := 0
-			for {
-				select {
-				case <-tick.C:
-					ticks++
-				case <-ctx.Done():
-					log.Info("demo: loop stopped", "task", name, "ticks", ticks)
-					return nil
-				}
-			}
-		})
-		if err != nil {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": err.Error(),
-				"reason": "the pod is shutting down; record the work as deferred"})
-			return
-		}
-		writeJSON(w, http.StatusAccepted, map[string]any{"loop": name})
-	})
-
-	// Long-lived connections, which the drain closes cleanly.
-	mux.HandleFunc("GET /ws", func(w http.ResponseWriter, r *http.Request) { serveEcho(lc, log, w, r) })
-	mux.HandleFunc("GET /events", func(w http.ResponseWriter, r *http.Request) { serveEvents(lc, w, r) })
-
-	srv := &http.Server{Addr: o.addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second,
-		Protocols: new(http.Protocols)}
-	srv.Protocols.SetHTTP1(true)
-	srv.Protocols.SetUnencryptedHTTP2(true) // h2c, so HTTP/2 clients can try the GOAWAY hand-off
-	if err := lc.AddServer(srv, nil); err != nil {
+	d := &demo{lc: lc, log: log}
+	switch o.server {
+	case "http":
+		err = d.addHTTP(o.addr)
+	case "fiber":
+		err = d.addFiber(o.addr)
+	default:
+		err = fmt.Errorf(`--server=%q: unknown server; use "http" (net/http) or "fiber" (gofiber/fiber v2)`, o.server)
+	}
+	if err != nil {
 		return err
 	}
 	if o.startupDelay > 0 {
@@ -195,12 +125,126 @@ func runDemo(ctx context.Context, o demoOptions) error {
 	return nil
 }
 
+// demo holds the demo's routes, written once and served by net/http
+// (addHTTP) or Fiber (addFiber). Each route returns its status code and
+// JSON body.
+type demo struct {
+	lc  *lameduck.Lifecycle
+	log *slog.Logger
+}
+
+// root answers GET /.
+func (d *demo) root() (int, any) {
+	host, _ := os.Hostname()
+	return http.StatusOK, map[string]any{"service": "lameduck demo", "host": host, "phase": d.lc.Phase().String()}
+}
+
+// slow answers GET /slow?d=: it sleeps d, or until ctx ends (the client
+// left, or the connection was cut), and reports ok=false then.
+func (d *demo) slow(ctx context.Context, q map[string][]string) (code int, body any, ok bool) {
+	dur, msg := parseSlow(q)
+	if msg != "" {
+		return http.StatusBadRequest, map[string]any{"error": msg}, true
+	}
+	if sleep(ctx, dur) != nil {
+		return 0, nil, false
+	}
+	return http.StatusOK, map[string]any{"slept": dur.String()}, true
+}
+
+// write answers POST /write?name=&d=: a best-effort background write of d,
+// joined at shutdown.
+func (d *demo) write(q map[string][]string) (int, any) {
+	name := first(q, "name")
+	if name == "" {
+		return http.StatusBadRequest, map[string]any{"error": "missing name: pass /write?name=audit-row&d=200ms"}
+	}
+	dur, msg := parseSlow(q)
+	if msg != "" {
+		return http.StatusBadRequest, map[string]any{"error": msg}
+	}
+	err := d.lc.GoWrite(name, 0, func(ctx context.Context) error {
+		if err := sleep(ctx, dur); err != nil {
+			return err
+		}
+		d.log.Info("demo: write done", "task", name, "took", dur.String())
+		return nil
+	})
+	if err != nil {
+		return http.StatusServiceUnavailable, map[string]any{"error": err.Error()}
+	}
+	return http.StatusAccepted, map[string]any{"write": name, "d": dur.String()}
+}
+
+// loop answers POST /loop?name=: a background loop ticking every 100ms
+// until the signal.
+func (d *demo) loop(q map[string][]string) (int, any) {
+	name := first(q, "name")
+	if name == "" {
+		return http.StatusBadRequest, map[string]any{"error": "missing name: pass /loop?name=sweep"}
+	}
+	err := d.lc.GoLoop(name, func(ctx context.Context) error {
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		ticks := 0
+		for {
+			select {
+			case <-tick.C:
+				ticks++
+			case <-ctx.Done():
+				d.log.Info("demo: loop stopped", "task", name, "ticks", ticks)
+				return nil
+			}
+		}
+	})
+	if err != nil {
+		return http.StatusServiceUnavailable, map[string]any{"error": err.Error(),
+			"reason": "the pod is shutting down; record the work as deferred"}
+	}
+	return http.StatusAccepted, map[string]any{"loop": name}
+}
+
+// addHTTP serves the routes on a net/http server.
+func (d *demo) addHTTP(addr string) error {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		code, body := d.root()
+		writeJSON(w, code, body)
+	})
+	mux.HandleFunc("GET /slow", func(w http.ResponseWriter, r *http.Request) {
+		if code, body, ok := d.slow(r.Context(), r.URL.Query()); ok {
+			writeJSON(w, code, body)
+		}
+	})
+	mux.HandleFunc("POST /write", func(w http.ResponseWriter, r *http.Request) {
+		code, body := d.write(r.URL.Query())
+		writeJSON(w, code, body)
+	})
+	mux.HandleFunc("POST /loop", func(w http.ResponseWriter, r *http.Request) {
+		code, body := d.loop(r.URL.Query())
+		writeJSON(w, code, body)
+	})
+	// Long-lived connections, which the drain closes cleanly.
+	mux.HandleFunc("GET /ws", func(w http.ResponseWriter, r *http.Request) { serveEcho(d.lc, d.log, w, r) })
+	mux.HandleFunc("GET /events", func(w http.ResponseWriter, r *http.Request) { serveEvents(d.lc, w, r) })
+
+	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second,
+		Protocols: new(http.Protocols)}
+	srv.Protocols.SetHTTP1(true)
+	srv.Protocols.SetUnencryptedHTTP2(true) // h2c, so HTTP/2 clients can try the GOAWAY hand-off
+	return d.lc.AddServer(srv, nil)
+}
+
+func first(q map[string][]string, k string) string {
+	if vs := q[k]; len(vs) > 0 {
+		return vs[0]
+	}
+	return ""
+}
+
 // parseSlow reads d from /slow's query; msg says what is wrong with it.
 func parseSlow(q map[string][]string) (d time.Duration, msg string) {
-	v := ""
-	if vs := q["d"]; len(vs) > 0 {
-		v = vs[0]
-	}
+	v := first(q, "d")
 	if v == "" {
 		return 0, "missing d: pass a Go duration, such as /slow?d=2s"
 	}

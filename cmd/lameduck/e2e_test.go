@@ -98,7 +98,7 @@ func startProc(t *testing.T, env map[string]string, args ...string) *proc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	argv := append([]string{"demo", "--log-format", "json"}, args...)
+	argv := append([]string{"demo", "--log-format", "json", "--server", demoServer(t)}, args...)
 	cmd := exec.Command(lameduckBin, argv...)
 	cmd.Env = childEnv(env)
 	// An *os.File is handed to the child as is: no copying goroutine, so

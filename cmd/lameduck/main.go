@@ -1,12 +1,13 @@
 // Command lameduck runs lameduck's demo service and, later, its tools.
 //
-//	lameduck demo [--addr :8080] [--startup-delay 0s] [--log-format text|json]
+//	lameduck demo [--addr :8080] [--server http|fiber] [--startup-delay 0s] [--log-format text|json]
 //	              [--simulate-check NAME=MODE[,critical]]... [--check-tcp|--check-http|--check-dns NAME=TARGET[,critical]]...
 //
 // The demo serves GET /, GET /slow?d=DURATION, POST /write, POST /loop,
 // GET /ws (a WebSocket echo) and GET /events (server-sent events) behind the
 // probes, and drains on SIGTERM exactly as a service built on lameduck
-// would. Every LAMEDUCK_* variable applies; see the README's configuration
+// would; --server fiber serves the same routes (all but /events) on a
+// Fiber app through contrib/fiber. Every LAMEDUCK_* variable applies; see the README's configuration
 // table and `lameduck demo --help`.
 package main
 

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	fiberws "github.com/gofiber/contrib/websocket"
+	"github.com/gofiber/fiber/v2"
+	lameduckfiber "github.com/lameduck/lameduck/contrib/fiber"
+)
+
+// addFiber serves the routes on a Fiber app (lameduck demo --server fiber),
+// so the same end-to-end tests and rollouts run against both servers.
+// Everything but GET /events is served; the probes are mounted by the
+// middleware lameduckfiber.New installs first.
+func (d *demo) addFiber(addr string) error {
+	app, err := lameduckfiber.New(d.lc, addr, fiber.Config{ReadTimeout: time.Minute, IdleTimeout: time.Minute})
+	if err != nil {
+		return err
+	}
+	send := func(c *fiber.Ctx, code int, body any) error { return c.Status(code).JSON(body) }
+	app.Get("/", func(c *fiber.Ctx) error {
+		code, body := d.root()
+		return send(c, code, body)
+	})
+	app.Get("/slow", func(c *fiber.Ctx) error {
+		// Not c.Context(): fasthttp closes RequestCtx.Done() when the
+		// teardown begins, which would cut the sleep the drain waits for.
+		code, body, _ := d.slow(context.Background(), query(c))
+		return send(c, code, body)
+	})
+	app.Post("/write", func(c *fiber.Ctx) error {
+		code, body := d.write(query(c))
+		return send(c, code, body)
+	})
+	app.Post("/loop", func(c *fiber.Ctx) error {
+		code, body := d.loop(query(c))
+		return send(c, code, body)
+	})
+	app.Get("/ws", fiberws.New(d.fiberEcho))
+	return nil
+}
+
+// query returns the request's query as net/url would.
+func query(c *fiber.Ctx) map[string][]string {
+	q := map[string][]string{}
+	c.Context().QueryArgs().VisitAll(func(k, v []byte) { q[string(k)] = append(q[string(k)], string(v)) })
+	return q
+}
+
+// fiberEcho is serveEcho on Fiber: a WebSocket echo whose every message
+// bumps the idle drain's clock, closed with 1001 going away when the
+// lame-duck window ends.
+func (d *demo) fiberEcho(c *fiberws.Conn) {
+	// The closer writes on the connection: it must be done before the
+	// handler returns and fasthttp recycles the connection.
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	defer wg.Wait()
+	defer close(done)
+	wg.Go(func() {
+		select {
+		case <-d.lc.Drain():
+			// The client answers with its close frame and ReadMessage
+			// returns; lameduck closes the connection at the teardown
+			// budget if it never does.
+			msg := fiberws.FormatCloseMessage(fiberws.CloseGoingAway, "server shutting down")
+			if err := c.WriteControl(fiberws.CloseMessage, msg, time.Now().Add(time.Second)); err != nil {
+				d.log.Info("demo: websocket close frame not sent", "error", err.Error())
+			}
+		case <-done:
+		}
+	})
+	for {
+		typ, msg, err := c.ReadMessage()
+		if err != nil {
+			return
+		}
+		d.lc.KeepAlive()
+		if err := c.WriteMessage(typ, msg); err != nil {
+			return
+		}
+	}
+}
