@@ -95,7 +95,9 @@ func TestE2EJoinNamesTheWriteThatOverran(t *testing.T) {
 	}
 
 	code, at := p.waitExit(delay + teardown + 15*time.Second)
-	t.Logf("exit code %d, %s after SIGTERM", code, at.Sub(sig))
+	if code != 1 {
+		t.Errorf("exit code %d; want 1: a write abandoned at the join is lost work, and the exit code says so", code)
+	}
 	if d := at.Sub(sig); d >= delay+teardown+3*time.Second {
 		t.Errorf("exited %s after SIGTERM; want within delay + teardown = %s", d, delay+teardown)
 	}
