@@ -91,6 +91,13 @@ func childEnv(extra map[string]string) []string {
 // wait for the process to listen; see listening.
 func startProc(t *testing.T, env map[string]string, args ...string) *proc {
 	t.Helper()
+	return startCmd(t, env, append([]string{"demo", "--log-format", "json", "--server", demoServer(t)}, args...)...)
+}
+
+// startCmd starts `lameduck argv...` with the LAMEDUCK_* variables in env,
+// and begins reading its output.
+func startCmd(t *testing.T, env map[string]string, argv ...string) *proc {
+	t.Helper()
 	if lameduckBin == "" {
 		t.Fatal("the lameduck binary was not built; TestMain did not run")
 	}
@@ -98,7 +105,6 @@ func startProc(t *testing.T, env map[string]string, args ...string) *proc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	argv := append([]string{"demo", "--log-format", "json", "--server", demoServer(t)}, args...)
 	cmd := exec.Command(lameduckBin, argv...)
 	cmd.Env = childEnv(env)
 	// An *os.File is handed to the child as is: no copying goroutine, so

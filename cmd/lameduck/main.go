@@ -9,6 +9,15 @@
 // would; --server fiber serves the same routes (all but /events) on a
 // Fiber app through contrib/fiber. Every LAMEDUCK_* variable applies; see the README's configuration
 // table and `lameduck demo --help`.
+//
+//	lameduck demo-worker [--nats URL] [--probe-addr :9090] [--queue demo] [--loops 1] [--ack-wait 30s]
+//	                     [--epoch-source kv|static] [--epoch-poll 10s] [--embedded-addr 127.0.0.1:4223] [--store DIR]
+//	lameduck demo-worker enqueue [--n 10] [--d 200ms] [--nats URL]
+//
+// The demo worker consumes jobs from NATS JetStream (an embedded server when
+// --nats is not given) with lameduck's worker package: probes on :9090
+// that watch the consume loop, and a SIGTERM drain that loses no job. See
+// docs/runners.md.
 package main
 
 import (
@@ -32,7 +41,7 @@ func run(args []string) int {
 		Version:       versionText(),
 	}
 	root.SetVersionTemplate("{{.Version}}")
-	root.AddCommand(newDemoCommand(), newVersionCommand())
+	root.AddCommand(newDemoCommand(), newDemoWorkerCommand(), newVersionCommand())
 	root.SetArgs(args)
 	if err := root.Execute(); err != nil {
 		if _, logged := err.(exitError); !logged {

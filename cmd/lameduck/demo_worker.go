@@ -1,0 +1,290 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/lameduck/lameduck"
+	"github.com/lameduck/lameduck/worker"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+)
+
+// defaultEmbeddedAddr is where the embedded NATS server listens, beside (not
+// on) a NATS server the machine may already run on 4222.
+const defaultEmbeddedAddr = "127.0.0.1:4223"
+
+type workerOptions struct {
+	natsURL      string
+	queue        string
+	embeddedAddr string
+	store        string
+	probeAddr    string
+	probeAddrSet bool
+	logFormat    string
+	loops        int
+	ackWait      time.Duration
+	epochSource  string
+	epochPoll    time.Duration
+	stallAfter   int
+	livenessFlr  time.Duration
+}
+
+func newDemoWorkerCommand() *cobra.Command {
+	var o workerOptions
+	cmd := &cobra.Command{
+		Use:   "demo-worker",
+		Short: "Run a demo runner that consumes jobs from NATS JetStream and drains without losing one",
+		Long: `Run a demo runner built on lameduck's worker package: it consumes jobs from a
+NATS JetStream pull consumer, one at a time per loop, acknowledging each when
+it is done (in-progress acks keep a long job from being redelivered).
+
+Without --nats it starts an embedded NATS server with JetStream on
+--embedded-addr (default 127.0.0.1:4223), storing in --store, so it runs with
+no setup and its queue survives a restart. Publish jobs with
+"lameduck demo-worker enqueue --n 100 --d 200ms".
+
+Probes on --probe-addr (default :9090): GET /healthz is 503 "stalled" when an
+idle loop stops cycling; GET /readyz is 503 "starting" before the first fetch,
+"superseded" when a newer LAMEDUCK_EPOCH runs, "draining" (with "busy") after
+SIGTERM. On SIGTERM no new job is taken; LAMEDUCK_DRAIN_MODE=complete (the
+default) finishes the job in flight, bounded by LAMEDUCK_DRAIN_TIMEOUT (8h);
+LAMEDUCK_DRAIN_MODE=interrupt cancels it and NAKs it for redelivery.
+
+Every LAMEDUCK_* variable applies (LAMEDUCK_EPOCH, LAMEDUCK_EPOCH_MISMATCH_DELAY,
+LAMEDUCK_FETCH_WAIT, LAMEDUCK_TERMINATION_GRACE, ...).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.probeAddrSet = cmd.Flags().Changed("probe-addr")
+			return runDemoWorker(cmd.Context(), o)
+		},
+	}
+	f := cmd.PersistentFlags()
+	f.StringVar(&o.natsURL, "nats", "", "NATS server URL, such as nats://127.0.0.1:4222; empty: an embedded server (enqueue: the embedded server's address)")
+	f.StringVar(&o.embeddedAddr, "embedded-addr", defaultEmbeddedAddr, "listen address of the embedded NATS server")
+	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
+	f.StringVar(&o.queue, "queue", "demo", "the queue's name: stream LAMEDUCK_<queue>, subject lameduck.<queue>.jobs, consumer <queue>-worker")
+	lf := cmd.Flags()
+	lf.StringVar(&o.store, "store", filepath.Join(os.TempDir(), "lameduck-demo-worker"), "JetStream store directory of the embedded server")
+	lf.StringVar(&o.probeAddr, "probe-addr", lameduck.DefaultRunnerProbeAddr, "listen address of the probes (LAMEDUCK_PROBE_ADDR when the flag is not given)")
+	lf.IntVar(&o.loops, "loops", 1, "consume loops, each running one job at a time")
+	lf.DurationVar(&o.ackWait, "ack-wait", 30*time.Second, "the consumer's AckWait; a job in flight sends an in-progress ack every third of it")
+	lf.StringVar(&o.epochSource, "epoch-source", "kv", `where the fleet's newest LAMEDUCK_EPOCH is read: "kv" (JetStream key-value, each runner publishes its own) or "static" (never superseded)`)
+	lf.DurationVar(&o.epochPoll, "epoch-poll", worker.DefaultEpochPoll, "how often the epoch source is asked")
+	lf.IntVar(&o.stallAfter, "simulate-stall-after", 0, "stop fetching after this many fetches, as a wedged consumer would (0: never)")
+	lf.DurationVar(&o.livenessFlr, "liveness-floor", worker.DefaultLivenessFloor, "the least an idle loop may go without cycling before liveness says stalled (lower it only to try a stall quickly)")
+	_ = lf.MarkHidden("simulate-stall-after")
+	_ = lf.MarkHidden("liveness-floor")
+	cmd.AddCommand(newEnqueueCommand(&o))
+	return cmd
+}
+
+func newEnqueueCommand(o *workerOptions) *cobra.Command {
+	var n int
+	var d time.Duration
+	cmd := &cobra.Command{
+		Use:   "enqueue",
+		Short: "Publish demo jobs for demo-worker",
+		Long: `Publish --n jobs that each run for --d to the demo worker's JetStream stream,
+at --nats (default: the embedded server of a demo-worker started without
+--nats, nats://` + defaultEmbeddedAddr + `).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if n <= 0 {
+				return fmt.Errorf("--n=%d: must be positive", n)
+			}
+			if d < 0 {
+				return fmt.Errorf("--d=%s: must not be negative", d)
+			}
+			if err := checkQueue(o.queue); err != nil {
+				return err
+			}
+			url := o.natsURL
+			if url == "" {
+				url = "nats://" + o.embeddedAddr
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			nc, js, _, err := connect(ctx, url, o.queue)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			batch := time.Now().UTC().Format("150405.000")
+			for i := 1; i <= n; i++ {
+				id := fmt.Sprintf("job-%s-%04d", batch, i)
+				body, _ := json.Marshal(demoJob{ID: id, D: d.String()})
+				if _, err := js.Publish(ctx, demoSubject(o.queue), body, jetstream.WithMsgID(id)); err != nil {
+					return fmt.Errorf("publish %s: %w", id, err)
+				}
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "enqueued %d job(s) of %s on %s (ids job-%s-0001 to job-%s-%04d)\n", n, d, url, batch, batch, n)
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&n, "n", 10, "how many jobs")
+	cmd.Flags().DurationVar(&d, "d", 200*time.Millisecond, "how long each job runs")
+	return cmd
+}
+
+func runDemoWorker(ctx context.Context, o workerOptions) error {
+	log, err := newLogger(o.logFormat)
+	if err != nil {
+		return err
+	}
+	switch {
+	case o.loops < 1:
+		return fmt.Errorf("--loops=%d: must be at least 1", o.loops)
+	case o.ackWait <= 0:
+		return fmt.Errorf("--ack-wait=%s: must be positive", o.ackWait)
+	case o.epochSource != "kv" && o.epochSource != "static":
+		return fmt.Errorf(`--epoch-source=%q: use "kv" or "static"`, o.epochSource)
+	}
+	if err := checkQueue(o.queue); err != nil {
+		return err
+	}
+	cfg := lameduck.Config{Logger: log}
+	if o.probeAddrSet { // otherwise LAMEDUCK_PROBE_ADDR, then the runner default
+		cfg.ProbeAddr = o.probeAddr
+	}
+	// Settings first, so a bad LAMEDUCK_* variable stops the process before
+	// it starts a server or connects anywhere.
+	var epochs worker.EpochSource
+	wk, err := worker.New(worker.Config{Lifecycle: cfg, EpochPoll: o.epochPoll, LivenessFloor: o.livenessFlr,
+		Epochs: epochSourceFunc(func(ctx context.Context, mine uint64) (uint64, error) { return epochs.Newest(ctx, mine) })})
+	if err != nil {
+		log.Error(err.Error())
+		return exitError{err}
+	}
+	lc := wk.Lifecycle()
+
+	url := o.natsURL
+	var ns *server.Server
+	if url == "" {
+		ns, err = startEmbedded(o.embeddedAddr, o.store)
+		if err != nil {
+			log.Error("demo-worker: " + err.Error())
+			return exitError{err}
+		}
+		url = ns.ClientURL()
+		log.Info("demo-worker: embedded NATS server with JetStream", "url", url, "store", o.store)
+		if err := lc.AddCloser("embedded NATS server", func(context.Context) error {
+			ns.Shutdown()
+			ns.WaitForShutdown()
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	nc, js, st, err := connect(cctx, url, o.queue)
+	if err == nil {
+		err = lc.AddCloser("NATS connection", func(context.Context) error { nc.Close(); return nil })
+	}
+	if err != nil {
+		log.Error("demo-worker: " + err.Error())
+		if ns != nil {
+			ns.Shutdown()
+			ns.WaitForShutdown()
+		}
+		return exitError{err}
+	}
+	cons, err := st.CreateOrUpdateConsumer(cctx, jetstream.ConsumerConfig{
+		Durable:       demoConsumer(o.queue),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       o.ackWait,
+		MaxDeliver:    -1,
+		MaxAckPending: 1000,
+	})
+	if err == nil {
+		if o.epochSource == "kv" {
+			epochs, err = newKVEpochs(cctx, js, o.queue)
+		} else {
+			epochs = worker.StaticEpochs(0)
+		}
+	}
+	if err != nil {
+		err = fmt.Errorf("demo-worker: %w", err)
+		log.Error(err.Error())
+		nc.Close()
+		if ns != nil {
+			ns.Shutdown()
+			ns.WaitForShutdown()
+		}
+		return exitError{err}
+	}
+	log.Info("demo-worker: consuming", "nats", url, "stream", demoStream(o.queue), "consumer", demoConsumer(o.queue), "loops", o.loops,
+		"ack_wait", o.ackWait.String(), "epoch", lc.Config().Epoch, "epoch_source", o.epochSource, "drain_mode", lc.Config().DrainMode)
+
+	src := &natsSource{nc: nc, cons: cons, stallAfter: o.stallAfter}
+	for i := 1; i <= o.loops; i++ {
+		name := "jobs"
+		if o.loops > 1 {
+			name = fmt.Sprintf("jobs-%d", i)
+		}
+		if err := wk.AddLoop(worker.Loop{Name: name, Source: src, Handle: demoHandler(log, o.ackWait)}); err != nil {
+			return err
+		}
+	}
+	if err := wk.Run(ctx); err != nil {
+		return exitError{err}
+	}
+	return nil
+}
+
+// demoHandler runs a demo job: it sleeps the job's duration, sending an
+// in-progress ack every third of the ack wait, and stops when ctx ends.
+func demoHandler(log interface {
+	Info(string, ...any)
+	Warn(string, ...any)
+}, ackWait time.Duration) func(context.Context, worker.Job) error {
+	return func(ctx context.Context, j worker.Job) error {
+		job := j.(*natsJob)
+		if job.bad != nil {
+			log.Warn("demo-worker: dropping a malformed job", "job", job.ID(), "error", job.bad.Error())
+			return nil
+		}
+		d, err := time.ParseDuration(job.job.D)
+		if err != nil {
+			log.Warn("demo-worker: dropping a job with a bad duration", "job", job.ID(), "d", job.job.D)
+			return nil
+		}
+		began := time.Now()
+		log.Info("demo-worker: job started", "job", job.ID(), "d", d.String())
+		done := time.NewTimer(d)
+		defer done.Stop()
+		tick := time.NewTicker(ackWait / 3)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done.C:
+				log.Info("demo-worker: job done", "job", job.ID(), "took", time.Since(began).Round(time.Millisecond).String())
+				return nil
+			case <-tick.C:
+				if err := job.msg.InProgress(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+					log.Warn("demo-worker: in-progress ack failed; the job may be redelivered", "job", job.ID(), "error", err.Error())
+				}
+			case <-ctx.Done():
+				log.Info("demo-worker: job stopped; checkpointing", "job", job.ID(), "ran", time.Since(began).Round(time.Millisecond).String(),
+					"cause", strings.TrimPrefix(context.Cause(ctx).Error(), "worker: "))
+				return context.Cause(ctx)
+			}
+		}
+	}
+}
+
+// epochSourceFunc adapts a function to worker.EpochSource.
+type epochSourceFunc func(ctx context.Context, mine uint64) (uint64, error)
+
+func (f epochSourceFunc) Newest(ctx context.Context, mine uint64) (uint64, error) {
+	return f(ctx, mine)
+}

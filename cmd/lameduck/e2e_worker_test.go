@@ -1,0 +1,489 @@
+package main
+
+// End-to-end tests of `lameduck demo-worker`: the real binary against a
+// real JetStream — a private server embedded in this test process (started
+// fresh, store in a temp dir), the machine's server when it answers, and the
+// binary's own embedded server — driven by real signals.
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// jobsTimeout bounds how long a batch of jobs may take to be done.
+const jobsTimeout = 90 * time.Second
+
+// privateJetStream starts a NATS server with JetStream in this process, on
+// a free loopback port with its store in a temp dir, and returns its URL.
+func privateJetStream(t *testing.T) string {
+	t.Helper()
+	ns, err := server.NewServer(&server.Options{
+		Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Start()
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	if !ns.ReadyForConnections(embeddedStart) {
+		t.Fatalf("the test's NATS server did not accept connections within %s", embeddedStart)
+	}
+	return ns.ClientURL()
+}
+
+// machineJetStream returns the URL of the machine's NATS server
+// (LDTEST_NATS_URL, default nats://127.0.0.1:4222) when it answers with
+// JetStream; it skips the test otherwise, or fails it when CI is set.
+func machineJetStream(t *testing.T) string {
+	t.Helper()
+	url := os.Getenv("LDTEST_NATS_URL")
+	if url == "" {
+		url = "nats://127.0.0.1:4222"
+	}
+	nc, err := nats.Connect(url, nats.Timeout(2*time.Second), nats.NoReconnect())
+	if err == nil {
+		defer nc.Close()
+		var js jetstream.JetStream
+		if js, err = jetstream.New(nc); err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_, err = js.AccountInfo(ctx)
+		}
+	}
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("NATS with JetStream at %s: %v (CI is set: the server must run)", url, err)
+		}
+		t.Skipf("no NATS with JetStream at %s: %v", url, err)
+	}
+	return url
+}
+
+// uniqueQueue returns a queue name no other run uses, and on a shared
+// server removes its stream and epoch key when the test ends.
+func uniqueQueue(t *testing.T, url string) string {
+	t.Helper()
+	q := fmt.Sprintf("e2e_%d_%d", os.Getpid(), time.Now().UnixNano())
+	t.Cleanup(func() {
+		nc, err := nats.Connect(url, nats.Timeout(2*time.Second), nats.NoReconnect())
+		if err != nil {
+			return // a private server is gone already
+		}
+		defer nc.Close()
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = js.DeleteStream(ctx, demoStream(q))
+		if kv, err := js.KeyValue(ctx, epochBucket); err == nil {
+			_ = kv.Purge(ctx, q)
+		}
+	})
+	return q
+}
+
+// workerEnv is the environment of every worker the tests start: a short
+// fetch wait so a loop cycles (and turns ready) at once.
+func workerEnv(extra map[string]string) map[string]string {
+	env := map[string]string{"LAMEDUCK_FETCH_WAIT": "200ms"}
+	for k, v := range extra {
+		env[k] = v
+	}
+	return env
+}
+
+// startWorker starts `lameduck demo-worker` on url and queue q with its
+// probes on a free loopback port, and waits until /readyz answers 200.
+func startWorker(t *testing.T, url, q string, env map[string]string, args ...string) *proc {
+	t.Helper()
+	argv := append([]string{"demo-worker", "--log-format", "json", "--queue", q, "--probe-addr", "127.0.0.1:0",
+		"--ack-wait", "2s", "--epoch-poll", "200ms"}, args...)
+	if url != "" {
+		argv = append(argv, "--nats", url)
+	}
+	p := startCmd(t, workerEnv(env), argv...)
+	p.listening()
+	p.waitServing(startTimeout)
+	return p
+}
+
+// enqueue runs `lameduck demo-worker enqueue` and returns the job ids.
+func enqueue(t *testing.T, q string, n int, d time.Duration, where ...string) []string {
+	t.Helper()
+	argv := append([]string{"demo-worker", "enqueue", "--queue", q, "--n", fmt.Sprint(n), "--d", d.String()}, where...)
+	cmd := exec.Command(lameduckBin, argv...)
+	cmd.Env = childEnv(nil)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("lameduck %s: %v\n%s", strings.Join(argv, " "), err, out)
+	}
+	// "... (ids job-B-0001 to job-B-0050)"
+	_, rest, ok := strings.Cut(string(out), "(ids ")
+	first, _, ok2 := strings.Cut(rest, " to ")
+	if !ok || !ok2 {
+		t.Fatalf("enqueue said %q", out)
+	}
+	prefix := strings.TrimSuffix(first, "0001")
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%s%04d", prefix, i+1)
+	}
+	return ids
+}
+
+// jobRun is one execution of a job by one process, from its start to its end.
+type jobRun struct {
+	proc       int
+	start, end time.Time
+	outcome    string // "done", "stopped" (interrupted, then handed back) or "" (still running)
+}
+
+// ledger reads every worker's log into the runs of each job and the
+// hand-backs of jobs that were never started.
+type ledger struct {
+	runs     map[string][]jobRun
+	handedBk map[string][]string // job → the reasons of its hand-backs
+}
+
+func readLedger(t *testing.T, procs ...*proc) ledger {
+	t.Helper()
+	lg := ledger{runs: map[string][]jobRun{}, handedBk: map[string][]string{}}
+	for i, p := range procs {
+		p.mu.Lock()
+		lines := append([]logLine(nil), p.lines...)
+		p.mu.Unlock()
+		for _, l := range lines {
+			job, _ := l.rec["job"].(string)
+			if job == "" {
+				continue
+			}
+			switch m := l.msg(); {
+			case m == "demo-worker: job started":
+				lg.runs[job] = append(lg.runs[job], jobRun{proc: i, start: l.at(t)})
+			case m == "demo-worker: job done" || m == "demo-worker: job stopped; checkpointing":
+				rs := lg.runs[job]
+				if len(rs) == 0 || rs[len(rs)-1].proc != i || rs[len(rs)-1].outcome != "" {
+					t.Fatalf("process %d ended job %s it had not started: %s", i, job, l.raw)
+				}
+				rs[len(rs)-1].end = l.at(t)
+				rs[len(rs)-1].outcome = map[bool]string{true: "done", false: "stopped"}[m == "demo-worker: job done"]
+			case strings.HasPrefix(m, "lameduck: worker: job handed back: "):
+				lg.handedBk[job] = append(lg.handedBk[job], strings.TrimPrefix(m, "lameduck: worker: job handed back: "))
+			}
+		}
+	}
+	return lg
+}
+
+// done counts the jobs of ids done at least once.
+func (lg ledger) done(ids []string) int {
+	n := 0
+	for _, id := range ids {
+		for _, r := range lg.runs[id] {
+			if r.outcome == "done" {
+				n++
+				break
+			}
+		}
+	}
+	return n
+}
+
+// waitDone waits until every job of ids is done, reading the procs' logs.
+func waitDone(t *testing.T, ids []string, procs ...*proc) {
+	t.Helper()
+	deadline := time.Now().Add(jobsTimeout)
+	for {
+		lg := readLedger(t, procs...)
+		n := lg.done(ids)
+		if n == len(ids) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d jobs done after %s", n, len(ids), jobsTimeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitDoneBy waits until proc has done at least n jobs.
+func waitDoneBy(t *testing.T, p *proc, n int) {
+	t.Helper()
+	deadline := time.Now().Add(jobsTimeout)
+	for len(p.logMatches(func(l logLine) bool { return l.msg() == "demo-worker: job done" })) < n {
+		if time.Now().After(deadline) || p.hasExited() {
+			t.Fatalf("the worker did not finish %d jobs", n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// check asserts, over the whole ledger: every job done exactly once; no
+// job ran twice at once; a job ran more than once only after an
+// interruption handed it back. It returns the number of such re-runs.
+func (lg ledger) check(t *testing.T, ids []string) (duplicates int) {
+	t.Helper()
+	for _, id := range ids {
+		rs := lg.runs[id]
+		dones := 0
+		for i, r := range rs {
+			if r.outcome == "done" {
+				dones++
+			}
+			if i > 0 {
+				prev := rs[i-1]
+				if prev.outcome != "stopped" {
+					t.Errorf("job %s ran again after a run that ended %q: %+v", id, prev.outcome, rs)
+				}
+				if prev.end.IsZero() || r.start.Before(prev.end) {
+					t.Errorf("job %s ran twice at once: %+v", id, rs)
+				}
+				duplicates++
+			}
+		}
+		if dones != 1 {
+			t.Errorf("job %s done %d times: %+v", id, dones, rs)
+		}
+	}
+	return duplicates
+}
+
+func TestE2EWorkerDrainLosesNoJob(t *testing.T) {
+	servers := []struct {
+		name string
+		url  func(*testing.T) string
+	}{
+		{"private JetStream", privateJetStream},
+		{"machine JetStream", machineJetStream},
+	}
+	for _, srv := range servers {
+		for _, mode := range []string{"complete", "interrupt"} {
+			t.Run(srv.name+"/"+mode, func(t *testing.T) {
+				url := srv.url(t)
+				q := uniqueQueue(t, url)
+				env := map[string]string{"LAMEDUCK_DRAIN_MODE": mode}
+				a := startWorker(t, url, q, env)
+				ids := enqueue(t, q, 50, 100*time.Millisecond, "--nats", url)
+				waitDoneBy(t, a, 15)
+				a.signal(syscall.SIGTERM)
+				r := a.waitLog(`"draining"`, startTimeout, msgContains("lameduck: draining"))
+				if !strings.Contains(r.msg(), "taking no new job") {
+					t.Fatalf("draining line: %s", r.raw)
+				}
+				// The new worker starts while the old one drains, as a
+				// rolling update does.
+				b := startWorker(t, url, q, env)
+				if code, _ := a.waitExit(startTimeout); code != 0 {
+					t.Fatalf("the old worker exited %d", code)
+				}
+				waitDone(t, ids, a, b)
+				b.signal(syscall.SIGTERM)
+				if code, _ := b.waitExit(startTimeout); code != 0 {
+					t.Fatalf("the new worker exited %d", code)
+				}
+				lg := readLedger(t, a, b)
+				dups := lg.check(t, ids)
+				interrupted := 0
+				for _, id := range ids {
+					for _, why := range lg.handedBk[id] {
+						if strings.Contains(why, "interrupted by the drain") {
+							interrupted++
+						}
+					}
+				}
+				t.Logf("%s: 50 jobs, %d done by the old worker, %d re-run after an interruption", mode,
+					len(a.logMatches(func(l logLine) bool { return l.msg() == "demo-worker: job done" })), dups)
+				switch mode {
+				case "complete":
+					if dups != 0 || interrupted != 0 {
+						t.Fatalf("complete mode: %d re-runs, %d interruptions; want none", dups, interrupted)
+					}
+					// The job in flight at the signal finished on the old worker.
+					sig, _ := a.findLog(msgContains("lameduck: draining"))
+					if _, ok := a.findLog(func(l logLine) bool {
+						return l.msg() == "demo-worker: job done" && !l.at(t).Before(sig.at(t))
+					}); !ok {
+						t.Log("no job was in flight at the signal") // possible between two jobs; the counts above still hold
+					}
+				case "interrupt":
+					if dups != interrupted {
+						t.Fatalf("interrupt mode: %d re-runs but %d interruptions", dups, interrupted)
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestE2EWorkerStalledLoopFailsLiveness(t *testing.T) {
+	url := privateJetStream(t)
+	q := uniqueQueue(t, url)
+	p := startWorker(t, url, q, map[string]string{"LAMEDUCK_FETCH_WAIT": "50ms"},
+		"--simulate-stall-after", "5", "--liveness-floor", "1s")
+	deadline := time.Now().Add(startTimeout)
+	var r reply
+	for {
+		r = p.get("/healthz")
+		if r.code == 503 {
+			break
+		}
+		if r.code != 200 || time.Now().After(deadline) {
+			t.Fatalf("GET /healthz = %s; want 200 until 503 stalled", r)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if r.status() != "stalled" || r.body["loop"] != "jobs" || r.body["threshold"] != "1s" {
+		t.Fatalf("GET /healthz = %s; want 503 stalled naming loop jobs", r)
+	}
+	idle, err := time.ParseDuration(r.body["idle_for"].(string))
+	if err != nil || idle < time.Second {
+		t.Fatalf("idle_for %v: want at least the 1s threshold", r.body["idle_for"])
+	}
+	p.want("/readyz", 200, "ok") // readiness is not liveness
+	p.signal(syscall.SIGTERM)
+	if code, _ := p.waitExit(startTimeout); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+}
+
+func TestE2EWorkerEpochBumpSupersedesTheOldFleet(t *testing.T) {
+	url := privateJetStream(t)
+	q := uniqueQueue(t, url)
+	env := map[string]string{"LAMEDUCK_EPOCH_MISMATCH_DELAY": "1s"}
+	old := startWorker(t, url, q, map[string]string{"LAMEDUCK_EPOCH": "1", "LAMEDUCK_EPOCH_MISMATCH_DELAY": "1s"})
+	first := enqueue(t, q, 5, 50*time.Millisecond, "--nats", url)
+	waitDone(t, first, old)
+
+	// A runner of the next epoch publishes it: the old one is superseded.
+	env["LAMEDUCK_EPOCH"] = "2"
+	next := startWorker(t, url, q, env)
+	deadline := time.Now().Add(startTimeout)
+	for r := old.get("/readyz"); r.status() != "superseded"; r = old.get("/readyz") {
+		if r.code != 200 || time.Now().After(deadline) {
+			t.Fatalf("old worker GET /readyz = %s; want 200 until 503 superseded", r)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	r := old.want("/readyz", 503, "superseded")
+	if r.body["epoch"] != float64(1) || r.body["newest_epoch"] != float64(2) {
+		t.Fatalf("old worker GET /readyz = %s", r)
+	}
+	old.want("/healthz", 200, "ok")
+	next.want("/readyz", 200, "ok")
+
+	// With the new runner gone, every job reaches the old one: each is
+	// handed back unstarted, with the mismatch delay.
+	next.signal(syscall.SIGTERM)
+	if code, _ := next.waitExit(startTimeout); code != 0 {
+		t.Fatalf("the new worker exited %d", code)
+	}
+	ids := enqueue(t, q, 5, 50*time.Millisecond, "--nats", url)
+	deadline = time.Now().Add(jobsTimeout)
+	for {
+		lg := readLedger(t, old)
+		back := 0
+		for _, id := range ids {
+			if len(lg.handedBk[id]) > 0 {
+				back++
+			}
+		}
+		if back == len(ids) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d jobs handed back by the superseded worker", back, len(ids))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	lg := readLedger(t, old)
+	for _, id := range ids {
+		if len(lg.runs[id]) != 0 {
+			t.Fatalf("the superseded worker ran job %s", id)
+		}
+		for _, why := range lg.handedBk[id] {
+			if !strings.Contains(why, "superseded: epoch 1 < newest 2") || !strings.Contains(why, "delayed 1s") {
+				t.Fatalf("job %s handed back because %q", id, why)
+			}
+		}
+	}
+	// A runner of the new epoch takes them.
+	next2 := startWorker(t, url, q, env)
+	waitDone(t, ids, old, next, next2)
+	all := append(append([]string(nil), first...), ids...)
+	if dups := readLedger(t, old, next, next2).check(t, all); dups != 0 {
+		t.Fatalf("%d re-runs", dups)
+	}
+	for _, p := range []*proc{old, next2} {
+		p.signal(syscall.SIGTERM)
+		if code, _ := p.waitExit(startTimeout); code != 0 {
+			t.Fatalf("exit %d", code)
+		}
+	}
+}
+
+// freeAddr returns a loopback address with a port free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// The binary's own embedded server: no setup, and its store carries the
+// queue across a restart.
+func TestE2EWorkerEmbeddedServerAcrossRestart(t *testing.T) {
+	addr, store := freeAddr(t), t.TempDir()
+	args := []string{"--embedded-addr", addr, "--store", store}
+	a := startWorker(t, "", "demo", nil, args...)
+	if _, ok := a.findLog(msgContains("embedded NATS server with JetStream")); !ok {
+		t.Fatal("no embedded server line")
+	}
+	ids := enqueue(t, "demo", 12, 150*time.Millisecond, "--embedded-addr", addr)
+	waitDoneBy(t, a, 4)
+	a.signal(syscall.SIGTERM)
+	if code, _ := a.waitExit(startTimeout); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	b := startWorker(t, "", "demo", nil, args...)
+	waitDone(t, ids, a, b)
+	if dups := readLedger(t, a, b).check(t, ids); dups != 0 {
+		t.Fatalf("%d re-runs in complete mode", dups)
+	}
+	b.signal(syscall.SIGTERM)
+	if code, _ := b.waitExit(startTimeout); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+}
+
+// A job longer than the ack wait is kept by in-progress acks: a second
+// loop of the same consumer, idle and fetching, never gets it while it runs.
+func TestE2EWorkerLongJobKeptByInProgressAcks(t *testing.T) {
+	url := privateJetStream(t)
+	q := uniqueQueue(t, url)
+	p := startWorker(t, url, q, nil, "--loops", "3", "--ack-wait", "1s")
+	ids := enqueue(t, q, 2, 2500*time.Millisecond, "--nats", url)
+	waitDone(t, ids, p)
+	if dups := readLedger(t, p).check(t, ids); dups != 0 {
+		t.Fatalf("%d re-runs", dups)
+	}
+	p.signal(syscall.SIGTERM)
+	if code, _ := p.waitExit(startTimeout); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+}
