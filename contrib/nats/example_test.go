@@ -1,0 +1,59 @@
+package ldnats_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"os"
+
+	ldnats "github.com/lameduck/lameduck/contrib/nats"
+	"github.com/lameduck/lameduck/health"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
+
+// A critical check of the bus and of JetStream, against a NATS server
+// embedded in the process for the example. In a service, pass the check to
+// Lifecycle.AddCheck instead of a Checker of its own:
+//
+//	lc.AddCheck(ldnats.CheckJetStream(health.Check{Name: "bus", Critical: true}, nc))
+func ExampleCheckJetStream() {
+	dir, err := os.MkdirTemp("", "ldnats-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ns.Start()
+	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
+	if !ns.ReadyForConnections(10e9) {
+		log.Fatal("the embedded server did not start")
+	}
+
+	// nats.go reconnects by itself; the check reports RECONNECTING meanwhile.
+	nc, err := nats.Connect(ns.ClientURL(), nats.MaxReconnects(-1))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer nc.Close()
+
+	c := health.NewChecker(health.CheckerOptions{})
+	if err := c.AddCheck(ldnats.CheckJetStream(health.Check{Name: "bus", Critical: true}, nc)); err != nil {
+		log.Fatal(err)
+	}
+	rep, err := c.Run(context.Background(), "", nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(rep.Status, rep.Checks["bus"])
+
+	nc.Close()
+	rep, _ = c.Run(context.Background(), "", nil)
+	fmt.Println(rep.Status, rep.Checks["bus"])
+	// Output:
+	// ok ok
+	// failed error: lameduck: nats: the connection is CLOSED, not CONNECTED (last server (none))
+}

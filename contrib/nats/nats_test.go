@@ -1,0 +1,161 @@
+package ldnats_test
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lameduck/lameduck/contrib/internal/contribtest"
+	ldnats "github.com/lameduck/lameduck/contrib/nats"
+	"github.com/lameduck/lameduck/health"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func connect(t testing.TB, url string) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond),
+		nats.Timeout(2*time.Second), nats.NoCallbacksAfterClientClose())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// The shared NATS server of this machine, with JetStream.
+func TestCheckRealServer(t *testing.T) {
+	srv := contribtest.NATS
+	nc, err := nats.Connect(srv.Addr(), nats.Timeout(5*time.Second))
+	if err != nil {
+		srv.Missing(t, err)
+	}
+	t.Cleanup(nc.Close)
+	r := contribtest.Serve(t,
+		ldnats.Check(health.Check{Name: "bus", Critical: true}, nc),
+		ldnats.CheckJetStream(health.Check{Name: "js", Critical: true}, nc))
+	a := r.Probe(t)
+	a.Want(t, "the shared NATS", 200, "ok", "bus", "ok")
+	a.Want(t, "the shared NATS", 200, "ok", "js", "ok")
+}
+
+// embedded is a NATS server of the test's own, in process, on a fixed free
+// port so that it can be shut down and started again where clients
+// reconnect.
+type embedded struct {
+	t    testing.TB
+	opts *server.Options
+	s    *server.Server
+}
+
+func startEmbedded(t testing.TB, jetStream bool) *embedded {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	e := &embedded{t: t, opts: &server.Options{Host: "127.0.0.1", Port: port, NoLog: true, NoSigs: true,
+		JetStream: jetStream, StoreDir: t.TempDir()}}
+	e.start()
+	t.Cleanup(e.stop)
+	return e
+}
+
+func (e *embedded) url() string { return "nats://127.0.0.1:" + strconv.Itoa(e.opts.Port) }
+
+func (e *embedded) start() {
+	e.t.Helper()
+	s, err := server.NewServer(e.opts)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		e.t.Fatal("embedded NATS server not ready within 10s")
+	}
+	e.s = s
+}
+
+func (e *embedded) stop() {
+	if e.s != nil {
+		e.s.Shutdown()
+		e.s.WaitForShutdown()
+		e.s = nil
+	}
+}
+
+// reconnected waits until nc has reconnected since it had made before
+// reconnects: nats.go notices a lost server and redials in the background
+// (ReconnectWait 50ms here), and the check reports the connection's truth
+// until it has.
+func reconnected(t testing.TB, nc *nats.Conn, before uint64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for nc.Stats().Reconnects <= before || nc.Status() != nats.CONNECTED {
+		if time.Now().After(deadline) {
+			t.Fatalf("nats.go did not reconnect within 10s: %s", nc.Status())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// An embedded server shut down and started again; behind a proxy of the
+// test's own that stalls; JetStream asked for.
+func TestFaults(t *testing.T) {
+	var e *embedded
+	var proxy *contribtest.Proxy
+	var nc *nats.Conn
+	contribtest.Faults{
+		Check: func(t testing.TB, name string, critical bool) health.Check {
+			e = startEmbedded(t, true)
+			proxy = contribtest.NewProxy(t, "127.0.0.1:"+strconv.Itoa(e.opts.Port))
+			nc = connect(t, "nats://"+proxy.Addr())
+			return ldnats.CheckJetStream(health.Check{Name: name, Critical: critical, Timeout: time.Second}, nc)
+		},
+		Down: func(testing.TB) { e.stop() },
+		Up: func(t testing.TB) {
+			before := nc.Stats().Reconnects
+			if e.s == nil {
+				e.start()
+			} else {
+				proxy.Restore()
+			}
+			reconnected(t, nc, before)
+		},
+		Stall: func(testing.TB) { proxy.Stall() },
+	}.Run(t)
+}
+
+// A server without JetStream passes Check and fails CheckJetStream.
+func TestJetStreamNotEnabled(t *testing.T) {
+	e := startEmbedded(t, false)
+	nc := connect(t, e.url())
+	r := contribtest.Serve(t,
+		ldnats.Check(health.Check{Name: "bus", Critical: true}, nc),
+		ldnats.CheckJetStream(health.Check{Name: "js"}, nc))
+	a := r.Probe(t)
+	a.Want(t, "no JetStream", 200, "degraded", "bus", "ok")
+	a.Want(t, "no JetStream", 200, "degraded", "js", "error")
+}
+
+// A closed connection is named.
+func TestClosed(t *testing.T) {
+	e := startEmbedded(t, false)
+	nc := connect(t, e.url())
+	nc.Close()
+	err := ldnats.Check(health.Check{Name: "bus"}, nc).Func(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "CLOSED") {
+		t.Fatalf("a closed connection: %v", err)
+	}
+	if ldnats.Check(health.Check{Name: "bus"}, nil).Func(context.Background()) == nil {
+		t.Fatal("a nil connection passed")
+	}
+}
