@@ -28,6 +28,7 @@ var census = map[string]string{
 	"(*Lifecycle).GoLoop":      "the loop (cancelled at the signal; the join waits for it or names it)",
 	"(*Lifecycle).callUntil":   "a drain hook or closer (waited for until its deadline, else named once)",
 	"(*Lifecycle).withTimeout": "a deadline on an injected fake clock (ends with its context); none on the system clock",
+	"(*tracker).refresh":       "the coarse clock's timer callback (reads the clock and returns; re-armed only while requests keep arriving, never after the signal)",
 }
 
 var frameRE = regexp.MustCompile(`(?m)^github\.com/lameduck/lameduck\.(\(\*?\w+\)\.\w+|\w+)(?:\.func\d+)*(?:\.\d+)*\(`)
