@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -33,7 +34,8 @@ func newDemoCommand() *cobra.Command {
 --server fiber, on a Fiber (gofiber/fiber v2) app driven by the same
 Lifecycle (every route below but /events).
 
-Routes: GET / (a small JSON answer), GET /ws (a WebSocket echo that closes
+Routes: GET / (a small JSON answer), POST /echo (answers with the size of the
+body it read), GET /ws (a WebSocket echo that closes
 with 1001 going away when the window ends), GET /events (server-sent events,
 one every 100ms, ending with a final "bye" event when the window ends), GET /slow?d=DURATION (answers after d, at
 most 10m), POST /write?name=NAME&d=DURATION (a background write of d, joined at
@@ -139,6 +141,16 @@ func (d *demo) root() (int, any) {
 	return http.StatusOK, map[string]any{"service": "lameduck demo", "host": host, "phase": d.lc.Phase().String()}
 }
 
+// echo answers POST /echo with the size of the body it read: a request with
+// a body, which a client cannot safely send twice (lameduck rollout's POSTs).
+func (d *demo) echo(body io.Reader) (int, any) {
+	n, err := io.Copy(io.Discard, io.LimitReader(body, 1<<20))
+	if err != nil {
+		return http.StatusBadRequest, map[string]any{"error": err.Error()}
+	}
+	return http.StatusOK, map[string]any{"read": n}
+}
+
 // slow answers GET /slow?d=: it sleeps d, or until ctx ends (the client
 // left, or the connection was cut), and reports ok=false then.
 func (d *demo) slow(ctx context.Context, q map[string][]string) (code int, body any, ok bool) {
@@ -209,6 +221,10 @@ func (d *demo) addHTTP(addr string) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		code, body := d.root()
+		writeJSON(w, code, body)
+	})
+	mux.HandleFunc("POST /echo", func(w http.ResponseWriter, r *http.Request) {
+		code, body := d.echo(r.Body)
 		writeJSON(w, code, body)
 	})
 	mux.HandleFunc("GET /slow", func(w http.ResponseWriter, r *http.Request) {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"sync"
 	"time"
@@ -28,6 +29,10 @@ func (d *demo) addFiber(addr string) error {
 		// Not c.Context(): fasthttp closes RequestCtx.Done() when the
 		// teardown begins, which would cut the sleep the drain waits for.
 		code, body, _ := d.slow(context.Background(), query(c))
+		return send(c, code, body)
+	})
+	app.Post("/echo", func(c *fiber.Ctx) error {
+		code, body := d.echo(bytes.NewReader(c.Body()))
 		return send(c, code, body)
 	})
 	app.Post("/write", func(c *fiber.Ctx) error {

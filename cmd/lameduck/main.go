@@ -1,7 +1,8 @@
-// Command lameduck runs lameduck's demo service and, later, its tools.
+// Command lameduck runs lameduck's demo service and its tools.
 //
 //	lameduck demo [--addr :8080] [--server http|fiber] [--startup-delay 0s] [--log-format text|json]
 //	              [--simulate-check NAME=MODE[,critical]]... [--check-tcp|--check-http|--check-dns NAME=TARGET[,critical]]...
+//	lameduck rollout [flags] -- COMMAND ARGS...   (docs/rollout.md)
 //
 // The demo serves GET /, GET /slow?d=DURATION, POST /write, POST /loop,
 // GET /ws (a WebSocket echo) and GET /events (server-sent events) behind the
@@ -21,6 +22,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 
@@ -41,10 +43,14 @@ func run(args []string) int {
 		Version:       versionText(),
 	}
 	root.SetVersionTemplate("{{.Version}}")
-	root.AddCommand(newDemoCommand(), newDemoWorkerCommand(), newVersionCommand())
+	root.AddCommand(newDemoCommand(), newDemoWorkerCommand(), newVersionCommand(), newRolloutCommand())
 	root.SetArgs(args)
 	if err := root.Execute(); err != nil {
-		if _, logged := err.(exitError); !logged {
+		if errors.As(err, new(usageError)) {
+			fmt.Fprintln(os.Stderr, "lameduck:", err)
+			return 2 // the command could not do its work: bad flags or unreadable input
+		}
+		if !errors.As(err, new(exitError)) { // an exitError was already logged or reported
 			fmt.Fprintln(os.Stderr, "lameduck:", err)
 		}
 		return 1

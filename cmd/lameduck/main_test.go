@@ -14,6 +14,11 @@ import (
 // end-to-end tests run as a child process.
 var lameduckBin string
 
+// refserverBin is the reference server of testdata/refserver (a plain
+// net/http server that shuts down with no lame-duck window), built by
+// TestMain for the rollout tests.
+var refserverBin string
+
 // TestMain builds the command into a temporary directory, runs the tests,
 // and then checks that no test left a goroutine behind (stderr readers,
 // process waiters, HTTP transports): every goroutine is joined.
@@ -36,6 +41,12 @@ func testMain(m *testing.M) int {
 	build := exec.Command("go", "build", "-o", lameduckBin, ".")
 	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: go build -o %s .: %v\n%s", lameduckBin, err, out)
+		return 1
+	}
+	refserverBin = filepath.Join(dir, "refserver")
+	build = exec.Command("go", "build", "-o", refserverBin, "./testdata/refserver")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: go build -o %s ./testdata/refserver: %v\n%s", refserverBin, err, out)
 		return 1
 	}
 

@@ -1,0 +1,312 @@
+package rollout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// replica is one copy of the command under test: a child process on its own
+// loopback port, probed like a pod by the kubelet.
+type replica struct {
+	id    int    // 1, 2, … in start order
+	round int    // the rolling restart that started it; 0 for the first set
+	port  int    // the port substituted for {port}
+	addr  string // "127.0.0.1:port"
+	cmd   *exec.Cmd
+	log   string // the path of its combined stdout and stderr
+	pool  *pool  // the L7 balancer's keep-alive connections to it
+
+	exited chan struct{} // closed when the process has exited
+
+	mu       sync.Mutex // guards the fields below
+	ready    bool       // the readiness poller's verdict (failure threshold applied)
+	removed  bool       // the endpoint-removal delay has passed after SIGTERM
+	events   []event    // the replica's timeline
+	exitCode int        // valid once exited is closed; -1 for a signal
+	killed   bool       // SIGKILLed at the grace period
+	requests int        // requests routed to it (as the client saw them)
+	failed   int        // of which failed
+}
+
+// event is one step of a replica's life, at an offset from the start of the
+// rollout.
+type event struct {
+	At   time.Duration
+	What string // one of the ev* constants
+}
+
+const (
+	evStarted = "started"
+	evIn      = "in rotation" // the balancer routes to it
+	evOut     = "out of rotation"
+	evSigterm = "SIGTERM"
+	evRemoved = "endpoint removed"
+	evExited  = "exited"
+	evKilled  = "SIGKILL"
+)
+
+// inRotation reports whether the balancer may route a new request (L7) or
+// a new connection (L4) to r.
+func (r *replica) inRotationLocked() bool { return r.ready && !r.removed }
+
+// firstAt returns the offset of r's first event named what, and whether it
+// happened.
+func (r *replica) firstAt(what string) (time.Duration, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, e := range r.events {
+		if e.What == what {
+			return e.At, true
+		}
+	}
+	return 0, false
+}
+
+// freePort asks the kernel for a free loopback port. Another process may
+// take it before the replica binds it; the replica then fails to become
+// ready and the rollout says so.
+func freePort(used map[int]bool) (int, error) {
+	for range 20 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		_ = ln.Close()
+		if !used[port] {
+			return port, nil
+		}
+	}
+	return 0, errors.New("no free loopback port found")
+}
+
+// expandArgs replaces {port} in every argument.
+func expandArgs(args []string, port int) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		out[i] = strings.ReplaceAll(a, "{port}", strconv.Itoa(port))
+	}
+	return out
+}
+
+// startReplica starts the command for replica id on port, with its output
+// in a file under logDir. The process gets env on top of this process's
+// environment, plus PORT.
+func (ro *rollout) startReplica(round int) (*replica, error) {
+	ro.mu.Lock()
+	ro.nextID++
+	id := ro.nextID
+	port, err := freePort(ro.usedPorts)
+	if err == nil {
+		ro.usedPorts[port] = true
+	}
+	ro.mu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("lameduck rollout: replica %d: %w", id, err)
+	}
+	args := expandArgs(ro.opt.Command, port)
+	logPath := filepath.Join(ro.logDir, fmt.Sprintf("replica-%d.log", id))
+	out, err := os.Create(logPath)
+	if err != nil {
+		return nil, fmt.Errorf("lameduck rollout: replica %d: %w", id, err)
+	}
+	defer out.Close() // the child holds its own copy
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Env = append(os.Environ(), ro.opt.Env...)
+	cmd.Env = append(cmd.Env, "PORT="+strconv.Itoa(port))
+	cmd.Stdout, cmd.Stderr = out, out
+	r := &replica{
+		id: id, round: round, port: port, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+		cmd: cmd, log: logPath, exited: make(chan struct{}),
+	}
+	r.pool = &pool{addr: r.addr, timeout: ro.opt.upstreamTimeout()}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("lameduck rollout: start %q: %w", strings.Join(args, " "), err)
+	}
+	r.mark(ro.since(), evStarted)
+	ro.mu.Lock()
+	ro.replicas = append(ro.replicas, r)
+	ro.mu.Unlock()
+
+	ro.wg.Go(func() {
+		err := cmd.Wait()
+		code := 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode() // -1 when a signal ended it
+		}
+		r.mu.Lock()
+		r.exitCode = code
+		r.events = append(r.events, event{ro.since(), evExited})
+		r.mu.Unlock()
+		close(r.exited)
+		r.pool.close()
+	})
+	ro.wg.Go(func() { ro.probe(r) })
+	return r, nil
+}
+
+// mark appends an event to r's timeline.
+func (r *replica) mark(at time.Duration, what string) {
+	r.mu.Lock()
+	r.events = append(r.events, event{at, what})
+	r.mu.Unlock()
+}
+
+// probe polls r's readiness path every ProbePeriod, the way the kubelet runs
+// a readinessProbe (successThreshold 1, failureThreshold ProbeFailures, a
+// new connection each time), and moves r in and out of rotation. It returns
+// when r has exited or the rollout is over.
+func (ro *rollout) probe(r *replica) {
+	client := &http.Client{
+		Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true},
+		Timeout:   ro.opt.ProbeTimeout,
+	}
+	defer client.CloseIdleConnections()
+	url := "http://" + r.addr + ro.opt.ProbePath
+	tick := time.NewTicker(ro.opt.ProbePeriod)
+	defer tick.Stop()
+	failures := 0
+	for {
+		ok := false
+		req, err := http.NewRequestWithContext(ro.ctx, http.MethodGet, url, nil)
+		if err == nil {
+			if resp, err := client.Do(req); err == nil {
+				_ = resp.Body.Close()
+				ok = resp.StatusCode >= 200 && resp.StatusCode < 400 // the kubelet's rule for httpGet
+			}
+		}
+		if ok {
+			failures = 0
+			ro.setReady(r, true)
+		} else if failures++; failures >= ro.opt.ProbeFailures {
+			ro.setReady(r, false)
+		}
+		r.mu.Lock()
+		removed := r.removed
+		r.mu.Unlock()
+		if removed {
+			return // out of the endpoints for good: nobody probes it any more
+		}
+		select {
+		case <-tick.C:
+		case <-ro.ctx.Done():
+			return
+		}
+	}
+}
+
+// setReady records the readiness verdict and the rotation change it makes.
+func (ro *rollout) setReady(r *replica, ready bool) {
+	r.mu.Lock()
+	before := r.inRotationLocked()
+	r.ready = ready
+	ro.noteRotationLocked(r, before)
+	r.mu.Unlock()
+}
+
+// noteRotationLocked logs a change of r's rotation since before.
+func (ro *rollout) noteRotationLocked(r *replica, before bool) {
+	switch now := r.inRotationLocked(); {
+	case now && !before:
+		r.events = append(r.events, event{ro.since(), evIn})
+	case !now && before:
+		r.events = append(r.events, event{ro.since(), evOut})
+	}
+}
+
+// terminate does what deleting a pod does: SIGTERM now, and in parallel,
+// unsynchronised, endpoint removal after a delay drawn from the removal
+// range; SIGKILL if the process is still running after the grace period.
+// It does not wait.
+func (ro *rollout) terminate(r *replica) {
+	delay := ro.removalDelay()
+	r.mark(ro.since(), evSigterm)
+	if err := r.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		ro.warnf("replica %d: SIGTERM: %v", r.id, err)
+	}
+	ro.wg.Go(func() {
+		t := time.NewTimer(delay)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ro.ctx.Done():
+		}
+		r.mu.Lock()
+		before := r.inRotationLocked()
+		r.removed = true
+		r.events = append(r.events, event{ro.since(), evRemoved})
+		ro.noteRotationLocked(r, before)
+		r.mu.Unlock()
+	})
+	ro.wg.Go(func() {
+		t := time.NewTimer(ro.opt.Grace)
+		defer t.Stop()
+		select {
+		case <-r.exited:
+		case <-t.C:
+			r.mu.Lock()
+			r.killed = true
+			r.events = append(r.events, event{ro.since(), evKilled})
+			r.mu.Unlock()
+			_ = r.cmd.Process.Kill()
+		}
+	})
+}
+
+// kill ends a replica at once (cleanup after a failed start).
+func (r *replica) kill() {
+	_ = r.cmd.Process.Kill()
+}
+
+// waitReady waits until r is in rotation, r exits, the timeout passes or
+// ctx ends.
+func (ro *rollout) waitReady(ctx context.Context, r *replica) error {
+	deadline := time.NewTimer(ro.opt.StartTimeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		r.mu.Lock()
+		in := r.inRotationLocked()
+		r.mu.Unlock()
+		if in {
+			return nil
+		}
+		select {
+		case <-tick.C:
+		case <-r.exited:
+			return fmt.Errorf("lameduck rollout: replica %d (%s) exited with code %d before it was ready%s",
+				r.id, strings.Join(r.cmd.Args, " "), r.exitCode, logTail(r.log))
+		case <-deadline.C:
+			return fmt.Errorf("lameduck rollout: replica %d (%s) not ready on %s%s within --start-timeout %s; is {port} in the command, and does it serve %s?%s",
+				r.id, strings.Join(r.cmd.Args, " "), r.addr, ro.opt.ProbePath, ro.opt.StartTimeout, ro.opt.ProbePath, logTail(r.log))
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// logTail returns the last lines of a replica's output, for an error.
+func logTail(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil || len(b) == 0 {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > 10 {
+		lines = lines[len(lines)-10:]
+	}
+	return "; its last output:\n\t" + strings.Join(lines, "\n\t")
+}

@@ -1,0 +1,243 @@
+package rollout
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	vegeta "github.com/tsenart/vegeta/v12/lib"
+)
+
+// Report is the outcome of a rollout. Its JSON form is what
+// `lameduck rollout --format json` prints; times are seconds (float) from the
+// start of the rollout, latencies milliseconds.
+type Report struct {
+	Command  []string `json:"command"`
+	Mode     string   `json:"mode"`
+	Replicas int      `json:"replicas"`
+	Rounds   int      `json:"rounds"`
+	Rate     int      `json:"rate"`
+	Seed     uint64   `json:"seed"`
+	// RemovalDelay is the range the endpoint-removal delays were drawn from.
+	RemovalDelay [2]string `json:"removal_delay"`
+	// LoadSeconds is how long the load ran.
+	LoadSeconds float64 `json:"load_seconds"`
+
+	Requests  int `json:"requests"`
+	Succeeded int `json:"succeeded"`
+	Failed    int `json:"failed"`
+	// Failures counts failed requests by kind: every kind of Kinds, zero
+	// included.
+	Failures map[string]int `json:"failures"`
+	// Resent counts requests the client's HTTP transport sent a second time
+	// on a new connection after the first one broke (net/http does this for
+	// idempotent requests); they are not failures, but a client that does
+	// not retry would have failed them.
+	Resent int `json:"resent"`
+	// StatusCodes counts answers by HTTP status ("0": none).
+	StatusCodes map[string]int `json:"status_codes"`
+	// Latency of every request, failed ones included (vegeta's metrics).
+	Latency Latency `json:"latency_ms"`
+
+	ReplicaReports []ReplicaReport `json:"replica_reports"`
+	// FirstFailures are up to 20 failed requests, earliest first.
+	FirstFailures []Failure `json:"first_failures"`
+
+	// samples are kept for the HTML report.
+	samples []sample
+	load    [2]float64
+}
+
+// Latency holds percentiles in milliseconds.
+type Latency struct {
+	Mean float64 `json:"mean"`
+	P50  float64 `json:"p50"`
+	P90  float64 `json:"p90"`
+	P99  float64 `json:"p99"`
+	Max  float64 `json:"max"`
+}
+
+// ReplicaReport is one replica's life. A time that did not happen is null.
+type ReplicaReport struct {
+	ID    int `json:"id"`
+	Round int `json:"round"`
+	Port  int `json:"port"`
+	// Started: the process was started. Ready: first put in rotation.
+	// Sigterm: SIGTERM sent. OutOfRotation: the balancer stopped routing to
+	// it after SIGTERM (readiness or removal, whichever came first).
+	// Removed: the endpoint-removal delay passed. Exited: the process ended.
+	Started       *float64 `json:"started"`
+	Ready         *float64 `json:"ready"`
+	Sigterm       *float64 `json:"sigterm"`
+	OutOfRotation *float64 `json:"out_of_rotation"`
+	Removed       *float64 `json:"removed"`
+	Exited        *float64 `json:"exited"`
+	// SigtermToExit is Exited − Sigterm, in seconds.
+	SigtermToExit *float64 `json:"sigterm_to_exit"`
+	ExitCode      int      `json:"exit_code"`
+	Killed        bool     `json:"killed"`
+	Requests      int      `json:"requests"`
+	Failed        int      `json:"failed"`
+	Log           string   `json:"log,omitempty"`
+
+	events []event
+}
+
+// Failure is one failed request.
+type Failure struct {
+	At      float64 `json:"at"`
+	Method  string  `json:"method"`
+	Kind    string  `json:"kind"`
+	Replica int     `json:"replica"`
+	Error   string  `json:"error"`
+}
+
+func secs(d time.Duration) float64 { return float64(d.Microseconds()) / 1e6 }
+func ms(d time.Duration) float64   { return float64(d.Microseconds()) / 1e3 }
+
+func (ro *rollout) report(samples []sample, m *vegeta.Metrics, seed uint64, loadStart, loadEnd time.Duration) *Report {
+	slices.SortFunc(samples, func(a, b sample) int { return int(a.At - b.At) })
+	rep := &Report{
+		Command: ro.opt.Command, Mode: ro.opt.Mode, Replicas: ro.opt.Replicas, Rounds: ro.opt.Rounds,
+		Rate: ro.opt.Rate, Seed: seed, LoadSeconds: secs(loadEnd - loadStart),
+		RemovalDelay: [2]string{ro.opt.RemovalMin.String(), ro.opt.RemovalMax.String()},
+		Failures:     map[string]int{}, StatusCodes: m.StatusCodes,
+		Latency: Latency{Mean: ms(m.Latencies.Mean), P50: ms(m.Latencies.P50), P90: ms(m.Latencies.P90),
+			P99: ms(m.Latencies.P99), Max: ms(m.Latencies.Max)},
+		samples: samples, load: [2]float64{secs(loadStart), secs(loadEnd)},
+	}
+	for _, k := range Kinds {
+		rep.Failures[k] = 0
+	}
+	perReplica := map[int]*[2]int{}
+	for _, s := range samples {
+		rep.Requests++
+		c := perReplica[s.Replica]
+		if c == nil {
+			c = new([2]int)
+			perReplica[s.Replica] = c
+		}
+		c[0]++
+		if s.Resent {
+			rep.Resent++
+		}
+		if s.Kind == "" {
+			rep.Succeeded++
+			continue
+		}
+		c[1]++
+		rep.Failed++
+		rep.Failures[s.Kind]++
+		if len(rep.FirstFailures) < 20 {
+			rep.FirstFailures = append(rep.FirstFailures, Failure{At: secs(s.At), Method: s.Method, Kind: s.Kind, Replica: s.Replica, Error: s.Error})
+		}
+	}
+	ro.mu.Lock()
+	replicas := slices.Clone(ro.replicas)
+	ro.mu.Unlock()
+	for _, r := range replicas {
+		r.mu.Lock()
+		rr := ReplicaReport{ID: r.id, Round: r.round, Port: r.port, ExitCode: r.exitCode, Killed: r.killed,
+			events: slices.Clone(r.events)}
+		r.mu.Unlock()
+		if ro.opt.LogDir != "" {
+			rr.Log = r.log
+		}
+		at := func(what string, after *float64) *float64 {
+			for _, e := range rr.events {
+				if e.What == what && (after == nil || secs(e.At) >= *after) {
+					v := secs(e.At)
+					return &v
+				}
+			}
+			return nil
+		}
+		rr.Started, rr.Ready, rr.Sigterm = at(evStarted, nil), at(evIn, nil), at(evSigterm, nil)
+		rr.Removed, rr.Exited = at(evRemoved, nil), at(evExited, nil)
+		if rr.Sigterm != nil {
+			rr.OutOfRotation = at(evOut, rr.Sigterm)
+			if rr.Exited != nil {
+				v := *rr.Exited - *rr.Sigterm
+				rr.SigtermToExit = &v
+			}
+		}
+		if c := perReplica[r.id]; c != nil {
+			rr.Requests, rr.Failed = c[0], c[1]
+		}
+		rep.ReplicaReports = append(rep.ReplicaReports, rr)
+	}
+	return rep
+}
+
+// WriteJSON writes the report as one indented JSON object.
+func (rep *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(rep)
+}
+
+// WriteText writes the report for a person.
+func (rep *Report) WriteText(w io.Writer) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "lameduck rollout: %s\n", strings.Join(rep.Command, " "))
+	fmt.Fprintf(&b, "  %d replicas × %d rounds (%d restarts), %s balancer, %d req/s for %.1fs, endpoint removal %s–%s after SIGTERM (seed %d)\n",
+		rep.Replicas, rep.Rounds, rep.Replicas*rep.Rounds, strings.ToUpper(rep.Mode), rep.Rate, rep.LoadSeconds,
+		rep.RemovalDelay[0], rep.RemovalDelay[1], rep.Seed)
+	fmt.Fprintf(&b, "requests   %d   succeeded %d   failed %d\n", rep.Requests, rep.Succeeded, rep.Failed)
+	kinds := make([]string, 0, len(Kinds))
+	for _, k := range Kinds {
+		kinds = append(kinds, fmt.Sprintf("%s %d", k, rep.Failures[k]))
+	}
+	fmt.Fprintf(&b, "failures   %s\n", strings.Join(kinds, " · "))
+	fmt.Fprintf(&b, "re-sent    %d (sent again by the client's transport on a new connection)\n", rep.Resent)
+	codes := make([]string, 0, len(rep.StatusCodes))
+	for c, n := range rep.StatusCodes {
+		codes = append(codes, fmt.Sprintf("%s×%d", c, n))
+	}
+	slices.Sort(codes)
+	fmt.Fprintf(&b, "statuses   %s\n", strings.Join(codes, " "))
+	fmt.Fprintf(&b, "latency    mean %s  p50 %s  p90 %s  p99 %s  max %s\n",
+		fmtMS(rep.Latency.Mean), fmtMS(rep.Latency.P50), fmtMS(rep.Latency.P90), fmtMS(rep.Latency.P99), fmtMS(rep.Latency.Max))
+	b.WriteString("replicas (seconds from the start)\n")
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  id\tround\tready\tSIGTERM\tout of LB\texited\tSIGTERM→exit\texit\trequests\tfailed\t")
+	for _, r := range rep.ReplicaReports {
+		code := strconv.Itoa(r.ExitCode)
+		if r.Killed {
+			code = "SIGKILL"
+		}
+		fmt.Fprintf(tw, "  %d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t\n", r.ID, r.Round, fmtSec(r.Ready), fmtSec(r.Sigterm),
+			fmtSec(r.OutOfRotation), fmtSec(r.Exited), fmtSec(r.SigtermToExit), code, r.Requests, r.Failed)
+	}
+	_ = tw.Flush()
+	if len(rep.FirstFailures) > 0 {
+		b.WriteString("first failures\n")
+		for _, f := range rep.FirstFailures {
+			fmt.Fprintf(&b, "  %7.3fs  %-4s %-8s replica %d: %s\n", f.At, f.Method, f.Kind, f.Replica, f.Error)
+		}
+		fmt.Fprintf(&b, "FAIL: %d of %d requests failed\n", rep.Failed, rep.Requests)
+	} else {
+		fmt.Fprintf(&b, "PASS: none of %d requests failed\n", rep.Requests)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func fmtSec(v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fs", *v)
+}
+
+func fmtMS(v float64) string {
+	if v >= 1000 {
+		return fmt.Sprintf("%.2fs", v/1000)
+	}
+	return fmt.Sprintf("%.1fms", v)
+}

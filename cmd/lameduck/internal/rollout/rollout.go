@@ -1,0 +1,377 @@
+// Package rollout runs a command through simulated Kubernetes rolling
+// restarts under load and counts every request that failed: the engine of
+// `lameduck rollout` (docs/rollout.md).
+//
+// It starts Replicas copies of the command on loopback ports, puts a load
+// balancer in front of them that polls each one's readiness path the way
+// the kubelet runs a readinessProbe, and sends open-loop load through it
+// with vegeta's attacker. Each rolling restart starts one surge replica,
+// waits until it is in rotation, then does to an old one what deleting a
+// pod does: SIGTERM at once and, in parallel and unsynchronised, removal
+// from the balancer after a delay drawn from a range (the endpoints
+// controller and kube-proxy catching up, 1–10s in a real cluster; see
+// https://kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/#pod-termination).
+// A server that stops accepting before the balancer has forgotten it
+// fails requests; one with a lame-duck window longer than the removal
+// delay fails none.
+package rollout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	vegeta "github.com/tsenart/vegeta/v12/lib"
+)
+
+// Balancer modes.
+const (
+	// ModeL7 is an ingress: it terminates the client's HTTP connection and
+	// sends each request to a replica in rotation over its own keep-alive
+	// pool, without retrying a failed one.
+	ModeL7 = "l7"
+	// ModeL4 is kube-proxy: each client connection is pinned to the
+	// replica in rotation when it was opened, for its whole life.
+	ModeL4 = "l4"
+)
+
+// Options configures a rollout. Durations are time.Duration; every field
+// has the default given by the `lameduck rollout` flag of the same name.
+type Options struct {
+	// Command is the command of one replica; "{port}" in any argument is
+	// replaced by the replica's port (PORT is set in its environment too).
+	Command []string
+	// Env is added to every replica's environment ("KEY=value").
+	Env []string
+
+	Replicas int    // replicas kept serving; ≥ 1
+	Rounds   int    // rolling restarts of every replica; ≥ 1
+	Mode     string // ModeL7 or ModeL4
+	Rate     int    // requests per second, open loop; ≥ 1
+	GetPath  string // the path of GET requests; "" sends none
+	PostPath string // the path of POST requests; "" sends none
+
+	ProbePath     string        // the readiness path polled; default /readyz
+	ProbePeriod   time.Duration // between polls of one replica
+	ProbeFailures int           // consecutive failures that take a replica out
+	ProbeTimeout  time.Duration // per poll
+
+	// RemovalMin and RemovalMax bound the delay after SIGTERM at which the
+	// balancer forgets a replica, drawn uniformly for each replica.
+	RemovalMin, RemovalMax time.Duration
+	// Grace is terminationGracePeriodSeconds: SIGKILL after it.
+	Grace time.Duration
+	// StartTimeout bounds the wait for a new replica to be in rotation.
+	StartTimeout time.Duration
+	// Timeout bounds each request of the load.
+	Timeout time.Duration
+	// Warmup and Cooldown are load before the first restart and after the
+	// last replica exited.
+	Warmup, Cooldown time.Duration
+	// Seed seeds the removal delays; 0 picks one.
+	Seed uint64
+	// LogDir keeps each replica's output in LogDir/replica-N.log; "" uses a
+	// temporary directory removed at the end.
+	LogDir string
+
+	// Progress, when set, is called about four times a second and at each
+	// step with the restarts done, the total, and the requests and failures
+	// so far.
+	Progress func(done, total, requests, failed int)
+	// Warn receives problems that do not stop the rollout. Default: none.
+	Warn func(string)
+}
+
+// Validate reports the first option that cannot work, naming the flag.
+func (o *Options) Validate() error {
+	switch {
+	case len(o.Command) == 0:
+		return errors.New("no command: write it after --, such as: lameduck rollout -- lameduck demo --addr 127.0.0.1:{port}")
+	case !slices.ContainsFunc(o.Command, func(a string) bool { return strings.Contains(a, "{port}") }):
+		return fmt.Errorf("the command %q has no {port}: each replica needs its own port, such as --addr 127.0.0.1:{port}", strings.Join(o.Command, " "))
+	case o.Replicas < 1:
+		return fmt.Errorf("--replicas=%d: must be at least 1", o.Replicas)
+	case o.Rounds < 1:
+		return fmt.Errorf("--rounds=%d: must be at least 1", o.Rounds)
+	case o.Mode != ModeL7 && o.Mode != ModeL4:
+		return fmt.Errorf("--mode=%q: use l7 (an ingress) or l4 (kube-proxy)", o.Mode)
+	case o.Rate < 1:
+		return fmt.Errorf("--rate=%d: must be at least 1 request per second", o.Rate)
+	case o.GetPath == "" && o.PostPath == "":
+		return errors.New("--get and --post are both empty: no load to send")
+	case o.ProbePeriod <= 0 || o.ProbeTimeout <= 0 || o.ProbeFailures < 1:
+		return errors.New("--probe-period and --probe-timeout must be positive, --probe-failures at least 1")
+	case o.RemovalMin < 0 || o.RemovalMax < o.RemovalMin:
+		return fmt.Errorf("--removal-delay=%s-%s: must be MIN-MAX with 0 ≤ MIN ≤ MAX, such as 1s-3s", o.RemovalMin, o.RemovalMax)
+	case o.Grace <= 0 || o.StartTimeout <= 0 || o.Timeout <= 0:
+		return errors.New("--grace, --start-timeout and --timeout must be positive")
+	case o.Warmup < 0 || o.Cooldown < 0:
+		return errors.New("--warmup and --cooldown must not be negative")
+	}
+	return nil
+}
+
+// upstreamTimeout is the L7 balancer's per-request bound, a little under
+// the client's, so that the balancer, not the client, reports a timeout.
+func (o *Options) upstreamTimeout() time.Duration { return o.Timeout * 9 / 10 }
+
+// rollout is one run.
+type rollout struct {
+	opt    Options
+	ctx    context.Context
+	start  time.Time
+	logDir string
+	rnd    *rand.Rand // guarded by mu
+	warn   func(string)
+
+	wg sync.WaitGroup // every goroutine the run starts
+
+	mu        sync.Mutex // guards the fields below and rnd
+	replicas  []*replica // every replica started, alive or not
+	nextID    int
+	usedPorts map[int]bool
+	rr        int // round-robin position
+}
+
+func (ro *rollout) since() time.Duration { return time.Since(ro.start) }
+
+func (ro *rollout) warnf(format string, args ...any) {
+	if ro.warn != nil {
+		ro.warn(fmt.Sprintf(format, args...))
+	}
+}
+
+// removalDelay draws the endpoint-removal delay of one terminated replica.
+func (ro *rollout) removalDelay() time.Duration {
+	ro.mu.Lock()
+	defer ro.mu.Unlock()
+	span := ro.opt.RemovalMax - ro.opt.RemovalMin
+	if span <= 0 {
+		return ro.opt.RemovalMin
+	}
+	return ro.opt.RemovalMin + time.Duration(ro.rnd.Int64N(int64(span)+1))
+}
+
+// ErrSetup wraps every error of Run that happened before or outside the
+// load: the command could not start, a replica never became ready. The
+// command exits 2 on it.
+var ErrSetup = errors.New("rollout could not run")
+
+// Run performs the rollout and returns its report. It returns an error
+// wrapping ErrSetup when the replicas could not be started or a surge
+// replica never became ready (the report is then nil), and ctx's error if
+// ctx ended first. Failed requests are not an error: they are in the
+// report. Every process it started has exited when it returns.
+func Run(ctx context.Context, opt Options) (*Report, error) {
+	if err := opt.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ro := &rollout{opt: opt, ctx: ctx, start: time.Now(), usedPorts: map[int]bool{}, warn: opt.Warn}
+	seed := opt.Seed
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	ro.rnd = rand.New(rand.NewPCG(seed, seed))
+	ro.logDir = opt.LogDir
+	if ro.logDir == "" {
+		dir, err := os.MkdirTemp("", "lameduck-rollout-")
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrSetup, err)
+		}
+		defer os.RemoveAll(dir)
+		ro.logDir = dir
+	} else if err := os.MkdirAll(ro.logDir, 0o755); err != nil {
+		return nil, fmt.Errorf("%w: --logs: %w", ErrSetup, err)
+	}
+	// Every replica is stopped and every goroutine joined on the way out,
+	// whatever happened.
+	defer func() {
+		ro.stopAll()
+		cancel()
+		ro.wg.Wait()
+	}()
+
+	// The balancer's front.
+	var client *http.Client
+	var target string
+	rec := &recorder{since: ro.since}
+	switch opt.Mode {
+	case ModeL7:
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrSetup, err)
+		}
+		front := &http.Server{Handler: http.HandlerFunc(ro.serveL7), ReadHeaderTimeout: 10 * time.Second}
+		ro.wg.Go(func() { _ = front.Serve(ln) })
+		defer front.Close()
+		target = "http://" + ln.Addr().String()
+		rec.next = &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 10000, DisableCompression: true}
+	case ModeL4:
+		target = "http://service.rollout.invalid"
+		rec.next = &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 10000, DisableCompression: true, DialContext: ro.dialL4}
+	}
+	client = &http.Client{Transport: rec, Timeout: opt.Timeout}
+	defer rec.next.(*http.Transport).CloseIdleConnections()
+
+	// The first set, all ready before any load.
+	current := make([]*replica, 0, opt.Replicas)
+	for range opt.Replicas {
+		r, err := ro.startReplica(0)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrSetup, err)
+		}
+		current = append(current, r)
+	}
+	for _, r := range current {
+		if err := ro.waitReady(ctx, r); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrSetup, err)
+		}
+	}
+
+	// Open-loop load for the whole rollout.
+	loadStart := ro.since()
+	attacker := vegeta.NewAttacker(vegeta.Client(client), vegeta.MaxBody(-1))
+	results := attacker.Attack(ro.targeter(target), vegeta.Rate{Freq: opt.Rate, Per: time.Second}, 0, "rollout")
+	var metrics vegeta.Metrics // written by the goroutine below until metricsDone
+	metricsDone := make(chan struct{})
+	ro.wg.Go(func() {
+		defer close(metricsDone)
+		for res := range results {
+			metrics.Add(res)
+		}
+		metrics.Close()
+	})
+	defer attacker.Stop()
+
+	total := opt.Rounds * opt.Replicas
+	done := 0
+	progress := func() {
+		if opt.Progress != nil {
+			n, failed := rec.counts()
+			opt.Progress(done, total, n, failed)
+		}
+	}
+	stopTicker := make(chan struct{})
+	ro.wg.Go(func() {
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				progress()
+			case <-stopTicker:
+				return
+			}
+		}
+	})
+	defer func() {
+		select {
+		case <-stopTicker:
+		default:
+			close(stopTicker)
+		}
+	}()
+
+	if err := sleepCtx(ctx, opt.Warmup); err != nil {
+		return nil, err
+	}
+	var terminated []*replica
+	for round := 1; round <= opt.Rounds; round++ {
+		for i, old := range current {
+			surge, err := ro.startReplica(round)
+			if err != nil {
+				return nil, fmt.Errorf("%w: %w", ErrSetup, err)
+			}
+			if err := ro.waitReady(ctx, surge); err != nil {
+				return nil, fmt.Errorf("%w: %w", ErrSetup, err)
+			}
+			ro.terminate(old)
+			terminated = append(terminated, old)
+			current[i] = surge
+			done++
+			progress()
+		}
+	}
+	for _, r := range terminated {
+		select {
+		case <-r.exited:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	if err := sleepCtx(ctx, opt.Cooldown); err != nil {
+		return nil, err
+	}
+	attacker.Stop()
+	loadEnd := ro.since()
+	<-metricsDone // the attacker closes results once its last request has ended
+	close(stopTicker)
+	progress()
+
+	ro.stopAll()
+	return ro.report(rec.all(), &metrics, seed, loadStart, loadEnd), nil
+}
+
+// targeter alternates GET and POST requests to the balancer's front.
+func (ro *rollout) targeter(base string) vegeta.Targeter {
+	var mu sync.Mutex
+	n := 0
+	return func(t *vegeta.Target) error {
+		mu.Lock()
+		n++
+		post := ro.opt.GetPath == "" || (ro.opt.PostPath != "" && n%2 == 0)
+		mu.Unlock()
+		t.Header = http.Header{}
+		if post {
+			t.Method, t.URL = http.MethodPost, base+ro.opt.PostPath
+			t.Body = []byte(`{"rollout":"lameduck"}`)
+			t.Header.Set("Content-Type", "application/json")
+		} else {
+			t.Method, t.URL = http.MethodGet, base+ro.opt.GetPath
+		}
+		return nil
+	}
+}
+
+// stopAll takes every replica out of rotation and ends those still
+// running: the ones the rollout terminated get the rest of their grace
+// period (then SIGKILL), the final set, which the measurement is done
+// with, is killed at once.
+func (ro *rollout) stopAll() {
+	ro.mu.Lock()
+	all := slices.Clone(ro.replicas)
+	ro.mu.Unlock()
+	for _, r := range all {
+		r.mu.Lock()
+		r.removed = true
+		r.mu.Unlock()
+		if _, ok := r.firstAt(evSigterm); !ok {
+			r.mark(ro.since(), evKilled)
+			r.kill()
+		}
+	}
+	for _, r := range all {
+		<-r.exited // terminate's own timer SIGKILLs at the grace period
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,121 @@
+package rollout
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestClassify(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{&net.OpError{Op: "dial", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}, KindRefused},
+		{&net.OpError{Op: "read", Err: os.NewSyscallError("read", syscall.ECONNRESET)}, KindReset},
+		{&net.OpError{Op: "write", Err: os.NewSyscallError("write", syscall.EPIPE)}, KindReset},
+		{fmt.Errorf("reading: %w", io.ErrUnexpectedEOF), KindEOF},
+		{io.EOF, KindEOF},
+		{errors.New("http: server closed idle connection"), KindEOF},
+		{os.ErrDeadlineExceeded, KindTimeout},
+		{fmt.Errorf("dial: %w", errNoEndpoint), KindNoEndpoint},
+		{errors.New("something else"), KindOther},
+	} {
+		if got := classify(c.err); got != c.want {
+			t.Errorf("classify(%v) = %s, want %s", c.err, got, c.want)
+		}
+	}
+}
+
+func TestValidate(t *testing.T) {
+	good := Options{Command: []string{"srv", "--port={port}"}, Replicas: 1, Rounds: 1, Mode: ModeL7, Rate: 1,
+		GetPath: "/", ProbePath: "/readyz", ProbePeriod: time.Second, ProbeFailures: 1, ProbeTimeout: time.Second,
+		RemovalMin: time.Second, RemovalMax: time.Second, Grace: time.Second, StartTimeout: time.Second, Timeout: time.Second}
+	if err := good.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		change func(*Options)
+		want   string
+	}{
+		{func(o *Options) { o.Command = nil }, "no command"},
+		{func(o *Options) { o.Command = []string{"srv"} }, "has no {port}"},
+		{func(o *Options) { o.Replicas = 0 }, "--replicas=0"},
+		{func(o *Options) { o.Mode = "l3" }, `--mode="l3"`},
+		{func(o *Options) { o.RemovalMin = 2 * time.Second }, "--removal-delay"},
+		{func(o *Options) { o.GetPath = "" }, "no load"},
+	} {
+		o := good
+		c.change(&o)
+		if err := o.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("got %v, want an error containing %q", err, c.want)
+		}
+	}
+}
+
+// TestPoolNeverRetries: a keep-alive connection that the server closes is
+// a failed request for the L7 balancer (as for an ingress without retries),
+// never silently re-sent, and the next request dials afresh.
+func TestPoolNeverRetries(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns := make(chan net.Conn, 4)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns <- c
+		}
+	}()
+	defer func() { _ = ln.Close(); <-done }()
+
+	p := &pool{addr: ln.Addr().String(), timeout: 5 * time.Second}
+	defer p.close()
+	answer := func(c net.Conn) {
+		buf := make([]byte, 4096)
+		_, _ = c.Read(buf)
+		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+	}
+	errc := make(chan error, 1)
+	go func() {
+		_, _, err := p.roundTrip(http.MethodGet, "/", http.Header{}, nil)
+		errc <- err
+	}()
+	first := <-conns
+	answer(first)
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	_ = first.Close() // the server closes the idle keep-alive connection
+	_, _, err = p.roundTrip(http.MethodGet, "/", http.Header{}, nil)
+	if err == nil || classify(err) != KindEOF && classify(err) != KindReset {
+		t.Fatalf("request on the closed connection: %v (%s); want EOF or reset, not a retry", err, classify(err))
+	}
+	go func() {
+		_, _, err := p.roundTrip(http.MethodGet, "/", http.Header{}, nil)
+		errc <- err
+	}()
+	second := <-conns
+	answer(second)
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	_ = second.Close()
+}
