@@ -47,6 +47,7 @@ func TestE2EFiber(t *testing.T) {
 		{"DefaultJoinWaitsForTheWrite", TestE2EDefaultJoinWaitsForTheWrite},
 		{"JoinNamesTheWriteThatOverran", TestE2EJoinNamesTheWriteThatOverran},
 		{"SlowRejectsBadDurations", TestE2ESlowRejectsBadDurations},
+		{"RollingRestartZeroFailures", TestE2ERollingRestartZeroFailures},
 	} {
 		t.Run(tc.name, tc.run)
 	}
