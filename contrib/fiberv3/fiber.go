@@ -1,0 +1,136 @@
+// Package lameduckfiberv3 runs a Fiber v3 (github.com/gofiber/fiber/v3) app under
+// a lameduck Lifecycle, with the same probes and the same drain as a
+// net/http server registered with Lifecycle.AddServer:
+//
+//   - [Middleware], installed before any other handler, answers /healthz,
+//     /readyz (with /readyz/<check>, ?verbose, ?exclude and
+//     application/health+json), /startupz and /prestop with the very
+//     handler net/http servers use, so bodies and headers are the same byte
+//     for byte; and it tracks every other request as in flight, without
+//     allocating, so the teardown waits for it, the idle drain counts it,
+//     and the budget names it if it has to cut it. From the shutdown signal
+//     on, responses carry Connection: close and WebSocket upgrades are
+//     refused 503 with Retry-After, so clients reconnect elsewhere; in
+//     reject mode (LAMEDUCK_SEND_RETRY_AFTER) every new request is.
+//   - [AddApp] registers the app with the Lifecycle: Run binds its listener,
+//     serves it with App.Listener, and stops it with
+//     App.ShutdownWithContext under the teardown budget, then closes what is
+//     left; what is cut is named in the log with method, path and age.
+//   - [New] does both for a new app.
+//
+// It is the twin of contrib/fiber (Fiber v2): the same functions, for Fiber
+// v3's API (fiber.Ctx is an interface, App.Listener takes a ListenConfig,
+// the fasthttp request is Ctx.RequestCtx()).
+//
+// Handlers that stream (server-sent events, WebSockets) watch
+// Lifecycle.Drain() to finish when the lame-duck window ends. See the
+// operations guide, docs/probes-and-shutdown.md, for the sequence.
+package lameduckfiberv3
+
+import (
+	"net"
+
+	"github.com/gofiber/fiber/v3"
+	"github.com/gofiber/fiber/v3/middleware/adaptor"
+	"github.com/lameduck/lameduck"
+)
+
+// New returns a Fiber app configured by config (its zero value when
+// omitted), with [Middleware] installed as its first handler, and registered
+// with lc by [AddApp] to be served on addr (such as ":8080") when lc.Run
+// runs, without Fiber's startup banner: the Lifecycle logs the listening
+// line. Register routes on the app as usual; do not call its
+// Listen, Listener or Shutdown methods.
+//
+// It returns AddApp's error (lameduck.ErrAlreadyRunning once Run has
+// started, or an error naming an empty addr).
+func New(lc *lameduck.Lifecycle, addr string, config ...fiber.Config) (*fiber.App, error) {
+	var cfg fiber.Config
+	if len(config) > 0 {
+		cfg = config[0]
+	}
+	app := fiber.New(cfg)
+	app.Use(Middleware(lc))
+	if err := AddApp(lc, app, addr, nil); err != nil {
+		return nil, err
+	}
+	return app, nil
+}
+
+// AddApp registers app with lc, as Lifecycle.AddServer does an
+// *http.Server: Run binds addr (or uses ln when not nil), serves app on it
+// with App.Listener, and in the teardown, beside the HTTP servers and under
+// the same budget, calls App.ShutdownWithContext (its listener closes, idle
+// keep-alive connections close, requests in flight finish); at the budget it
+// closes every connection still open, WebSockets included, and names the
+// requests it cut. Install [Middleware] first on app, or its requests are
+// neither tracked nor told to close, and the probes are not mounted.
+//
+// It returns the error of Lifecycle.AddServerFuncs: an error naming an
+// empty addr with a nil ln, or lameduck.ErrAlreadyRunning once Run has
+// started.
+func AddApp(lc *lameduck.Lifecycle, app *fiber.App, addr string, ln net.Listener) error {
+	return lc.AddServerFuncs(lameduck.ServerFuncs{
+		Name: "fiber",
+		Addr: addr,
+		Serve: func(ln net.Listener) error {
+			// The Lifecycle logs the listening line; no signal handling of
+			// Fiber's own (GracefulContext unset): the Lifecycle stops it.
+			return app.Listener(ln, fiber.ListenConfig{DisableStartupMessage: true})
+		},
+		Shutdown: app.ShutdownWithContext,
+		// No Close: fasthttp has no forced stop; the Lifecycle closes
+		// the connections accepted on the listener it handed to Serve.
+	}, ln)
+}
+
+// Middleware returns the request-tracking middleware for lc. Install it
+// first, before authentication, rate limits and routes (app.Use before any
+// other handler; [New] does): a request that reaches a route before it is
+// not tracked, and a probe must not need credentials. Per request it:
+//
+//   - answers the probe paths with lc.ProbeHandler() (through Fiber's
+//     net/http adaptor: the same renderer as net/http, so the same bodies
+//     and headers), unless Config.ProbeAddr gives the probes a listener of
+//     their own;
+//   - refuses, with 503, Retry-After: 1, Connection: close and a text
+//     body, a WebSocket upgrade that arrives after the shutdown signal, and
+//     every new request in reject mode;
+//   - marks the response Connection: close from the shutdown signal on
+//     (fasthttp's RequestCtx.SetConnectionClose), so a keep-alive client
+//     moves to a fresh connection;
+//   - tracks the request from its arrival until the next handlers have
+//     returned (a panic included), or, for a connection they hijacked (a
+//     WebSocket upgraded by github.com/gofiber/contrib/websocket), until
+//     that connection closes. Tracking costs no allocation
+//     (BenchmarkMiddleware).
+//
+// It is safe for concurrent use.
+func Middleware(lc *lameduck.Lifecycle) fiber.Handler {
+	probes := adaptor.HTTPHandler(lc.ProbeHandler())
+	return func(c fiber.Ctx) error {
+		fc := c.RequestCtx()
+		upgrade := lc.Phase() >= lameduck.PhaseDraining && len(fc.Request.Header.Peek(fiber.HeaderUpgrade)) > 0
+		tr, v := lc.TrackRequest(c.Method(), c.Path(), upgrade)
+		switch {
+		case v.Probe:
+			return probes(c)
+		case v.Refuse != "":
+			fc.Response.Header.Set(fiber.HeaderRetryAfter, lameduck.RetryAfterSeconds)
+			fc.Response.Header.Set(fiber.HeaderXContentTypeOptions, "nosniff")
+			fc.SetConnectionClose()
+			fc.SetContentType("text/plain; charset=utf-8")
+			fc.SetStatusCode(fiber.StatusServiceUnavailable)
+			fc.SetBodyString(v.Refuse + "\n")
+			return nil
+		case v.Close:
+			fc.SetConnectionClose()
+		}
+		defer func() {
+			if !fc.Hijacked() || !tr.Hijacked(fc.Conn()) {
+				tr.End()
+			}
+		}()
+		return c.Next()
+	}
+}

@@ -1,0 +1,465 @@
+package lameduckfiberv3_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gofiber/fiber/v3"
+	"github.com/lameduck/lameduck"
+	lameduckfiber "github.com/lameduck/lameduck/contrib/fiberv3"
+	"github.com/lameduck/lameduck/health"
+	"github.com/lameduck/lameduck/lameducktest"
+	"github.com/valyala/fasthttp"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	// Two goroutines of fasthttp's own, not ours: its worker-pool cleaner
+	// notices that its server stopped only when it wakes, up to
+	// MaxIdleWorkerDuration (10s) later; and its process-wide Date-header
+	// ticker, started once on first use, runs for the life of the process.
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"))
+}
+
+// logBuffer is a goroutine-safe log sink.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+type rig struct {
+	t     *testing.T
+	lc    *lameduck.Lifecycle
+	clk   *lameducktest.Clock
+	logs  *logBuffer
+	app   *fiber.App
+	base  string // the Fiber app's URL
+	wait  func() error
+	httpB string // a net/http server's URL on the same Lifecycle, when asked for
+}
+
+// newRig returns a Lifecycle on a fake clock with a Fiber app registered
+// by lameduckfiber.New on a loopback listener; routes adds the app's
+// routes. withHTTP also registers a net/http server on the same Lifecycle.
+func newRig(t *testing.T, cfg lameduck.Config, withHTTP bool, routes func(app *fiber.App)) *rig {
+	t.Helper()
+	r := &rig{t: t, logs: &logBuffer{}}
+	cfg.Logger = slog.New(slog.NewTextHandler(r.logs, nil))
+	r.lc, r.clk = lameducktest.New(t, cfg)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.app = fiber.New()
+	r.app.Use(lameduckfiber.Middleware(r.lc))
+	if routes != nil {
+		routes(r.app)
+	}
+	if err := lameduckfiber.AddApp(r.lc, r.app, "", ln); err != nil {
+		t.Fatal(err)
+	}
+	r.base = "http://" + ln.Addr().String()
+	if withHTTP {
+		hl, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.lc.AddServer(&http.Server{Handler: http.NotFoundHandler()}, hl); err != nil {
+			t.Fatal(err)
+		}
+		r.httpB = "http://" + hl.Addr().String()
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("logs:\n%s", r.logs)
+		}
+	})
+	return r
+}
+
+func (r *rig) start() { r.wait = lameducktest.Start(r.t, r.lc) }
+
+type answer struct {
+	code   int
+	header http.Header
+	body   string
+	close  bool
+}
+
+func do(t *testing.T, c *http.Client, method, url string, hdr map[string]string) answer {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return answer{resp.StatusCode, resp.Header, string(b), resp.Close}
+}
+
+func client(t *testing.T) *http.Client {
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, Timeout: 10 * time.Second}
+}
+
+func (a answer) status(t *testing.T, code int, word string) {
+	t.Helper()
+	if a.code != code || !strings.Contains(a.body, `"status":"`+word+`"`) {
+		t.Fatalf("got %d %s; want %d status %q", a.code, a.body, code, word)
+	}
+}
+
+// stamps are the only bytes allowed to differ between two probe answers
+// taken a moment apart: a check result's observation time.
+var stamps = regexp.MustCompile(`"time":"[^"]*"`)
+
+// TestProbesAreByteIdenticalToNetHTTP asks the same questions of the probes
+// on a Fiber app and on a net/http server registered with the same
+// Lifecycle, in every phase, and compares status, headers (all but Date)
+// and bodies.
+func TestProbesAreByteIdenticalToNetHTTP(t *testing.T) {
+	r := newRig(t, lameduck.Config{ShutdownDelay: 5 * time.Second, PreStop: true, Version: "v1.2.3", Commit: "abc"}, true, nil)
+	if err := r.lc.AddCheck(health.Check{Name: "db", Critical: true, Func: func(context.Context) error { return nil }}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.lc.AddCheck(health.Check{Name: "cache", Func: func(context.Context) error { return errors.New("connection refused") }}); err != nil {
+		t.Fatal(err)
+	}
+	c := client(t)
+	type q struct {
+		method, path string
+		hdr          map[string]string
+	}
+	healthJSON := map[string]string{"Accept": "application/health+json"}
+	questions := []q{
+		{"GET", "/healthz", nil}, {"HEAD", "/healthz", nil}, {"POST", "/healthz", nil},
+		{"GET", "/startupz", nil}, {"GET", "/readyz", nil}, {"HEAD", "/readyz", nil}, {"DELETE", "/readyz", nil},
+		{"GET", "/readyz?verbose", nil}, {"GET", "/readyz?verbose=1&exclude=cache", nil},
+		{"GET", "/readyz?exclude=nope", nil}, {"GET", "/readyz/db", nil}, {"GET", "/readyz/cache", nil},
+		{"GET", "/readyz/nope", nil}, {"GET", "/readyz/nope?verbose", nil}, {"GET", "/readyz", healthJSON},
+		{"HEAD", "/prestop", nil},
+	}
+	compare := func(phase string) {
+		t.Helper()
+		for _, x := range questions {
+			f := do(t, c, x.method, r.base+x.path, x.hdr)
+			h := do(t, c, x.method, r.httpB+x.path, x.hdr)
+			what := phase + ": " + x.method + " " + x.path
+			if f.code != h.code {
+				t.Errorf("%s: Fiber %d, net/http %d", what, f.code, h.code)
+			}
+			if fb, hb := stamps.ReplaceAllString(f.body, `"time":"T"`), stamps.ReplaceAllString(h.body, `"time":"T"`); fb != hb {
+				t.Errorf("%s: bodies differ:\nFiber:    %q\nnet/http: %q", what, f.body, h.body)
+			}
+			for _, hdr := range [][]http.Header{{f.header, h.header}, {h.header, f.header}} {
+				for k, v := range hdr[0] {
+					if k == "Date" {
+						continue
+					}
+					if !slices.Equal(v, hdr[1][k]) {
+						t.Errorf("%s: header %s: Fiber %q, net/http %q", what, k, f.header[k], h.header[k])
+					}
+				}
+			}
+		}
+	}
+	r.start()
+	compare("serving")
+	r.lc.BeginShutdown("test")
+	compare("draining")
+	r.clk.WaitForTimers(context.Background(), 1)
+	r.clk.Advance(5 * time.Second)
+	if err := r.wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDrainOnFiber: a request in flight at the signal completes with 200
+// while /readyz is 503 draining and /healthz 200 on the same listener;
+// requests in the window are served with Connection: close; the teardown
+// waits for the request, then Run returns nil.
+func TestDrainOnFiber(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	r := newRig(t, lameduck.Config{ShutdownDelay: 2 * time.Second, ShutdownTeardown: 10 * time.Second}, false, func(app *fiber.App) {
+		app.Get("/slow", func(c fiber.Ctx) error {
+			close(entered)
+			<-release
+			return c.SendString("slept")
+		})
+		app.Get("/", func(c fiber.Ctx) error { return c.SendString("hello") })
+	})
+	r.start()
+	c := client(t)
+	do(t, c, "GET", r.base+"/readyz", nil).status(t, 200, "ok")
+	if a := do(t, c, "GET", r.base+"/", nil); a.code != 200 || a.close {
+		t.Fatalf("before the signal: %d close=%v", a.code, a.close)
+	}
+	slow := make(chan answer, 1)
+	go func() { slow <- do(t, client(t), "GET", r.base+"/slow", nil) }()
+	<-entered
+	if got := r.lc.InFlight(); len(got) != 1 || got[0].Method != "GET" || got[0].Path != "/slow" {
+		t.Fatalf("InFlight = %+v; want GET /slow", got)
+	}
+	r.lc.BeginShutdown("test")
+	do(t, c, "GET", r.base+"/readyz", nil).status(t, 503, "draining")
+	do(t, c, "GET", r.base+"/healthz", nil).status(t, 200, "ok")
+	// The keep-alive connection used above is told to close, and the
+	// next request goes on a fresh one, still served.
+	if a := do(t, c, "GET", r.base+"/", nil); a.code != 200 || !a.close || a.body != "hello" {
+		t.Fatalf("in the window: %d close=%v %q; want 200 with Connection: close", a.code, a.close, a.body)
+	}
+	if a := do(t, c, "GET", r.base+"/", nil); a.code != 200 {
+		t.Fatalf("the next request in the window: %d", a.code)
+	}
+	r.clk.WaitForTimers(context.Background(), 1)
+	r.clk.Advance(2 * time.Second)
+	<-r.lc.Events().WindowEnded.Done()
+	if r.lc.Events().HTTPDrained.Fired() {
+		t.Fatal("the drain ended with a request in flight")
+	}
+	close(release)
+	if a := <-slow; a.code != 200 || a.body != "slept" {
+		t.Fatalf("the in-flight request got %d %q", a.code, a.body)
+	}
+	if err := r.wait(); err != nil {
+		t.Fatalf("Run = %v; want a clean drain", err)
+	}
+	if _, err := c.Get(r.base + "/"); err == nil {
+		t.Fatal("the Fiber listener still accepts after Run returned")
+	}
+}
+
+// TestStuckRequestIsCutAndNamed: a request that outlives the teardown
+// budget is cut, named with method, path and age, and Run's error wraps
+// context.DeadlineExceeded (a non-zero exit).
+func TestStuckRequestIsCutAndNamed(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	defer close(release)
+	r := newRig(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 3 * time.Second}, false, func(app *fiber.App) {
+		app.Post("/stuck", func(c fiber.Ctx) error {
+			close(entered)
+			// Ignores everything (fasthttp closes RequestCtx.Done() when
+			// the teardown starts, so it is not watched here).
+			<-release
+			return nil
+		})
+	})
+	r.start()
+	reqDone := make(chan error, 1)
+	go func() {
+		resp, err := client(t).Post(r.base+"/stuck", "text/plain", nil)
+		if err == nil {
+			resp.Body.Close()
+		}
+		reqDone <- err
+	}()
+	<-entered
+	lameducktest.EndWindow(t, r.lc, r.clk)
+	r.clk.WaitForTimers(context.Background(), 1) // the drain's deadline
+	r.clk.Advance(3 * time.Second)
+	err := r.wait()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Run = %v; want an error wrapping context.DeadlineExceeded", err)
+	}
+	if err := <-reqDone; err == nil {
+		t.Fatal("the stuck request was answered; it should have been cut")
+	}
+	if logs := r.logs.String(); !strings.Contains(logs, "HTTP drain cut 1 in-flight request(s) after 3s: POST /stuck (age 4s)") {
+		t.Fatalf("the cut request is not named with method, path and age:\n%s", logs)
+	}
+}
+
+func TestRejectModeOnFiber(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	r := newRig(t, lameduck.Config{ShutdownDelay: time.Second, SendRetryAfter: true}, false, func(app *fiber.App) {
+		app.Get("/slow", func(c fiber.Ctx) error { close(entered); <-release; return nil })
+		app.Get("/new", func(c fiber.Ctx) error { return nil })
+	})
+	r.start()
+	slow := make(chan answer, 1)
+	go func() { slow <- do(t, client(t), "GET", r.base+"/slow", nil) }()
+	<-entered
+	lameducktest.EndWindow(t, r.lc, r.clk)
+	var a answer
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && a.code != 503; {
+		a = do(t, client(t), "GET", r.base+"/new", nil)
+	}
+	if a.code != 503 || a.header.Get("Retry-After") != "1" || !a.close || a.body != "lameduck: shutting down; retry on another instance\n" {
+		t.Fatalf("reject mode: %d %v %q", a.code, a.header, a.body)
+	}
+	close(release)
+	if a := <-slow; a.code != 200 {
+		t.Fatalf("the in-flight request got %d", a.code)
+	}
+	if err := r.wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestUpgradesOnFiber: a connection hijacked before the signal (as a
+// WebSocket upgrade does) is tracked, does not hold the drain once its
+// handler closes it when the window ends; an upgrade asked for after the
+// signal is refused 503 with Retry-After.
+func TestUpgradesOnFiber(t *testing.T) {
+	var r *rig
+	r = newRig(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 5 * time.Second}, false, func(app *fiber.App) {
+		app.Get("/ws", func(c fiber.Ctx) error {
+			c.Status(fiber.StatusSwitchingProtocols)
+			c.Set(fiber.HeaderUpgrade, "x-test")
+			c.Set(fiber.HeaderConnection, "Upgrade")
+			c.RequestCtx().Hijack(func(conn net.Conn) {
+				<-r.lc.Drain()
+				conn.Write([]byte("bye\n"))
+			})
+			return nil
+		})
+	})
+	r.start()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(r.base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	io.WriteString(conn, "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: x-test\r\n\r\n")
+	var got []lameduck.InFlightRequest
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if got = r.lc.InFlight(); len(got) == 1 && got[0].Hijacked {
+			break
+		}
+	}
+	if len(got) != 1 || !got[0].Hijacked || got[0].Path != "/ws" {
+		t.Fatalf("InFlight = %+v; want the upgraded connection, hijacked", got)
+	}
+	r.lc.BeginShutdown("test")
+	a := do(t, client(t), "GET", r.base+"/ws", map[string]string{"Connection": "Upgrade", "Upgrade": "websocket"})
+	if a.code != 503 || a.header.Get("Retry-After") != "1" || !strings.Contains(a.body, "upgrade on another instance") {
+		t.Fatalf("upgrade after the signal: %d %v %q", a.code, a.header, a.body)
+	}
+	r.clk.WaitForTimers(context.Background(), 1)
+	r.clk.Advance(time.Second)
+	b, _ := io.ReadAll(conn)
+	if !strings.HasSuffix(string(b), "bye\n") {
+		t.Fatalf("the upgraded connection read %q; want its handler's goodbye, then EOF", b)
+	}
+	if err := r.wait(); err != nil {
+		t.Fatalf("Run = %v; the upgraded connection closed cleanly", err)
+	}
+}
+
+// TestHandlerRunsWithoutTheMiddleware: a Fiber app without requests in
+// flight stops at once, and Run returns nil.
+func TestIdleAppStopsAtOnce(t *testing.T) {
+	r := newRig(t, lameduck.Config{ShutdownDelay: time.Second}, false, nil)
+	r.start()
+	lameducktest.EndWindow(t, r.lc, r.clk)
+	if err := r.wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestNewRegistersTheApp(t *testing.T) {
+	lc, _ := lameducktest.New(t, lameduck.Config{})
+	if _, err := lameduckfiber.New(lc, ""); err == nil || !strings.Contains(err.Error(), "Addr") {
+		t.Fatalf("New with no address: %v; want an error naming Addr", err)
+	}
+	app, err := lameduckfiber.New(lc, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	app.Get("/", func(c fiber.Ctx) error { return nil })
+	wait := lameducktest.Start(t, lc)
+	lc.BeginShutdown("test")
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// requestCtx returns a reusable fasthttp request for the allocation tests.
+func requestCtx(path string) *fasthttp.RequestCtx {
+	var fc fasthttp.RequestCtx
+	fc.Request.Header.SetMethod("GET")
+	fc.Request.SetRequestURI(path)
+	return &fc
+}
+
+func trackedApp(tb testing.TB, tracked bool) fasthttp.RequestHandler {
+	lc, err := lameduck.New(lameduck.Config{LookupEnv: func(string) (string, bool) { return "", false }, IgnoreSignals: true})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	app := fiber.New()
+	if tracked {
+		app.Use(lameduckfiber.Middleware(lc))
+	}
+	app.Get("/api/orders", func(c fiber.Ctx) error { return c.SendStatus(200) })
+	return app.Handler()
+}
+
+func TestMiddlewareAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector makes sync.Pool drop records: allocation counts are meaningless")
+	}
+	bare, tracked := trackedApp(t, false), trackedApp(t, true)
+	fc := requestCtx("/api/orders")
+	bare(fc)
+	tracked(fc)
+	nb := testing.AllocsPerRun(1000, func() { bare(fc) })
+	nt := testing.AllocsPerRun(1000, func() { tracked(fc) })
+	if nt != nb {
+		t.Fatalf("a Fiber request allocates %.1f times with the middleware, %.1f without; want no difference", nt, nb)
+	}
+}
+
+// BenchmarkMiddleware runs a Fiber request through app.Handler() with and
+// without the middleware; compare the two with benchstat.
+func BenchmarkMiddleware(b *testing.B) {
+	for _, tracked := range []bool{false, true} {
+		name := "bare"
+		if tracked {
+			name = "tracked"
+		}
+		b.Run(name, func(b *testing.B) {
+			h := trackedApp(b, tracked)
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				fc := requestCtx("/api/orders")
+				for pb.Next() {
+					h(fc)
+				}
+			})
+		})
+	}
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package lameduckfiberv3_test
+
+const raceEnabled = false
