@@ -137,7 +137,7 @@ func (r Resolved) Budget() Budget {
 			b.Sources[k] = s
 		}
 	}
-	b.Total = b.PreStop + b.Window + b.Teardown
+	b.Total = b.total()
 	switch {
 	case c.TerminationGrace > 0:
 		b = b.Against(c.TerminationGrace)
@@ -157,10 +157,31 @@ func (r Resolved) Budget() Budget {
 // GraceKnown, Margin and Fits are.
 func (b Budget) Against(grace time.Duration) Budget {
 	b.Grace, b.GraceKnown = grace, true
+	b.Total = b.total()
 	b.Margin = grace - b.Total
 	b.Fits = b.Total <= grace
 	return b
 }
+
+// WithPreStop returns b with d as the preStop sleep the kubelet runs before
+// SIGTERM, which the process itself may not know: lameduck vet reads it from
+// a manifest's exec hook. PreStop and Total change, and with them Margin and
+// Fits when b has a grace period; the teardown stays what the process
+// resolved (its default was derived without d when
+// LAMEDUCK_PRESTOP_DELAY was not set, which is how such a pod overruns).
+// A negative d is taken as zero.
+func (b Budget) WithPreStop(d time.Duration) Budget {
+	b.PreStop = max(d, 0)
+	b.Total = b.total()
+	if b.Grace > 0 {
+		b.Margin = b.Grace - b.Total
+		b.Fits = b.Total <= b.Grace
+	}
+	return b
+}
+
+// total is the sum the grace period must hold: preStop + window + teardown.
+func (b Budget) total() time.Duration { return b.PreStop + b.Window + b.Teardown }
 
 // Sum returns the addition, such as
 // "preStop 0s + delay 5s + teardown 22s = 27s" (the window is "idle drain

@@ -129,3 +129,27 @@ func TestBudgetAgainstAManifestsGrace(t *testing.T) {
 		t.Fatal(b.String())
 	}
 }
+
+// TestBudgetWithPreStop: a preStop sleep the process was not told about
+// (no LAMEDUCK_PRESTOP_DELAY) adds to the total without changing the
+// teardown the process derived, and can push the sum past the grace period.
+func TestBudgetWithPreStop(t *testing.T) {
+	res, errs := resolveList(lameduck.Config{}, "KUBERNETES_SERVICE_HOST=10.0.0.1", "LAMEDUCK_TERMINATION_GRACE=30s")
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	b := res.Budget() // 5s + (30s − 5s − 3s = 22s) = 27s ≤ 30s
+	if !b.Fits || b.Total != 27*time.Second {
+		t.Fatalf("budget %v: want 27s that fits", b)
+	}
+	b = b.WithPreStop(5 * time.Second)
+	if b.Fits || b.Total != 32*time.Second || b.Teardown != 22*time.Second || b.Margin != -2*time.Second || !b.GraceKnown {
+		t.Errorf("with a 5s preStop sleep: %+v; want total 32s, teardown 22s, margin -2s, not fitting", b)
+	}
+	if !strings.Contains(b.Fix(), "the preStop sleep") || !strings.Contains(b.Fix(), "at least 32s") {
+		t.Errorf("fix %q: want it to name the preStop sleep and 32s", b.Fix())
+	}
+	if got := b.WithPreStop(0).Against(40 * time.Second); !got.Fits || got.Total != 27*time.Second {
+		t.Errorf("without the sleep, against 40s: %+v", got)
+	}
+}
