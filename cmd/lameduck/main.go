@@ -3,6 +3,7 @@
 //	lameduck demo [--addr :8080] [--server http|fiber] [--startup-delay 0s] [--log-format text|json]
 //	              [--simulate-check NAME=MODE[,critical]]... [--check-tcp|--check-http|--check-dns NAME=TARGET[,critical]]...
 //	lameduck rollout [flags] -- COMMAND ARGS...   (docs/rollout.md)
+//	lameduck vet [FILE|DIR|-]...                   (docs/vet.md)
 //
 // The demo serves GET /, GET /slow?d=DURATION, POST /write, POST /loop,
 // GET /ws (a WebSocket echo) and GET /events (server-sent events) behind the
@@ -43,7 +44,7 @@ func run(args []string) int {
 		Version:       versionText(),
 	}
 	root.SetVersionTemplate("{{.Version}}")
-	root.AddCommand(newDemoCommand(), newDemoWorkerCommand(), newVersionCommand(), newRolloutCommand())
+	root.AddCommand(newDemoCommand(), newDemoWorkerCommand(), newVersionCommand(), newRolloutCommand(), newVetCommand())
 	root.SetArgs(args)
 	if err := root.Execute(); err != nil {
 		if errors.As(err, new(usageError)) {

@@ -1,0 +1,246 @@
+package vet
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// Object is one workload read from the input: its pod template and where
+// it came from.
+type Object struct {
+	Kind, Namespace, Name string
+	File                  string // as given on the command line; "-" for stdin
+	Line                  int    // the first line of its YAML document, from 1
+	Spec                  corev1.PodSpec
+}
+
+// Ref names the object as kubectl does: Kind/name, with the namespace when
+// it has one.
+func (o *Object) Ref() string {
+	if o.Namespace != "" {
+		return o.Kind + "/" + o.Namespace + "/" + o.Name
+	}
+	return o.Kind + "/" + o.Name
+}
+
+// document is one YAML document of a file.
+type document struct {
+	file string
+	line int
+	data []byte
+}
+
+// docSeparator is a YAML document marker line ("---", maybe with a comment).
+var docSeparator = regexp.MustCompile(`^---\s*(#.*)?$`)
+
+// splitDocuments splits a multi-document YAML stream, keeping each
+// document's first line.
+func splitDocuments(file string, r io.Reader) ([]document, error) {
+	var docs []document
+	var cur bytes.Buffer
+	start, n := 1, 0
+	flush := func() {
+		if strings.TrimSpace(stripComments(cur.String())) != "" {
+			docs = append(docs, document{file: file, line: start, data: bytes.Clone(cur.Bytes())})
+		}
+		cur.Reset()
+	}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 16*1024*1024)
+	for sc.Scan() {
+		n++
+		line := sc.Text()
+		if docSeparator.MatchString(line) {
+			flush()
+			start = n + 1
+			continue
+		}
+		cur.WriteString(line)
+		cur.WriteByte('\n')
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	flush()
+	return docs, nil
+}
+
+func stripComments(s string) string {
+	var b strings.Builder
+	for _, l := range strings.Split(s, "\n") {
+		if t := strings.TrimSpace(l); t != "" && !strings.HasPrefix(t, "#") {
+			b.WriteString(l)
+			b.WriteByte('\n')
+		}
+	}
+	return b.String()
+}
+
+// ReadInputs reads every path ("-" is stdin; a directory is walked for
+// .yaml, .yml and .json files, hidden entries skipped) and returns the
+// workloads in them: Deployments, StatefulSets, DaemonSets, ReplicaSets,
+// Jobs, CronJobs and Pods, also inside a kind: List. Other kinds are
+// skipped. It returns an error when a path cannot be read or a document is
+// not valid YAML for its kind: the input cannot be checked.
+func ReadInputs(paths []string, stdin io.Reader) (objs []Object, docs int, err error) {
+	for _, p := range paths {
+		var files []string
+		if p == "-" {
+			files = []string{"-"}
+		} else {
+			st, err := os.Stat(p)
+			if err != nil {
+				return nil, 0, err
+			}
+			if st.IsDir() {
+				err := filepath.WalkDir(p, func(path string, d fs.DirEntry, err error) error {
+					if err != nil {
+						return err
+					}
+					if path != p && strings.HasPrefix(d.Name(), ".") {
+						if d.IsDir() {
+							return filepath.SkipDir
+						}
+						return nil
+					}
+					if !d.IsDir() && (strings.HasSuffix(path, ".yaml") || strings.HasSuffix(path, ".yml") || strings.HasSuffix(path, ".json")) {
+						files = append(files, path)
+					}
+					return nil
+				})
+				if err != nil {
+					return nil, 0, err
+				}
+			} else {
+				files = []string{p}
+			}
+		}
+		for _, f := range files {
+			var r io.Reader = stdin
+			if f != "-" {
+				fh, err := os.Open(f)
+				if err != nil {
+					return nil, 0, err
+				}
+				b, err := io.ReadAll(fh)
+				_ = fh.Close()
+				if err != nil {
+					return nil, 0, err
+				}
+				r = bytes.NewReader(b)
+			}
+			ds, err := splitDocuments(f, r)
+			if err != nil {
+				return nil, 0, err
+			}
+			for _, d := range ds {
+				docs++
+				got, err := decode(d)
+				if err != nil {
+					return nil, 0, err
+				}
+				objs = append(objs, got...)
+			}
+		}
+	}
+	return objs, docs, nil
+}
+
+// decode reads the workloads of one document.
+func decode(d document) ([]Object, error) {
+	var tm metav1.TypeMeta
+	if err := yaml.Unmarshal(d.data, &tm); err != nil {
+		return nil, fmt.Errorf("%s:%d: not a Kubernetes object: %w", d.file, d.line, err)
+	}
+	into := func(v any) error {
+		if err := yaml.Unmarshal(d.data, v); err != nil {
+			return fmt.Errorf("%s:%d: %s: %w", d.file, d.line, tm.Kind, err)
+		}
+		return nil
+	}
+	obj := func(meta metav1.ObjectMeta, spec corev1.PodSpec) []Object {
+		return []Object{{Kind: tm.Kind, Namespace: meta.Namespace, Name: meta.Name, File: d.file, Line: d.line, Spec: spec}}
+	}
+	switch tm.Kind {
+	case "Deployment":
+		var o appsv1.Deployment
+		if err := into(&o); err != nil {
+			return nil, err
+		}
+		return obj(o.ObjectMeta, o.Spec.Template.Spec), nil
+	case "StatefulSet":
+		var o appsv1.StatefulSet
+		if err := into(&o); err != nil {
+			return nil, err
+		}
+		return obj(o.ObjectMeta, o.Spec.Template.Spec), nil
+	case "DaemonSet":
+		var o appsv1.DaemonSet
+		if err := into(&o); err != nil {
+			return nil, err
+		}
+		return obj(o.ObjectMeta, o.Spec.Template.Spec), nil
+	case "ReplicaSet":
+		var o appsv1.ReplicaSet
+		if err := into(&o); err != nil {
+			return nil, err
+		}
+		return obj(o.ObjectMeta, o.Spec.Template.Spec), nil
+	case "Job":
+		var o batchv1.Job
+		if err := into(&o); err != nil {
+			return nil, err
+		}
+		return obj(o.ObjectMeta, o.Spec.Template.Spec), nil
+	case "CronJob":
+		var o batchv1.CronJob
+		if err := into(&o); err != nil {
+			return nil, err
+		}
+		return obj(o.ObjectMeta, o.Spec.JobTemplate.Spec.Template.Spec), nil
+	case "Pod":
+		var o corev1.Pod
+		if err := into(&o); err != nil {
+			return nil, err
+		}
+		return obj(o.ObjectMeta, o.Spec), nil
+	case "List":
+		var l struct {
+			Items []yamlRaw `json:"items"`
+		}
+		if err := into(&l); err != nil {
+			return nil, err
+		}
+		var out []Object
+		for _, it := range l.Items {
+			got, err := decode(document{file: d.file, line: d.line, data: it})
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, got...)
+		}
+		return out, nil
+	}
+	return nil, nil
+}
+
+// yamlRaw keeps one item of a List as JSON, to decode it by its kind.
+type yamlRaw []byte
+
+func (r *yamlRaw) UnmarshalJSON(b []byte) error {
+	*r = bytes.Clone(b)
+	return nil
+}
