@@ -64,7 +64,8 @@ func vetRules(t *testing.T, paths ...string) ([]string, int) {
 // TestVetCleanManifests: what the project ships passes.
 func TestVetCleanManifests(t *testing.T) {
 	for _, p := range []string{"../../deploy/k8s", "../../deploy/helm/rendered/default.yaml",
-		"../../deploy/helm/rendered/idle.yaml", "../../deploy/helm/rendered/prestop-http.yaml"} {
+		"../../deploy/helm/rendered/idle.yaml", "../../deploy/helm/rendered/prestop-http.yaml",
+		"../../deploy/helm/rendered/worker.yaml"} {
 		if ids, code := vetRules(t, p); code != 0 || len(ids) != 0 {
 			t.Errorf("vet %s: exit %d, findings %v; want clean", p, code, ids)
 		}
@@ -85,6 +86,7 @@ func TestVetBrokenFixtures(t *testing.T) {
 		{"../../deploy/helm/rendered/broken-grace.yaml", []string{"grace-period"}},
 		{"../../deploy/helm/rendered/broken-prestop-sleep.yaml", []string{"prestop-sleep"}},
 		{"../../deploy/helm/rendered/broken-probes.yaml", []string{"readiness-timeout"}},
+		{"../../deploy/helm/rendered/broken-worker-grace.yaml", []string{"runner-grace"}},
 		{"testdata/vet/settings.yaml", []string{"lameduck-setting", "lameduck-setting", "lameduck-setting"}},
 		{"testdata/vet/probes.yaml", []string{"liveness-path", "readiness-path"}},
 		{"testdata/vet/startup.yaml", []string{"startup-probe", "startup-probe"}},

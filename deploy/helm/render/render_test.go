@@ -31,9 +31,11 @@ var cases = []struct {
 	{"default", ``},
 	{"prestop-http", "preStop:\n  mode: http\n  http:\n    token: change-me-per-release\n"},
 	{"idle", "shutdown:\n  drainMode: idle\n"},
+	{"worker", "worker:\n  enabled: true\n"},
 	{"broken-grace", "terminationGracePeriodSeconds: 20\n"},
 	{"broken-prestop-sleep", "preStop:\n  mode: sleep\n  sleepSeconds: 5\n"},
 	{"broken-probes", "probes:\n  readiness:\n    timeoutSeconds: 1\n"},
+	{"broken-worker-grace", "worker:\n  enabled: true\n  checkpointMarginSeconds: 0\n  drainTimeoutSeconds: 3600\n"},
 }
 
 // render runs what `helm template lameduck-demo deploy/helm/lameduck-demo
