@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lameduck/lameduck"
+	"github.com/lameduck/lameduck/checks"
 	"github.com/spf13/cobra"
 )
 
@@ -21,6 +22,7 @@ type demoOptions struct {
 	addr         string
 	server       string
 	startupDelay time.Duration
+	startupDial  string
 	logFormat    string
 	checks       checkFlags
 }
@@ -56,6 +58,7 @@ LAMEDUCK_SHUTDOWN_TEARDOWN, LAMEDUCK_ENV, LAMEDUCK_TERMINATION_GRACE, ...).`,
 	f.StringVar(&o.addr, "addr", ":8080", "listen address")
 	f.StringVar(&o.server, "server", "http", `the server that serves the routes: "http" (net/http) or "fiber" (gofiber/fiber v2, without /events)`)
 	f.DurationVar(&o.startupDelay, "startup-delay", 0, "simulated boot work before the service is ready, such as 2s")
+	f.StringVar(&o.startupDial, "startup-dial", "", "boot work that needs HOST:PORT up (a database, say): a TCP dial, tried again with backoff until it answers or LAMEDUCK_STARTUP_TIMEOUT is spent")
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	f.StringArrayVar(&o.checks.simulate, "simulate-check", nil,
 		"a simulated readiness check NAME=MODE[,critical], MODE one of ok, fail, slow=DURATION, wedge, panic, flap=DURATION (repeatable)")
@@ -115,6 +118,11 @@ func runDemo(ctx context.Context, o demoOptions) error {
 		if err := lc.AddStartupTask("simulated boot work", func(ctx context.Context) error {
 			return sleep(ctx, d)
 		}); err != nil {
+			return err
+		}
+	}
+	if o.startupDial != "" {
+		if err := lc.AddStartupTask("dial "+o.startupDial, checks.TCPDial(o.startupDial), lameduck.Retry{}); err != nil {
 			return err
 		}
 	}

@@ -523,16 +523,7 @@ func TestE2EChecksPanicAndWedgeSurvived(t *testing.T) {
 // freed port and answer in its place.
 func listenTCP(t *testing.T) (addr string, stop func()) {
 	t.Helper()
-	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
-		var serr error
-		if err := c.Control(func(fd uintptr) {
-			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, unix.SO_REUSEPORT, 1)
-		}); err != nil {
-			return err
-		}
-		return serr
-	}}
-	ln, err := lc.Listen(context.Background(), "tcp4", "127.0.0.1:0")
+	ln, err := reusePort().Listen(context.Background(), "tcp4", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -561,6 +552,20 @@ func listenTCP(t *testing.T) (addr string, stop func()) {
 	stop = sync.OnceFunc(func() { ln.Close(); wg.Wait() })
 	t.Cleanup(stop)
 	return ln.Addr().String(), stop
+}
+
+// reusePort returns a ListenConfig whose sockets set SO_REUSEPORT, so a
+// listener can come back on a port another socket keeps reserved.
+func reusePort() *net.ListenConfig {
+	return &net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		if err := c.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, unix.SO_REUSEPORT, 1)
+		}); err != nil {
+			return err
+		}
+		return serr
+	}}
 }
 
 // httpServer starts an httptest server answering code to every request.
