@@ -131,7 +131,8 @@ func TestLivenessNeverRunsChecks(t *testing.T) {
 
 func TestCheckPanicReachesOnPanic(t *testing.T) {
 	got := make(chan string, 1)
-	h2 := started(t, lameduck.Config{ShutdownDelay: time.Second, OnPanic: func(what string, v any, _ []byte) { got <- what }})
+	h2 := started(t, lameduck.Config{ShutdownDelay: time.Second, CheckDetails: lameduck.CheckDetailsShow,
+		OnPanic: func(what string, v any, _ []byte) { got <- what }})
 	h2.lc.AddCheck(health.Check{Name: "s3", Func: func(context.Context) error { panic("malformed response") }})
 	p := probeOf(t, h2.lc, "/readyz")
 	p.status(t, 200, "degraded")

@@ -234,22 +234,52 @@ type Config struct {
 	// slowest check's time, not the sum of them. Zero means unset; negative is an error.
 	// Env: CHECK_TIMEOUT. Default 1s.
 	CheckTimeout time.Duration
-	// HideCheckErrors makes readiness bodies carry status words only
-	// ("error", "timeout", "panic") and never error or panic text, for
-	// probes reachable by people who must not learn about the backends.
-	// Logs still carry the text, redacted of credentials.
+	// CheckDetails decides where readiness bodies show a failing check's
+	// detail (its redacted error, panic or gate reason, which can name the
+	// host, port and database of an internal system) rather than its
+	// outcome word alone ("error", "timeout", "panic", "failed"):
+	//
+	//   - CheckDetailsAuto (the default): shown on the probe-only listener
+	//     (ProbeAddr), hidden on a listener that also serves the application
+	//     (and by ProbeHandler), since an Ingress may expose that port to the
+	//     internet;
+	//   - CheckDetailsShow: shown everywhere;
+	//   - CheckDetailsHide: hidden everywhere.
+	//
+	// Status words, codes and check names are the same in every case, so
+	// the kubelet and load balancers read the same answer. Logs always carry
+	// the detail, redacted of credentials. See docs/security.md.
+	// Env: CHECK_DETAILS ("auto", "show" or "hide", any case).
+	CheckDetails string
+	// HideCheckErrors is CheckDetails: CheckDetailsHide, kept for code that
+	// set it: bodies carry status words only on every listener. Setting it
+	// with CheckDetails "show" is an error. Its variable is CHECK_DETAILS=hide.
 	HideCheckErrors bool
 
 	// PreStop serves GET /prestop, a preStop hook over HTTP: it starts the
 	// shutdown sequence exactly as SIGTERM does and answers 200 when the
 	// lame-duck window has passed. Env: PRESTOP ("true"/"false"). Default
-	// false. Setting PreStopToken turns it on too.
+	// false. Setting PreStopToken or PreStopTokenFile turns it on too.
+	//
+	// On a listener that also serves the application (ProbeAddr unset), a
+	// token is required: enabling the hook there without PreStopToken or
+	// PreStopTokenFile is an error from New, because anyone who reaches the
+	// port (through an Ingress, from the internet) could otherwise drain
+	// every replica. With ProbeAddr set, the hook is served on the probe
+	// listener only, and needs no token unless one is set.
 	PreStop bool
 	// PreStopToken, when set, is required in the X-Lameduck-Token header of
-	// GET /prestop; a request without it gets 401 and drains nothing, since
-	// anyone who reaches the port could otherwise drain the pod.
-	// Env: PRESTOP_TOKEN.
+	// GET /prestop; a request without it, or with a wrong one, gets 401 and
+	// drains nothing. It is compared in constant time (of its SHA-256
+	// digest, so not even its length leaks) and never logged. It must be
+	// printable ASCII. Env: PRESTOP_TOKEN.
 	PreStopToken string
+	// PreStopTokenFile names a file holding PreStopToken, such as a
+	// Kubernetes Secret mounted as a volume; it is read once, by New, and a
+	// trailing newline is dropped. A file that cannot be read or is empty is
+	// an error from New; setting both PreStopToken and PreStopTokenFile is
+	// too. Env: PRESTOP_TOKEN_FILE.
+	PreStopTokenFile string
 	// ExitOnSecondSignal makes a second SIGTERM or SIGINT, after a first
 	// signal started the sequence, exit the process at once with code 128 +
 	// the signal's number, for people at a terminal. By default a second
@@ -292,6 +322,24 @@ type Config struct {
 	// liveness. Zero means unset; negative is an error. Env: FETCH_WAIT.
 	// Default 5s.
 	FetchWait time.Duration
+
+	// LivenessPaths are the paths that answer the liveness probe. Default
+	// "/healthz" and "/livez" (the Kubernetes API server answers both). Set
+	// them, with ReadinessPath, StartupPath and PreStopPath, for a service
+	// that already owns one of these paths. Each path begins with "/", is
+	// clean (no "//", "..", trailing "/", query or space), and no two probe
+	// paths are the same or fall under ReadinessPath + "/".
+	// Env: LIVENESS_PATHS (comma-separated, such as "/-/healthz,/-/livez").
+	LivenessPaths []string
+	// ReadinessPath answers the readiness probe; ReadinessPath + "/<check>"
+	// answers for one check. Default "/readyz". Env: READINESS_PATH.
+	ReadinessPath string
+	// StartupPath answers the startup probe. Default "/startupz".
+	// Env: STARTUP_PATH.
+	StartupPath string
+	// PreStopPath serves the preStop hook when PreStop is on. Default
+	// "/prestop". Env: PRESTOP_PATH.
+	PreStopPath string
 
 	// Version and Commit are written into every probe body. Default: read
 	// from the binary's build information (health.BuildInfo).

@@ -74,9 +74,16 @@ func ExampleNew_badSetting() {
 // other pods); a cache every replica shares is not, so its outage never
 // empties the Service (docs/probes-and-shutdown.md, "When a check should be
 // critical").
+//
+// On the application's own listener (and through ProbeHandler) a body names
+// the failing check with its outcome word alone; the error text, which
+// names an internal host and port, stays in the log. CheckDetails "show"
+// (or LAMEDUCK_CHECK_DETAILS=show, or probes on their own port with
+// ProbeAddr) puts it in the body, redacted of credentials.
 func ExampleLifecycle_AddCheck() {
 	lc, err := lameduck.New(lameduck.Config{
 		Version: "v1.2.0", Commit: "a984b10",
+		CheckDetails:  lameduck.CheckDetailsAuto,
 		LookupEnv:     func(string) (string, bool) { return "", false },
 		Logger:        slog.New(slog.DiscardHandler),
 		IgnoreSignals: true,
@@ -102,8 +109,8 @@ func ExampleLifecycle_AddCheck() {
 	}()
 	lc.Run(context.Background())
 	// Output:
-	// 200 {"status":"degraded","version":"v1.2.0","commit":"a984b10","phase":"serving","checks":{"cache":"error: dial tcp 10.0.0.9:6379: connection refused","sidecar":"ok"}}
-	// 200 [-]cache failed: error: dial tcp 10.0.0.9:6379: connection refused
+	// 200 {"status":"degraded","version":"v1.2.0","commit":"a984b10","phase":"serving","checks":{"cache":"error","sidecar":"ok"}}
+	// 200 [-]cache failed: error
 	// [+]sidecar ok
 	// readyz check passed
 }

@@ -2,6 +2,7 @@ package lameduck
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -57,13 +58,13 @@ type Lifecycle struct {
 	budget   Budget // cfg's grace-period arithmetic; immutable after New
 	log      *slog.Logger
 	clock    Clock
-	info     health.Info
 	events   *Events
 	phase    atomic.Int32 // a Phase; only moves forward
 	state    atomic.Int32 // what the middleware does: serving, draining or rejecting
 	closing  atomic.Bool  // teardown closed the listeners: Serve's accept error is expected
 	track    *tracker
-	probes   http.Handler
+	shared   *probeHandler // the probes of the application's listeners
+	probes   http.Handler  // shared, as ProbeHandler returns it (counted for OnTransition)
 	checks   *health.Checker
 	exit     func(code int) // os.Exit; replaced by in-package tests
 	startCx  context.Context
@@ -72,6 +73,11 @@ type Lifecycle struct {
 	bg       *registry
 	answer   atomic.Pointer[ProbeAnswer] // set by AnswerProbes before Run
 	unprobed atomic.Bool                 // Run bound no listener: nothing serves the probes
+
+	tokenSet     bool         // Config.PreStopToken is set
+	tokenSum     [32]byte     // its SHA-256 digest; the token itself is never compared
+	refused      atomic.Int64 // /prestop calls refused since the last log line
+	refusedLogAt atomic.Int64 // clock time (UnixNano) of that line; 0 before the first
 
 	mu         sync.Mutex
 	servers    []*server     // guarded by mu
@@ -113,7 +119,6 @@ func New(cfg Config) (*Lifecycle, error) {
 		budget:  res.Budget(),
 		log:     cfg.Logger,
 		clock:   cfg.Clock,
-		info:    health.Info{Version: cfg.Version, Commit: cfg.Commit, Fields: cfg.Fields},
 		events:  newEvents(nil),
 		track:   newTracker(cfg.Clock),
 		exit:    os.Exit,
@@ -132,20 +137,20 @@ func New(cfg Config) (*Lifecycle, error) {
 	l.checks = health.NewChecker(health.CheckerOptions{
 		OnResult:       onResult,
 		DefaultTimeout: cfg.CheckTimeout,
-		Logger:         cfg.Logger,
-		HideErrors:     cfg.HideCheckErrors,
+		Logger:         cfg.Logger, // bodies hide details per listener (probeHandler)
 		OnPanic: func(check string, v any, stack []byte) {
 			if cfg.OnPanic != nil {
 				cfg.OnPanic("check "+check, v, stack)
 			}
 		},
 	})
-	l.probes = l.countProbes(l.newProbeHandler())
+	if cfg.PreStopToken != "" {
+		l.tokenSet, l.tokenSum = true, sha256.Sum256([]byte(cfg.PreStopToken))
+	}
+	l.shared = l.newProbeHandler(true)
+	l.probes = l.countProbes(l.shared)
 	if cfg.ProbeAddr != "" {
-		l.servers = append(l.servers, &server{
-			srv:    &http.Server{Addr: cfg.ProbeAddr, Handler: l.probes, ReadHeaderTimeout: 5 * time.Second},
-			probes: true,
-		})
+		l.servers = append(l.servers, &server{srv: l.newProbeServer(), probes: true})
 	}
 	return l, nil
 }
@@ -435,7 +440,7 @@ func (l *Lifecycle) Run(ctx context.Context) error {
 	}
 	if len(servers) == 0 {
 		l.unprobed.Store(true)
-		l.log.Warn("lameduck: no listener serves the probes: nothing answers " + PathLiveness + ", " + PathReadiness + " or " + PathStartup +
+		l.log.Warn("lameduck: no listener serves the probes: nothing answers " + strings.Join(l.cfg.LivenessPaths, ", ") + ", " + l.cfg.ReadinessPath + " or " + l.cfg.StartupPath +
 			"; register a server with AddServer, or set " + l.cfg.EnvPrefix + "PROBE_ADDR (such as \":9090\")")
 	}
 	// One *http.Server may be registered on several listeners (IPv4 and
@@ -452,6 +457,11 @@ func (l *Lifecycle) Run(ctx context.Context) error {
 		if !s.probes && !instrumented[s.srv] {
 			instrumented[s.srv] = true
 			l.instrument(s.srv)
+			if s.srv.ReadHeaderTimeout <= 0 && s.srv.ReadTimeout <= 0 {
+				l.log.Warn("lameduck: the server on "+s.ln.Addr().String()+" has no ReadHeaderTimeout: a client that sends its "+
+					"headers slowly (slowloris) holds its connection, and the drain, until the teardown budget is spent; "+
+					"set http.Server.ReadHeaderTimeout, such as 10s (docs/security.md)", "addr", s.ln.Addr().String())
+			}
 		}
 		l.log.Info("lameduck: listening", "addr", s.ln.Addr().String(), "tls", s.tls, "probes", s.probes || l.cfg.ProbeAddr == "")
 	}

@@ -114,7 +114,7 @@ type Verdict struct {
 // admit decides a request: the one rule behind wrap and TrackRequest.
 // upgrade is read only from the signal on.
 func (l *Lifecycle) admit(path string, upgrade bool) Verdict {
-	if l.cfg.ProbeAddr == "" && l.isProbePath(path) {
+	if l.cfg.ProbeAddr == "" && l.shared.isProbePath(path) {
 		return Verdict{Probe: true}
 	}
 	switch l.state.Load() {

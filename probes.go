@@ -1,17 +1,24 @@
 package lameduck
 
 import (
+	"crypto/sha256"
 	"crypto/subtle"
+	"io"
+	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/lameduck/lameduck/health"
 )
 
-// The paths the probes answer on. /readyz/<name> is reserved for one
-// check's answer (the Kubernetes API server's convention).
+// The default paths the probes answer on ([Config.LivenessPaths],
+// ReadinessPath, StartupPath and PreStopPath rename them). /readyz/<name> is
+// reserved for one check's answer (the Kubernetes API server's convention).
 const (
 	PathLiveness  = "/healthz"
+	PathLivez     = "/livez" // liveness too, as on the Kubernetes API server
 	PathReadiness = "/readyz"
 	PathStartup   = "/startupz"
 	PathPreStop   = "/prestop"
@@ -23,25 +30,71 @@ const PreStopTokenHeader = "X-Lameduck-Token"
 
 const reasonPreStop = "preStop hook"
 
-func (l *Lifecycle) isProbePath(p string) bool {
-	switch p {
-	case PathLiveness, PathReadiness, PathStartup:
-		return true
-	case PathPreStop:
-		return l.cfg.PreStop
+// refusedLogEvery bounds the log lines of refused /prestop calls, so a
+// flood of them cannot flood the log.
+const refusedLogEvery = time.Minute
+
+// probeHandler answers the probes on one kind of listener: one that also
+// serves the application (shared), or the probe-only listener of
+// Config.ProbeAddr. They differ in what a body may show and in whether the
+// preStop hook needs a token; see docs/security.md.
+type probeHandler struct {
+	l       *Lifecycle
+	info    *health.Info // HideDetails set on a shared listener (CheckDetailsAuto)
+	prestop bool         // serves the hook here
+	live    http.Handler
+	startup http.Handler
+}
+
+func (l *Lifecycle) newProbeHandler(shared bool) *probeHandler {
+	c := &l.cfg
+	info := &health.Info{Version: c.Version, Commit: c.Commit, Fields: c.Fields,
+		HideDetails: c.CheckDetails == CheckDetailsHide || (shared && c.CheckDetails != CheckDetailsShow)}
+	h := &probeHandler{
+		l:    l,
+		info: info,
+		// On a shared listener only with a token; New refuses the hook
+		// without one unless ProbeAddr gives it a listener of its own.
+		prestop: c.PreStop && (!shared || c.PreStopToken != ""),
 	}
-	return strings.HasPrefix(p, PathReadiness+"/")
+	h.live = health.Handler(info, func(*http.Request) health.Report {
+		if rep, ok := l.answered(PathLiveness); ok {
+			return rep
+		}
+		return l.report(health.StatusOK)
+	})
+	h.startup = health.Handler(info, func(*http.Request) health.Report {
+		if l.events.StartupDone.Fired() {
+			return l.report(health.StatusOK)
+		}
+		return l.report(health.StatusStarting)
+	})
+	return h
+}
+
+// isProbePath reports whether the shared handler answers p. It allocates
+// nothing: it runs on every application request.
+func (h *probeHandler) isProbePath(p string) bool {
+	c := &h.l.cfg
+	switch {
+	case p == c.ReadinessPath, p == c.StartupPath:
+		return true
+	case p == c.PreStopPath:
+		return h.prestop
+	case len(p) > len(c.ReadinessPath) && p[len(c.ReadinessPath)] == '/' && strings.HasPrefix(p, c.ReadinessPath):
+		return true
+	}
+	return slices.Contains(c.LivenessPaths, p)
 }
 
 // ProbeHandler returns the handler that answers the probes, for an
 // application that mounts them itself (on a router of its own, say). It
-// serves:
+// serves (at the paths Config renames):
 //
-//   - GET /healthz (liveness): always 200 {"status":"ok",...} while the
-//     process serves, including through the drain: a liveness failure would
-//     make the kubelet kill the pod mid-drain (the kubelet restarts a
-//     container whose liveness probe fails:
-//     https://kubernetes.io/docs/concepts/configuration/liveness-readiness-startup-probes/).
+//   - GET /healthz and /livez (liveness): always 200 {"status":"ok",...}
+//     while the process serves, including through the drain: a liveness
+//     failure would make the kubelet kill the pod mid-drain (see
+//     docs/probes-and-shutdown.md).
 //   - GET /readyz (readiness): 503 {"status":"starting"} during boot; while
 //     serving, 200 {"status":"ok"}, 200 {"status":"degraded"} when a
 //     non-critical check fails, 503 {"status":"failed"} when a critical
@@ -52,16 +105,49 @@ func (l *Lifecycle) isProbePath(p string) bool {
 //     application/health+json the IETF health-check format.
 //   - GET /startupz (startup): 503 {"status":"starting"} until every startup
 //     task has returned, then 200 {"status":"ok"}.
-//   - GET /prestop (GET only), when Config.PreStop is set: starts the shutdown sequence
-//     and answers 200 {"status":"draining"} when the lame-duck window has
-//     passed; 401 without the right X-Lameduck-Token when PreStopToken is
-//     set. Without PreStop, 404.
+//   - GET /prestop (GET only), when Config.PreStop is set and a
+//     PreStopToken is configured: starts the shutdown sequence and answers
+//     200 {"status":"draining"} when the lame-duck window has passed; 401
+//     without the right X-Lameduck-Token header, draining nothing. Without
+//     PreStop, or without a token (the hook is then served on the
+//     ProbeAddr listener alone), the path is not a probe path.
 //
 // Every body also carries "version", "commit", "phase" and Config.Fields.
 // Methods other than GET and HEAD get 405. Other paths get 404. Servers
 // registered with AddServer already serve these paths; ProbeHandler is for
 // mounting them elsewhere.
+//
+// The handler is the one of a listener that also serves the application:
+// unless Config.CheckDetails is "show", bodies carry check names and
+// outcome words only, never error text (docs/security.md).
 func (l *Lifecycle) ProbeHandler() http.Handler { return l.probes }
+
+// ServeHTTP routes one probe request.
+func (h *probeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.ContentLength != 0 {
+		// No probe reads a body. net/http would read what is left of one
+		// after the answer, and a client trickling it in could hold the
+		// connection, and so the drain, as long as it likes: end the read
+		// now and close the connection after the answer.
+		_ = http.NewResponseController(w).SetReadDeadline(time.Unix(1, 0))
+		w.Header().Set("Connection", "close")
+	}
+	c := &h.l.cfg
+	switch p := r.URL.Path; {
+	case slices.Contains(c.LivenessPaths, p):
+		h.live.ServeHTTP(w, r)
+	case p == c.ReadinessPath:
+		h.serveReadiness(w, r, "")
+	case len(p) > len(c.ReadinessPath) && p[len(c.ReadinessPath)] == '/' && strings.HasPrefix(p, c.ReadinessPath):
+		h.serveReadiness(w, r, p[len(c.ReadinessPath)+1:])
+	case p == c.StartupPath:
+		h.startup.ServeHTTP(w, r)
+	case p == c.PreStopPath && h.prestop:
+		h.servePreStop(w, r)
+	default:
+		health.Write(w, r, h.info, health.Report{Status: "not found", Code: http.StatusNotFound})
+	}
+}
 
 // ProbeAnswer answers a probe in the Lifecycle's place, for code that knows
 // more than the Lifecycle does about the process's health: the worker
@@ -107,55 +193,27 @@ func (l *Lifecycle) answered(probe string) (health.Report, bool) {
 	return rep, ok
 }
 
-func (l *Lifecycle) newProbeHandler() http.Handler {
-	live := health.Handler(&l.info, func(*http.Request) health.Report {
-		if rep, ok := l.answered(PathLiveness); ok {
-			return rep
-		}
-		return l.report(health.StatusOK)
-	})
-	startup := health.Handler(&l.info, func(*http.Request) health.Report {
-		if l.events.StartupDone.Fired() {
-			return l.report(health.StatusOK)
-		}
-		return l.report(health.StatusStarting)
-	})
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch p := r.URL.Path; {
-		case p == PathLiveness:
-			live.ServeHTTP(w, r)
-		case p == PathReadiness || strings.HasPrefix(p, PathReadiness+"/"):
-			l.serveReadiness(w, r, strings.TrimPrefix(strings.TrimPrefix(p, PathReadiness), "/"))
-		case p == PathStartup:
-			startup.ServeHTTP(w, r)
-		case p == PathPreStop && l.cfg.PreStop:
-			l.servePreStop(w, r)
-		default:
-			health.Write(w, r, &l.info, health.Report{Status: "not found", Code: http.StatusNotFound})
-		}
-	})
-}
-
 // serveReadiness answers /readyz and /readyz/<check>: the phase's answer
 // while starting or draining, without consulting any check or gate; while
-// serving, the checks' and gates' answer, with the Kubernetes
-// API server's conventions (?verbose, ?exclude=) and, on Accept:
+// serving, the checks' and gates' answer, with the Kubernetes API server's
+// conventions (?verbose, ?exclude=) and, on Accept:
 // application/health+json, the IETF draft's format.
-func (l *Lifecycle) serveReadiness(w http.ResponseWriter, r *http.Request, check string) {
-	if !health.AllowedMethod(w, r, &l.info) {
+func (h *probeHandler) serveReadiness(w http.ResponseWriter, r *http.Request, check string) {
+	if !health.AllowedMethod(w, r, h.info) {
 		return
 	}
+	l := h.l
 	if rep, ok := l.answered(PathReadiness); ok {
-		health.WriteNegotiated(w, r, &l.info, rep)
+		health.WriteNegotiated(w, r, h.info, rep)
 		return
 	}
 	switch p := l.Phase(); p {
 	case PhaseServing:
-		l.checks.ServeReadiness(w, r, &l.info, check, map[string]any{"phase": p.String()})
+		l.checks.ServeReadiness(w, r, h.info, check, map[string]any{"phase": p.String()})
 	case PhaseStarting:
-		health.WriteNegotiated(w, r, &l.info, l.report(health.StatusStarting))
+		health.WriteNegotiated(w, r, h.info, l.report(health.StatusStarting))
 	default:
-		health.WriteNegotiated(w, r, &l.info, l.report(health.StatusDraining))
+		health.WriteNegotiated(w, r, h.info, l.report(health.StatusDraining))
 	}
 }
 
@@ -163,25 +221,37 @@ func (l *Lifecycle) report(s health.Status) health.Report {
 	return health.Report{Status: s, Fields: map[string]any{"phase": l.Phase().String()}}
 }
 
+// unauthorized is the whole answer to a refused /prestop: no build, no
+// fields, nothing computed per call.
+const unauthorized = `{"status":"unauthorized"}` + "\n"
+
 // servePreStop is the preStop hook over HTTP (docs/probes-and-shutdown.md,
 // "The preStop hook over HTTP"; hooks:
 // https://kubernetes.io/docs/concepts/containers/container-lifecycle-hooks/):
 // it starts the sequence exactly as SIGTERM does and holds the kubelet until
 // the window has passed, so the SIGTERM that follows adds no second window.
-func (l *Lifecycle) servePreStop(w http.ResponseWriter, r *http.Request) {
+func (h *probeHandler) servePreStop(w http.ResponseWriter, r *http.Request) {
+	l := h.l
 	if r.Method != http.MethodGet {
 		// Only GET, the kubelet's httpGet: a HEAD from a monitor must not
 		// drain the pod.
 		w.Header().Set("Allow", "GET")
-		health.Write(w, r, &l.info, health.Report{Status: "method not allowed", Code: http.StatusMethodNotAllowed})
+		health.Write(w, r, h.info, health.Report{Status: "method not allowed", Code: http.StatusMethodNotAllowed})
 		return
 	}
-	if tok := l.cfg.PreStopToken; tok != "" &&
-		subtle.ConstantTimeCompare([]byte(r.Header.Get(PreStopTokenHeader)), []byte(tok)) != 1 {
-		l.log.Warn("lameduck: GET /prestop refused: missing or wrong "+PreStopTokenHeader+" header; nothing drained",
-			"remote", r.RemoteAddr)
-		health.Write(w, r, &l.info, health.Report{Status: "unauthorized", Code: http.StatusUnauthorized})
-		return
+	if l.tokenSet {
+		// Compare digests: constant time, whatever the lengths.
+		got := sha256.Sum256([]byte(r.Header.Get(PreStopTokenHeader)))
+		if subtle.ConstantTimeCompare(got[:], l.tokenSum[:]) != 1 {
+			l.refusedPreStop(r)
+			hd := w.Header()
+			hd.Set("Content-Type", "application/json")
+			hd.Set("Cache-Control", "no-store")
+			hd.Set("WWW-Authenticate", PreStopTokenHeader)
+			w.WriteHeader(http.StatusUnauthorized)
+			_, _ = io.WriteString(w, unauthorized)
+			return
+		}
 	}
 	l.begin(reasonPreStop, false)
 	select {
@@ -189,7 +259,56 @@ func (l *Lifecycle) servePreStop(w http.ResponseWriter, r *http.Request) {
 		rep := l.report(health.StatusDraining)
 		rep.Code = http.StatusOK
 		rep.Fields["window"] = l.window().String()
-		health.Write(w, r, &l.info, rep)
+		health.Write(w, r, h.info, rep)
 	case <-r.Context().Done():
+	}
+}
+
+// refusedPreStop logs a refused /prestop call, at most once per
+// refusedLogEvery (on the Lifecycle's clock), with its source address and
+// how many were refused since the last line. It never logs the header.
+func (l *Lifecycle) refusedPreStop(r *http.Request) {
+	n := l.refused.Add(1)
+	now := l.clock.Now().UnixNano()
+	last := l.refusedLogAt.Load()
+	if last != 0 && now-last < int64(refusedLogEvery) || !l.refusedLogAt.CompareAndSwap(last, now) {
+		return
+	}
+	n = l.refused.Swap(0)
+	l.log.Warn("lameduck: GET "+l.cfg.PreStopPath+" refused: missing or wrong "+PreStopTokenHeader+" header; nothing drained "+
+		"(such refusals are logged at most once a minute)", "remote", r.RemoteAddr, "refused", n)
+}
+
+// Timeouts of the probe-only listener (Config.ProbeAddr), against clients
+// that hold connections open by sending slowly (slowloris) or reading
+// slowly. The read and write bounds leave room for the longest answer:
+// GET /prestop, held until the lame-duck window has passed.
+const (
+	probeReadHeaderTimeout = 5 * time.Second
+	probeIdleTimeout       = 60 * time.Second
+	probeMaxHeaderBytes    = 16 << 10
+	// probeAnswerSlack is added to the longest window for ReadTimeout and
+	// WriteTimeout; it covers a readiness probe's checks too.
+	probeAnswerSlack = 30 * time.Second
+	// probeShutdownGrace bounds how long the teardown waits for the probe
+	// listener's connections: once the window has passed, every probe
+	// answers at once, so what is still open then is a client that sends or
+	// reads slowly, and it is closed.
+	probeShutdownGrace = time.Second
+)
+
+// newProbeServer returns the server of the probe-only listener, with every
+// timeout set (docs/security.md, "Slow clients").
+func (l *Lifecycle) newProbeServer() *http.Server {
+	answer := l.cfg.maxWindow() + probeAnswerSlack
+	return &http.Server{
+		Addr:              l.cfg.ProbeAddr,
+		Handler:           l.countProbes(l.newProbeHandler(false)),
+		ReadHeaderTimeout: probeReadHeaderTimeout,
+		ReadTimeout:       answer,
+		WriteTimeout:      answer,
+		IdleTimeout:       probeIdleTimeout,
+		MaxHeaderBytes:    probeMaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(l.log.Handler(), slog.LevelDebug),
 	}
 }

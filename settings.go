@@ -79,7 +79,13 @@ func settingTable() []setting {
 		durationSetting("PRESTOP_DELAY", "PreStopDelay", `the pod's preStop sleep as a Go duration with a unit, such as "5s"`,
 			nonNegativeDuration, func(c *Config) *time.Duration { return &c.PreStopDelay }),
 		boolSetting("PRESTOP", "PreStop", func(c *Config) *bool { return &c.PreStop }),
-		stringSetting("PRESTOP_TOKEN", "PreStopToken", "any non-empty secret", func(c *Config) *string { return &c.PreStopToken }),
+		stringSetting("PRESTOP_TOKEN", "PreStopToken", "a secret of printable ASCII, also set in the preStop hook's httpHeaders", func(c *Config) *string { return &c.PreStopToken }),
+		stringSetting("PRESTOP_TOKEN_FILE", "PreStopTokenFile", "the path of a readable, non-empty file holding the token, such as a mounted Secret", func(c *Config) *string { return &c.PreStopTokenFile }),
+		enumSetting("CHECK_DETAILS", "CheckDetails", "", func(c *Config) *string { return &c.CheckDetails }, CheckDetailsAuto, CheckDetailsShow, CheckDetailsHide),
+		livenessPathsSetting(),
+		pathSetting("READINESS_PATH", "ReadinessPath", PathReadiness, func(c *Config) *string { return &c.ReadinessPath }),
+		pathSetting("STARTUP_PATH", "StartupPath", PathStartup, func(c *Config) *string { return &c.StartupPath }),
+		pathSetting("PRESTOP_PATH", "PreStopPath", PathPreStop, func(c *Config) *string { return &c.PreStopPath }),
 		boolSetting("EXIT_ON_SECOND_SIGNAL", "ExitOnSecondSignal", func(c *Config) *bool { return &c.ExitOnSecondSignal }),
 		stringSetting("PROBE_ADDR", "ProbeAddr", `a listen address such as ":9090"`, func(c *Config) *string { return &c.ProbeAddr }),
 		enumSetting("DRAIN_MODE", "DrainMode", `"delay" or "idle" ("complete" or "interrupt" for a runner)`, func(c *Config) *string { return &c.DrainMode }, DrainDelay, DrainIdle, DrainComplete, DrainInterrupt),
@@ -344,6 +350,8 @@ func (c Config) resolve() (Config, map[string]string, []error) {
 		src[s.name] = c.EnvPrefix + s.name
 	}
 
+	errs = append(errs, c.readTokenFile(src)...)
+
 	// The defaults, each with the rule that chose it.
 	if c.PreStopToken != "" && !c.PreStop {
 		c.PreStop = true
@@ -403,6 +411,7 @@ func (c Config) resolve() (Config, map[string]string, []error) {
 	if c.Runner && c.ProbeAddr == "" {
 		c.ProbeAddr, src["PROBE_ADDR"] = DefaultRunnerProbeAddr, "default for a runner"
 	}
+	errs = append(errs, c.checkProbes(src)...)
 	if c.CheckTimeout == 0 {
 		c.CheckTimeout, src["CHECK_TIMEOUT"] = health.DefaultCheckTimeout, "default"
 	}

@@ -59,10 +59,10 @@ func TestEveryRefusalShowsTheAcceptedForm(t *testing.T) {
 // Choices accept any case, as booleans do, from the environment and the
 // code, and are stored in lower case.
 func TestChoicesAcceptAnyCase(t *testing.T) {
-	env := map[string]string{"LAMEDUCK_ENV": "KuBeRnEtEs", "LAMEDUCK_DRAIN_MODE": "IDLE", "LAMEDUCK_PRESTOP": "TRUE"}
+	env := map[string]string{"LAMEDUCK_ENV": "KuBeRnEtEs", "LAMEDUCK_DRAIN_MODE": "IDLE", "LAMEDUCK_PRESTOP": "TRUE", "LAMEDUCK_PROBE_ADDR": ":9090", "LAMEDUCK_CHECK_DETAILS": "Show"}
 	c, _, errs := Config{LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok }}.resolve()
-	if len(errs) > 0 || c.Env != EnvKubernetes || c.DrainMode != DrainIdle || !c.PreStop {
-		t.Fatalf("%s %s %v %v", c.Env, c.DrainMode, c.PreStop, errs)
+	if len(errs) > 0 || c.Env != EnvKubernetes || c.DrainMode != DrainIdle || !c.PreStop || c.CheckDetails != CheckDetailsShow {
+		t.Fatalf("%s %s %v %s %v", c.Env, c.DrainMode, c.PreStop, c.CheckDetails, errs)
 	}
 	c, _, errs = Config{Env: "Local", DrainMode: "Delay", LookupEnv: func(string) (string, bool) { return "", false }}.resolve()
 	if len(errs) > 0 || c.Env != EnvLocal || c.DrainMode != DrainDelay {

@@ -157,7 +157,7 @@ func (l *Lifecycle) drainHTTP(servers []*server, serving *sync.WaitGroup, deadli
 			app = append(app, s)
 		}
 	}
-	shutdown := func(group []*server) {
+	shutdown := func(ctx context.Context, group []*server) {
 		var wg sync.WaitGroup
 		seen := map[*http.Server]bool{}
 		for _, s := range group {
@@ -210,7 +210,7 @@ func (l *Lifecycle) drainHTTP(servers []*server, serving *sync.WaitGroup, deadli
 	if n := l.track.closeFresh(); n > 0 {
 		l.log.Info("lameduck: closed connection(s) that had sent no request", "silent", n)
 	}
-	shutdown(app)
+	shutdown(ctx, app)
 	// Shutdown neither waits for nor closes hijacked connections, and
 	// returns at its deadline with handlers still running: wait for every
 	// tracked handler ourselves.
@@ -233,7 +233,13 @@ func (l *Lifecycle) drainHTTP(servers []*server, serving *sync.WaitGroup, deadli
 			}
 		}
 	}
-	shutdown(probes)
+	// Every probe answers at once from now on: a probe connection still
+	// open after a short grace is a slow client, and cannot hold the drain.
+	if len(probes) > 0 {
+		probeCtx, cancelProbes := l.withTimeout(ctx, probeShutdownGrace)
+		shutdown(probeCtx, probes)
+		cancelProbes()
+	}
 	for _, s := range probes {
 		_ = s.srv.Close()
 	}

@@ -30,9 +30,11 @@ type Answer struct {
 
 // Serve starts a Lifecycle (on lameducktest's fake clock, which the checks'
 // deadlines do not use) with checks, and shuts it down in t's cleanup.
+// Bodies show the checks' redacted details (CheckDetails "show"), which the
+// tests read.
 func Serve(t testing.TB, checks ...health.Check) *Ready {
 	t.Helper()
-	lc, clk := lameducktest.New(t, lameduck.Config{ShutdownDelay: time.Second})
+	lc, clk := lameducktest.New(t, lameduck.Config{ShutdownDelay: time.Second, CheckDetails: lameduck.CheckDetailsShow})
 	for _, c := range checks {
 		if err := lc.AddCheck(c); err != nil {
 			t.Fatal(err)

@@ -1,0 +1,201 @@
+package lameduck
+
+import (
+	"fmt"
+	"os"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Values of [Config.CheckDetails] and LAMEDUCK_CHECK_DETAILS.
+const (
+	// CheckDetailsAuto shows a failing check's detail on the probe-only
+	// listener (Config.ProbeAddr) and hides it on a listener that also
+	// serves the application. The default.
+	CheckDetailsAuto = "auto"
+	// CheckDetailsShow shows the (redacted) detail on every listener.
+	CheckDetailsShow = "show"
+	// CheckDetailsHide shows outcome words only, on every listener.
+	CheckDetailsHide = "hide"
+)
+
+// hiddenValue stands for a secret in a *ConfigError: the token is never
+// printed.
+const hiddenValue = "(hidden)"
+
+// pathSetting is a row for one probe path: clean and absolute (badPath).
+func pathSetting(name, field, def string, p func(*Config) *string) setting {
+	s := stringSetting(name, field, fmt.Sprintf("a clean absolute path, such as %q", def), p)
+	s.load = func(c *Config, v string) string {
+		if why := badPath(v); why != "" {
+			return why
+		}
+		*p(c) = v
+		return ""
+	}
+	s.check = func(c *Config) string { return badPath(*p(c)) }
+	return s
+}
+
+// livenessPathsSetting is the row of Config.LivenessPaths: a comma-separated
+// list in the environment.
+func livenessPathsSetting() setting {
+	p := func(c *Config) *[]string { return &c.LivenessPaths }
+	check := func(paths []string) string {
+		if len(paths) == 0 {
+			return "empty: the kubelet needs a liveness path"
+		}
+		for _, lp := range paths {
+			if why := badPath(lp); why != "" {
+				return strconv.Quote(lp) + ": " + why
+			}
+		}
+		return ""
+	}
+	return setting{
+		name: "LIVENESS_PATHS", field: "LivenessPaths",
+		form:  `comma-separated clean absolute paths, such as "/healthz,/livez"`,
+		unset: func(c *Config) bool { return *p(c) == nil },
+		load: func(c *Config, v string) string {
+			var paths []string
+			for _, s := range strings.Split(v, ",") {
+				paths = append(paths, strings.TrimSpace(s))
+			}
+			if why := check(paths); why != "" {
+				return why
+			}
+			*p(c) = paths
+			return ""
+		},
+		check: func(c *Config) string {
+			*p(c) = slices.Clone(*p(c)) // the caller's slice is not kept
+			return check(*p(c))
+		},
+		show:  func(c *Config) string { return fmt.Sprintf("%q", *p(c)) },
+		reset: func(c *Config) { *p(c) = nil },
+	}
+}
+
+// badPath says what is wrong with a probe path, or "".
+func badPath(p string) string {
+	switch {
+	case p == "":
+		return "empty"
+	case p[0] != '/':
+		return `it must begin with "/"`
+	case p == "/":
+		return `"/" would take every path of the application`
+	case strings.ContainsFunc(p, func(r rune) bool { return r <= ' ' || r == 0x7f || r == '?' || r == '#' || r == '%' || r == ',' }):
+		return "it holds a space, a control character, '?', '#', '%' or ','"
+	case path.Clean(p) != p:
+		return `it is not clean (a trailing "/", "//", "." or "..")`
+	}
+	return ""
+}
+
+// readTokenFile fills PreStopToken from PreStopTokenFile, once the table
+// has been walked and before the defaults (the token turns the hook on).
+// No error prints the token.
+func (c *Config) readTokenFile(src map[string]string) []error {
+	var errs []error
+	tokenName := named(c, src, "PRESTOP_TOKEN")
+	if f := c.PreStopTokenFile; f != "" {
+		fileName := named(c, src, "PRESTOP_TOKEN_FILE")
+		switch b, err := os.ReadFile(f); {
+		case c.PreStopToken != "":
+			errs = append(errs, &ConfigError{Setting: fileName, Value: f,
+				Problem: "set together with " + named(c, src, "PRESTOP_TOKEN"), Fix: "keep one of the two"})
+		case err != nil:
+			errs = append(errs, &ConfigError{Setting: fileName, Value: f,
+				Problem: "cannot read the preStop token: " + err.Error(), Fix: "mount the Secret there, or unset it"})
+		default:
+			tok := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+			if tok == "" {
+				errs = append(errs, &ConfigError{Setting: fileName, Value: f, Problem: "the file is empty",
+					Fix: "put the token in it, or unset it"})
+			}
+			c.PreStopToken, src["PRESTOP_TOKEN"], tokenName = tok, fileName, fileName
+		}
+	}
+	if tok := c.PreStopToken; tok != "" && strings.ContainsFunc(tok, func(r rune) bool { return r < 0x20 || r > 0x7e }) {
+		errs = append(errs, &ConfigError{Setting: tokenName, Value: hiddenValue,
+			Problem: "the token holds a control or non-ASCII character, which an HTTP header cannot carry",
+			Fix:     "use printable ASCII"})
+		c.PreStopToken = ""
+		c.PreStop = false // refused: do not ask for a second fix
+		src["PRESTOP"] = "refused token"
+	}
+	return errs
+}
+
+// checkProbes fills the defaults of the probe surface and checks it across
+// settings, once ProbeAddr has its default: the hook's token on a shared
+// listener, CheckDetails against HideCheckErrors, and the probe paths
+// against each other.
+func (c *Config) checkProbes(src map[string]string) []error {
+	var errs []error
+	p := c.EnvPrefix
+	if c.PreStop && c.PreStopToken == "" && c.ProbeAddr == "" && src["PRESTOP"] != "refused token" {
+		errs = append(errs, &ConfigError{Setting: named(c, src, "PRESTOP"), Value: "true",
+			Problem: "GET /prestop would be served on the application's own listener, where anyone who reaches the port can drain the pod",
+			Fix: fmt.Sprintf("set %sPRESTOP_TOKEN (or %sPRESTOP_TOKEN_FILE) and send it in the hook's %s header, "+
+				"or serve the probes on their own port with %sPROBE_ADDR (such as \":9090\")", p, p, PreStopTokenHeader, p)})
+	}
+
+	if c.HideCheckErrors {
+		if c.CheckDetails == CheckDetailsShow {
+			errs = append(errs, &ConfigError{Setting: "Config.HideCheckErrors", Value: "true",
+				Problem: fmt.Sprintf("set together with %s=%q", named(c, src, "CHECK_DETAILS"), c.CheckDetails),
+				Fix:     "keep one of the two"})
+		}
+		c.CheckDetails, src["CHECK_DETAILS"] = CheckDetailsHide, "Config.HideCheckErrors"
+	}
+	if c.CheckDetails == "" {
+		c.CheckDetails, src["CHECK_DETAILS"] = CheckDetailsAuto, "default: shown on the probe-only listener, hidden where the application is served"
+	}
+	c.HideCheckErrors = c.CheckDetails == CheckDetailsHide
+
+	if c.LivenessPaths == nil {
+		c.LivenessPaths, src["LIVENESS_PATHS"] = []string{PathLiveness, PathLivez}, "default"
+	}
+	for _, d := range []struct {
+		field *string
+		name  string
+		def   string
+	}{
+		{&c.ReadinessPath, "READINESS_PATH", PathReadiness},
+		{&c.StartupPath, "STARTUP_PATH", PathStartup},
+		{&c.PreStopPath, "PRESTOP_PATH", PathPreStop},
+	} {
+		if *d.field == "" {
+			*d.field, src[d.name] = d.def, "default"
+		}
+	}
+	type probePath struct{ name, path string }
+	var paths []probePath
+	for _, lp := range c.LivenessPaths {
+		paths = append(paths, probePath{"LIVENESS_PATHS", lp})
+	}
+	paths = append(paths, probePath{"READINESS_PATH", c.ReadinessPath}, probePath{"STARTUP_PATH", c.StartupPath})
+	if c.PreStop {
+		paths = append(paths, probePath{"PRESTOP_PATH", c.PreStopPath})
+	}
+	for i, n := range paths {
+		why := ""
+		for _, o := range paths[:i] {
+			if o.path == n.path {
+				why = "the same path as " + named(c, src, o.name)
+			}
+		}
+		if n.name != "READINESS_PATH" && strings.HasPrefix(n.path, c.ReadinessPath+"/") {
+			why = "under " + named(c, src, "READINESS_PATH") + "=" + c.ReadinessPath + ", whose sub-paths name checks"
+		}
+		if why != "" {
+			errs = append(errs, &ConfigError{Setting: named(c, src, n.name), Value: n.path, Problem: why,
+				Fix: "give each probe a path of its own"})
+		}
+	}
+	return errs
+}

@@ -1,0 +1,391 @@
+package lameduck_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lameduck/lameduck"
+	"github.com/lameduck/lameduck/health"
+)
+
+// The hook on the application's own listener without a token is refused at
+// New, naming both fixes; with a token, or on the probe-only listener, it
+// starts.
+func TestPreStopNeedsTokenOnSharedListener(t *testing.T) {
+	_, err := newFromEnv(t, map[string]string{"LAMEDUCK_PRESTOP": "true"}, lameduck.Config{})
+	if !errors.Is(err, lameduck.ErrInvalidConfig) {
+		t.Fatalf("PRESTOP=true alone: err = %v, want ErrInvalidConfig", err)
+	}
+	for _, w := range []string{`LAMEDUCK_PRESTOP="true"`, "LAMEDUCK_PRESTOP_TOKEN", "LAMEDUCK_PRESTOP_TOKEN_FILE", "LAMEDUCK_PROBE_ADDR", lameduck.PreStopTokenHeader} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q does not name %s", err, w)
+		}
+	}
+	if _, err := newFromEnv(t, nil, lameduck.Config{PreStop: true}); !errors.Is(err, lameduck.ErrInvalidConfig) {
+		t.Errorf("Config.PreStop alone: err = %v, want ErrInvalidConfig", err)
+	}
+	for _, vars := range []map[string]string{
+		{"LAMEDUCK_PRESTOP": "true", "LAMEDUCK_PRESTOP_TOKEN": "s3cret"},
+		{"LAMEDUCK_PRESTOP_TOKEN": "s3cret"},
+		{"LAMEDUCK_PRESTOP": "true", "LAMEDUCK_PROBE_ADDR": "127.0.0.1:0"},
+	} {
+		lc, err := newFromEnv(t, vars, lameduck.Config{})
+		if err != nil {
+			t.Errorf("%v: %v", vars, err)
+			continue
+		}
+		if !lc.Config().PreStop {
+			t.Errorf("%v: the hook is off", vars)
+		}
+	}
+}
+
+// The token may come from a file (a mounted Secret): a trailing newline is
+// dropped; a missing or empty file, both sources at once, or a token that
+// no header can carry are errors, and no error ever prints the token.
+func TestPreStopTokenFile(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good := write("token", "s3cret-from-file\n")
+	lc, err := newFromEnv(t, map[string]string{"LAMEDUCK_PRESTOP_TOKEN_FILE": good}, lameduck.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := lc.Config(); c.PreStopToken != "s3cret-from-file" || !c.PreStop {
+		t.Fatalf("token %q prestop %v; want the file's content without its newline, hook on", c.PreStopToken, c.PreStop)
+	}
+	crlf := write("crlf", "s3cret-crlf\r\n")
+	if lc, err := newFromEnv(t, map[string]string{"LAMEDUCK_PRESTOP_TOKEN_FILE": crlf}, lameduck.Config{}); err != nil || lc.Config().PreStopToken != "s3cret-crlf" {
+		t.Fatalf("CRLF file: %v", err)
+	}
+	for _, tc := range []struct {
+		name string
+		vars map[string]string
+		cfg  lameduck.Config
+		want []string
+	}{
+		{"missing", map[string]string{"LAMEDUCK_PRESTOP_TOKEN_FILE": filepath.Join(dir, "nope")}, lameduck.Config{},
+			[]string{"LAMEDUCK_PRESTOP_TOKEN_FILE=", "nope", "cannot read"}},
+		{"empty", map[string]string{"LAMEDUCK_PRESTOP_TOKEN_FILE": write("empty", "\n")}, lameduck.Config{},
+			[]string{"LAMEDUCK_PRESTOP_TOKEN_FILE=", "empty"}},
+		{"unreadable (a directory)", map[string]string{"LAMEDUCK_PRESTOP_TOKEN_FILE": dir}, lameduck.Config{},
+			[]string{"cannot read"}},
+		{"both", map[string]string{"LAMEDUCK_PRESTOP_TOKEN_FILE": good, "LAMEDUCK_PRESTOP_TOKEN": "s3cret-env"}, lameduck.Config{},
+			[]string{"LAMEDUCK_PRESTOP_TOKEN", "keep one"}},
+		{"control character", map[string]string{"LAMEDUCK_PRESTOP_TOKEN": "s3cret\x01tail"}, lameduck.Config{},
+			[]string{"LAMEDUCK_PRESTOP_TOKEN", "printable ASCII"}},
+		{"newline inside a file", map[string]string{"LAMEDUCK_PRESTOP_TOKEN_FILE": write("two-lines", "s3cret-a\ns3cret-b\n")}, lameduck.Config{},
+			[]string{"LAMEDUCK_PRESTOP_TOKEN_FILE", "printable ASCII"}},
+		{"code", nil, lameduck.Config{PreStopToken: "s3cret\ttab"}, []string{"Config.PreStopToken", "printable ASCII"}},
+	} {
+		_, err := newFromEnv(t, tc.vars, tc.cfg)
+		if !errors.Is(err, lameduck.ErrInvalidConfig) {
+			t.Errorf("%s: err = %v, want ErrInvalidConfig", tc.name, err)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: error %q does not contain %q", tc.name, err, w)
+			}
+		}
+		if strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("%s: the error prints the token: %q", tc.name, err)
+		}
+	}
+}
+
+// Refused calls never drain, answer a bare 401, and are logged at most once
+// a minute (on the injected clock) with their source and a count, never
+// with the header's value.
+func TestPreStopRefusedLoggedOncePerMinute(t *testing.T) {
+	var fields atomic.Int32
+	h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second, PreStopToken: "s3cret-token",
+		Fields: func() map[string]any { fields.Add(1); return nil }})
+	base := h.serve(http.NotFoundHandler())
+	h.run()
+	await(t, h.lc.Events().StartupDone)
+	c := client(t)
+	call := func(tok string) probe {
+		req, _ := http.NewRequest("GET", base+"/prestop", nil)
+		if tok != "" {
+			req.Header.Set(lameduck.PreStopTokenHeader, tok)
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode == 401 && resp.Header.Get("WWW-Authenticate") == "" {
+			t.Error("401 without WWW-Authenticate")
+		}
+		return probe{resp.StatusCode, string(b)}
+	}
+	for i := range 50 {
+		tok := ""
+		if i%2 == 1 {
+			tok = "guess-" + strings.Repeat("x", i) // wrong, of every length
+		}
+		if p := call(tok); p.code != 401 || p.body != `{"status":"unauthorized"}`+"\n" {
+			t.Fatalf("call %d: %d %q; want a bare 401", i, p.code, p.body)
+		}
+	}
+	if p := call("s3cret-toke"); p.code != 401 { // a prefix of the token
+		t.Fatalf("a prefix of the token: %d", p.code)
+	}
+	if h.lc.Events().ShutdownInitiated.Fired() {
+		t.Fatal("a refused call drained the pod")
+	}
+	if n := fields.Load(); n != 0 {
+		t.Fatalf("refused calls computed the application's fields %d times", n)
+	}
+	count := func() int { return strings.Count(h.logs.String(), "/prestop refused") }
+	if n := count(); n != 1 {
+		t.Fatalf("%d log lines for 51 refusals in the same minute; want 1:\n%s", n, h.logs)
+	}
+	h.clock.Advance(59 * time.Second)
+	call("")
+	if n := count(); n != 1 {
+		t.Fatalf("%d log lines after 59s; want still 1", n)
+	}
+	h.clock.Advance(time.Second)
+	call("")
+	if n := count(); n != 2 || !strings.Contains(h.logs.String(), "refused=52") || !strings.Contains(h.logs.String(), "remote=127.0.0.1:") {
+		t.Fatalf("after a minute: want a second line counting 52 refusals with the source address:\n%s", h.logs)
+	}
+	if strings.Contains(h.logs.String(), "guess-") || strings.Contains(h.logs.String(), "s3cret") {
+		t.Fatalf("a token reached the log:\n%s", h.logs)
+	}
+	hook := make(chan probe, 1)
+	go func() { hook <- call("s3cret-token") }()
+	await(t, h.lc.Events().ShutdownInitiated)
+	h.timers(1)
+	h.clock.Advance(time.Second)
+	if p := <-hook; p.code != 200 {
+		t.Fatalf("the right token: %d %s", p.code, p.body)
+	}
+	if err := h.wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// On the probe-only listener the hook needs no token and bodies keep the
+// detail; on the application's listener, the hook is not served and bodies
+// carry names and words only. The log has the detail either way.
+func TestProbeOnlyListenerKeepsDetails(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second, ProbeAddr: addr, PreStop: true})
+	h.lc.AddCheck(health.Check{Name: "db", Critical: true, Func: func(context.Context) error {
+		return errors.New("dial tcp db.internal:5432: connection refused")
+	}})
+	own := h.serve(http.NotFoundHandler())
+	h.run()
+	await(t, h.lc.Events().StartupDone)
+	c := client(t)
+	p := get(t, c, "http://"+addr+"/readyz")
+	p.status(t, 503, "failed")
+	if !strings.Contains(p.body, "db.internal:5432") {
+		t.Fatalf("probe-only listener: %s; want the detail", p.body)
+	}
+	// ProbeHandler stands for the application's listener.
+	p = probeOf(t, h.lc, "/readyz")
+	p.status(t, 503, "failed")
+	if strings.Contains(p.body, "db.internal") || !strings.Contains(p.body, `"db":"error"`) {
+		t.Fatalf("ProbeHandler: %s; want the word alone", p.body)
+	}
+	if p := probeOf(t, h.lc, "/prestop"); p.code != 404 || h.lc.Events().ShutdownInitiated.Fired() {
+		t.Fatalf("ProbeHandler /prestop without a token: %d, drained %v; want 404, nothing drained", p.code, h.lc.Events().ShutdownInitiated.Fired())
+	}
+	if p := get(t, c, own+"/prestop"); p.code != 404 {
+		t.Fatalf("the application's /prestop: %d; want the application's own 404", p.code)
+	}
+	if !strings.Contains(h.logs.String(), "db.internal:5432") {
+		t.Fatalf("the log lacks the detail:\n%s", h.logs)
+	}
+	hook := make(chan probe, 1)
+	go func() {
+		resp, err := c.Get("http://" + addr + "/prestop")
+		if err != nil {
+			t.Error(err)
+			hook <- probe{}
+			return
+		}
+		resp.Body.Close()
+		hook <- probe{code: resp.StatusCode}
+	}()
+	await(t, h.lc.Events().ShutdownInitiated)
+	h.timers(1)
+	h.clock.Advance(time.Second)
+	if p := <-hook; p.code != 200 {
+		t.Fatalf("probe-only /prestop without a token: %d; want 200", p.code)
+	}
+	if err := h.wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCheckDetailsSetting(t *testing.T) {
+	for _, tc := range []struct {
+		vars map[string]string
+		cfg  lameduck.Config
+		want string
+	}{
+		{nil, lameduck.Config{}, lameduck.CheckDetailsAuto},
+		{map[string]string{"LAMEDUCK_CHECK_DETAILS": "Show"}, lameduck.Config{}, lameduck.CheckDetailsShow},
+		{map[string]string{"LAMEDUCK_CHECK_DETAILS": "hide"}, lameduck.Config{}, lameduck.CheckDetailsHide},
+		{nil, lameduck.Config{HideCheckErrors: true}, lameduck.CheckDetailsHide},
+		{map[string]string{"LAMEDUCK_CHECK_DETAILS": "show"}, lameduck.Config{CheckDetails: "auto"}, lameduck.CheckDetailsAuto},
+	} {
+		lc, err := newFromEnv(t, tc.vars, tc.cfg)
+		if err != nil {
+			t.Fatalf("%v: %v", tc.vars, err)
+		}
+		if c := lc.Config(); c.CheckDetails != tc.want || c.HideCheckErrors != (tc.want == lameduck.CheckDetailsHide) {
+			t.Errorf("%v %+v: CheckDetails %q HideCheckErrors %v; want %q", tc.vars, tc.cfg, c.CheckDetails, c.HideCheckErrors, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		vars map[string]string
+		cfg  lameduck.Config
+		want string
+	}{
+		{map[string]string{"LAMEDUCK_CHECK_DETAILS": "verbose"}, lameduck.Config{}, `LAMEDUCK_CHECK_DETAILS="verbose": not one of the choices; set it to "auto" or "show" or "hide"`},
+		{nil, lameduck.Config{CheckDetails: "all"}, `Config.CheckDetails=all`},
+		{nil, lameduck.Config{CheckDetails: "show", HideCheckErrors: true}, "HideCheckErrors"},
+	} {
+		if _, err := newFromEnv(t, tc.vars, tc.cfg); !errors.Is(err, lameduck.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v %+v: %v; want %q", tc.vars, tc.cfg, err, tc.want)
+		}
+	}
+}
+
+// /livez answers as /healthz does; every probe path can be renamed, and a
+// renamed one leaves the old path to the application.
+func TestProbePaths(t *testing.T) {
+	h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second})
+	for _, p := range []string{"/healthz", "/livez"} {
+		probeOf(t, h.lc, p).status(t, 200, "ok")
+	}
+
+	lc, err := newFromEnv(t, map[string]string{
+		"LAMEDUCK_LIVENESS_PATHS": "/-/live, /-/healthz",
+		"LAMEDUCK_READINESS_PATH": "/-/ready",
+		"LAMEDUCK_STARTUP_PATH":   "/-/startup",
+		"LAMEDUCK_PRESTOP_PATH":   "/-/prestop",
+		"LAMEDUCK_PRESTOP_TOKEN":  "s3cret",
+	}, lameduck.Config{IgnoreSignals: true, Clock: h.clock, Logger: h.lc.Config().Logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc.AddServer(&http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(299) })}, ln)
+	done := make(chan error, 1)
+	go func() { done <- lc.Run(context.Background()) }()
+	await(t, lc.Events().StartupDone)
+	base := "http://" + ln.Addr().String()
+	c := client(t)
+	for _, p := range []string{"/-/live", "/-/healthz", "/-/ready", "/-/startup"} {
+		get(t, c, base+p).status(t, 200, "ok")
+	}
+	get(t, c, base+"/-/prestop").status(t, 401, "unauthorized")
+	for _, p := range []string{"/healthz", "/livez", "/readyz", "/readyz/db", "/startupz", "/prestop", "/-/ready2", "/-/readyz"} {
+		if got := get(t, c, base+p); got.code != 299 {
+			t.Errorf("GET %s = %d; want the application's 299", p, got.code)
+		}
+	}
+	lc.BeginShutdown("test")
+	h.timers(1)
+	h.clock.Advance(time.Second)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return")
+	}
+
+	for _, tc := range []struct {
+		vars map[string]string
+		cfg  lameduck.Config
+		want string
+	}{
+		{map[string]string{"LAMEDUCK_READINESS_PATH": "ready"}, lameduck.Config{}, `LAMEDUCK_READINESS_PATH="ready": it must begin with "/"`},
+		{map[string]string{"LAMEDUCK_READINESS_PATH": "/"}, lameduck.Config{}, `every path of the application`},
+		{map[string]string{"LAMEDUCK_STARTUP_PATH": "/a/../b"}, lameduck.Config{}, `not clean`},
+		{map[string]string{"LAMEDUCK_STARTUP_PATH": "/readyz/"}, lameduck.Config{}, `not clean`},
+		{map[string]string{"LAMEDUCK_STARTUP_PATH": "/start?x=1"}, lameduck.Config{}, `'?'`},
+		{map[string]string{"LAMEDUCK_LIVENESS_PATHS": "/healthz,,/livez"}, lameduck.Config{}, `LAMEDUCK_LIVENESS_PATHS="/healthz,,/livez": "": empty`},
+		{map[string]string{"LAMEDUCK_LIVENESS_PATHS": "/readyz/live"}, lameduck.Config{}, `LAMEDUCK_LIVENESS_PATHS="/readyz/live": under LAMEDUCK_READINESS_PATH=/readyz`},
+		{map[string]string{"LAMEDUCK_STARTUP_PATH": "/healthz"}, lameduck.Config{}, `the same path as LAMEDUCK_LIVENESS_PATHS`},
+		{nil, lameduck.Config{LivenessPaths: []string{}}, `Config.LivenessPaths=[]: empty`},
+		{nil, lameduck.Config{PreStopPath: "/readyz", PreStopToken: "s3cret"}, `the same path as LAMEDUCK_READINESS_PATH`},
+	} {
+		if _, err := newFromEnv(t, tc.vars, tc.cfg); !errors.Is(err, lameduck.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v %+v: %v\nwant %q", tc.vars, tc.cfg, err, tc.want)
+		}
+	}
+}
+
+// A probe request that declares a body and then trickles it cannot hold its
+// connection: no probe reads a body, and the connection closes after the
+// answer, on a server without any timeout of its own.
+func TestProbeWithTrickledBodyClosed(t *testing.T) {
+	h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second})
+	base := h.serve(http.NotFoundHandler())
+	h.run()
+	await(t, h.lc.Events().StartupDone)
+	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\nab"); err != nil {
+		t.Fatal(err)
+	}
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !resp.Close {
+		t.Fatalf("%d, close %v; want 200 and Connection: close", resp.StatusCode, resp.Close)
+	}
+	// The server closed it: a read ends, before our 10s guard.
+	if _, err := conn.Read(make([]byte, 1)); err == nil {
+		t.Fatal("the connection is still open")
+	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatal("the connection was held open until our guard")
+	}
+	h.lc.BeginShutdown("test")
+	h.timers(1)
+	h.clock.Advance(time.Second)
+	if err := h.wait(); err != nil {
+		t.Fatal(err)
+	}
+}
