@@ -42,8 +42,9 @@ with 1001 going away when the window ends), GET /events (server-sent events,
 one every 100ms, ending with a final "bye" event when the window ends), GET /slow?d=DURATION (answers after d, at
 most 10m), POST /write?name=NAME&d=DURATION (a background write of d, joined at
 shutdown; 202, or 503 once refused), POST /loop?name=NAME (a background loop
-ticking every 100ms until the signal; 503 after it), and the probes GET /healthz, /readyz, /startupz, plus GET /prestop
-when LAMEDUCK_PRESTOP=true. Send SIGTERM (or press Ctrl-C) to watch the drain:
+ticking every 100ms until the signal; 503 after it), and the probes GET /healthz, /livez, /readyz, /startupz, plus GET /prestop
+when LAMEDUCK_PRESTOP=true (with LAMEDUCK_PRESTOP_TOKEN, sent in the
+X-Lameduck-Token header, or on the probe port of LAMEDUCK_PROBE_ADDR). Send SIGTERM (or press Ctrl-C) to watch the drain:
 /readyz turns 503 at once, the lame-duck window passes, in-flight requests
 finish, and the process exits 0.
 
@@ -252,7 +253,12 @@ func (d *demo) addHTTP(addr string) error {
 	mux.HandleFunc("GET /ws", func(w http.ResponseWriter, r *http.Request) { serveEcho(d.lc, d.log, w, r) })
 	mux.HandleFunc("GET /events", func(w http.ResponseWriter, r *http.Request) { serveEvents(d.lc, w, r) })
 
+	// Timeouts against slow clients (docs/security.md, "Slow clients"):
+	// headers within 10s, idle keep-alive connections closed after 2m. No
+	// ReadTimeout or WriteTimeout: they would cut /ws, /events and /slow,
+	// which are long on purpose.
 	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10,
 		Protocols: new(http.Protocols)}
 	srv.Protocols.SetHTTP1(true)
 	srv.Protocols.SetUnencryptedHTTP2(true) // h2c, so HTTP/2 clients can try the GOAWAY hand-off

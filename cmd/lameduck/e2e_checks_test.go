@@ -42,9 +42,18 @@ const (
 
 // startChecks starts the demo on 127.0.0.1:0 with args and waits until it
 // listens and has logged that it serves (phase serving, signal handler
-// installed), without sending any probe.
+// installed), without sending any probe. These tests read the checks'
+// texts, so the bodies show them (LAMEDUCK_CHECK_DETAILS=show) unless env
+// says otherwise; e2e_security_test.go holds what the default hides.
 func startChecks(t *testing.T, env map[string]string, args ...string) *proc {
 	t.Helper()
+	if _, set := env["LAMEDUCK_CHECK_DETAILS"]; !set {
+		e := map[string]string{"LAMEDUCK_CHECK_DETAILS": "show"}
+		for k, v := range env {
+			e[k] = v
+		}
+		env = e
+	}
 	p := startProc(t, env, append([]string{"--addr", "127.0.0.1:0"}, args...)...)
 	p.listening()
 	p.waitLog(`"lameduck: serving"`, startTimeout, msgContains("lameduck: serving"))

@@ -818,7 +818,8 @@ func TestE2EStartupDelay(t *testing.T) {
 func TestE2EPreStopHookThenSIGTERM(t *testing.T) {
 	t.Parallel()
 	const delay = 2 * time.Second
-	p := startDemo(t, env("LAMEDUCK_PRESTOP", "true", "LAMEDUCK_SHUTDOWN_DELAY", "2s", "LAMEDUCK_SHUTDOWN_TEARDOWN", "10s"))
+	p := startDemo(t, env("LAMEDUCK_PRESTOP", "true", "LAMEDUCK_PRESTOP_TOKEN", "e2e-token",
+		"LAMEDUCK_SHUTDOWN_DELAY", "2s", "LAMEDUCK_SHUTDOWN_TEARDOWN", "10s"))
 
 	// A request held open by the test keeps the process in teardown until
 	// the test lets go, so that the SIGTERM after the hook reaches a live
@@ -830,7 +831,7 @@ func TestE2EPreStopHookThenSIGTERM(t *testing.T) {
 	sent := time.Now()
 	prestop := make(chan result, 1)
 	go func() {
-		r, err := p.do(context.Background(), p.client, "/prestop")
+		r, err := p.doHeader(context.Background(), p.client, "/prestop", map[string]string{"X-Lameduck-Token": "e2e-token"})
 		prestop <- result{r, err}
 	}()
 
