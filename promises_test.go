@@ -212,7 +212,7 @@ func TestSettingsFromTheEnvironmentAreApplied(t *testing.T) {
 		}
 	})
 	t.Run("CHECK_TIMEOUT", func(t *testing.T) {
-		h := started(t, lameduck.Config{ShutdownDelay: time.Second,
+		h := started(t, lameduck.Config{ShutdownDelay: time.Second, CheckDetails: lameduck.CheckDetailsShow,
 			LookupEnv: env(map[string]string{"LAMEDUCK_CHECK_TIMEOUT": "50ms"})})
 		if err := h.lc.AddCheck(health.Check{Name: "db", Critical: true, Func: func(ctx context.Context) error {
 			<-ctx.Done()

@@ -294,7 +294,7 @@ func TestProbePaths(t *testing.T) {
 		"LAMEDUCK_STARTUP_PATH":   "/-/startup",
 		"LAMEDUCK_PRESTOP_PATH":   "/-/prestop",
 		"LAMEDUCK_PRESTOP_TOKEN":  "s3cret",
-	}, lameduck.Config{IgnoreSignals: true, Clock: h.clock, Logger: h.lc.Config().Logger})
+	}, lameduck.Config{IgnoreSignals: true, ShutdownDelay: lameduck.NoDelay, Clock: h.clock, Logger: h.lc.Config().Logger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,8 +318,6 @@ func TestProbePaths(t *testing.T) {
 		}
 	}
 	lc.BeginShutdown("test")
-	h.timers(1)
-	h.clock.Advance(time.Second)
 	select {
 	case err := <-done:
 		if err != nil {
