@@ -25,6 +25,13 @@ const (
 // printed.
 const hiddenValue = "(hidden)"
 
+// secretSetting makes a row whose value is never shown, in an error or by
+// a tool that lists the settings.
+func secretSetting(s setting) setting {
+	s.show = func(*Config) string { return hiddenValue }
+	return s
+}
+
 // pathSetting is a row for one probe path: clean and absolute (badPath).
 func pathSetting(name, field, def string, p func(*Config) *string) setting {
 	s := stringSetting(name, field, fmt.Sprintf("a clean absolute path, such as %q", def), p)

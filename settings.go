@@ -79,7 +79,7 @@ func settingTable() []setting {
 		durationSetting("PRESTOP_DELAY", "PreStopDelay", `the pod's preStop sleep as a Go duration with a unit, such as "5s"`,
 			nonNegativeDuration, func(c *Config) *time.Duration { return &c.PreStopDelay }),
 		boolSetting("PRESTOP", "PreStop", func(c *Config) *bool { return &c.PreStop }),
-		stringSetting("PRESTOP_TOKEN", "PreStopToken", "a secret of printable ASCII, also set in the preStop hook's httpHeaders", func(c *Config) *string { return &c.PreStopToken }),
+		secretSetting(stringSetting("PRESTOP_TOKEN", "PreStopToken", "a secret of printable ASCII, also set in the preStop hook's httpHeaders", func(c *Config) *string { return &c.PreStopToken })),
 		stringSetting("PRESTOP_TOKEN_FILE", "PreStopTokenFile", "the path of a readable, non-empty file holding the token, such as a mounted Secret", func(c *Config) *string { return &c.PreStopTokenFile }),
 		enumSetting("CHECK_DETAILS", "CheckDetails", "", func(c *Config) *string { return &c.CheckDetails }, CheckDetailsAuto, CheckDetailsShow, CheckDetailsHide),
 		livenessPathsSetting(),
