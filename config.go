@@ -272,7 +272,9 @@ type Config struct {
 	// GET /prestop; a request without it, or with a wrong one, gets 401 and
 	// drains nothing. It is compared in constant time (of its SHA-256
 	// digest, so not even its length leaks) and never logged. It must be
-	// printable ASCII. Env: PRESTOP_TOKEN.
+	// printable ASCII without surrounding spaces (what an HTTP header can
+	// carry); Run warns when it is shorter than 16 characters.
+	// Env: PRESTOP_TOKEN.
 	PreStopToken string
 	// PreStopTokenFile names a file holding PreStopToken, such as a
 	// Kubernetes Secret mounted as a volume; it is read once, by New, and a

@@ -388,6 +388,7 @@ func (l *Lifecycle) Run(ctx context.Context) error {
 	defer l.cancel()
 
 	l.logBudget()
+	l.warnWeakToken()
 
 	// Signals, before anything is bound or logged as listening: a SIGTERM
 	// that comes the instant the port answers must start the sequence, not

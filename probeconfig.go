@@ -126,10 +126,14 @@ func (c *Config) readTokenFile(src map[string]string) []error {
 			c.PreStopToken, src["PRESTOP_TOKEN"], tokenName = tok, fileName, fileName
 		}
 	}
-	if tok := c.PreStopToken; tok != "" && strings.ContainsFunc(tok, func(r rune) bool { return r < 0x20 || r > 0x7e }) {
+	if tok := c.PreStopToken; tok != "" && (strings.ContainsFunc(tok, func(r rune) bool { return r < 0x20 || r > 0x7e }) ||
+		strings.TrimSpace(tok) != tok) {
+		// An HTTP header cannot carry a control character, and its value
+		// reaches the handler without surrounding spaces: such a token
+		// could never match.
 		errs = append(errs, &ConfigError{Setting: tokenName, Value: hiddenValue,
-			Problem: "the token holds a control or non-ASCII character, which an HTTP header cannot carry",
-			Fix:     "use printable ASCII"})
+			Problem: "the token holds a control or non-ASCII character, or begins or ends with a space, which no HTTP header can carry",
+			Fix:     "use printable ASCII without surrounding spaces"})
 		c.PreStopToken = ""
 		c.PreStop = false // refused: do not ask for a second fix
 		src["PRESTOP"] = "refused token"

@@ -3,6 +3,7 @@ package lameduck
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -310,5 +311,20 @@ func (l *Lifecycle) newProbeServer() *http.Server {
 		IdleTimeout:       probeIdleTimeout,
 		MaxHeaderBytes:    probeMaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(l.log.Handler(), slog.LevelDebug),
+	}
+}
+
+// minTokenLen is the shortest preStop token Run accepts without a warning:
+// 16 characters of a random hex string are 64 bits, out of reach of a
+// guesser limited to what a 401 costs.
+const minTokenLen = 16
+
+// warnWeakToken warns, once at Run, about a preStop token short enough to
+// guess. It never prints the token.
+func (l *Lifecycle) warnWeakToken() {
+	if n := len(l.cfg.PreStopToken); l.tokenSet && n < minTokenLen {
+		l.log.Warn(fmt.Sprintf("lameduck: the preStop token is %d characters long: whoever guesses it can drain the pod; "+
+			"use at least %d random characters, such as the output of `openssl rand -hex 16`", n, minTokenLen),
+			"setting", l.cfg.EnvPrefix+"PRESTOP_TOKEN")
 	}
 }

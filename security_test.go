@@ -93,6 +93,8 @@ func TestPreStopTokenFile(t *testing.T) {
 		{"newline inside a file", map[string]string{"LAMEDUCK_PRESTOP_TOKEN_FILE": write("two-lines", "s3cret-a\ns3cret-b\n")}, lameduck.Config{},
 			[]string{"LAMEDUCK_PRESTOP_TOKEN_FILE", "printable ASCII"}},
 		{"code", nil, lameduck.Config{PreStopToken: "s3cret\ttab"}, []string{"Config.PreStopToken", "printable ASCII"}},
+		{"a space a header would drop", map[string]string{"LAMEDUCK_PRESTOP_TOKEN_FILE": write("spaced", "s3cret-spaced \n")}, lameduck.Config{},
+			[]string{"LAMEDUCK_PRESTOP_TOKEN_FILE", "surrounding spaces"}},
 	} {
 		_, err := newFromEnv(t, tc.vars, tc.cfg)
 		if !errors.Is(err, lameduck.ErrInvalidConfig) {
@@ -385,5 +387,29 @@ func TestProbeWithTrickledBodyClosed(t *testing.T) {
 	h.clock.Advance(time.Second)
 	if err := h.wait(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A token short enough to guess is accepted with a warning at Run, which
+// never prints it.
+func TestWeakTokenWarned(t *testing.T) {
+	for _, tc := range []struct {
+		token string
+		warn  bool
+	}{{"s3cret", true}, {"0123456789abcdef", false}} {
+		h := newHarness(t, lameduck.Config{ShutdownDelay: lameduck.NoDelay, PreStopToken: tc.token})
+		h.serve(http.NotFoundHandler())
+		h.run()
+		await(t, h.lc.Events().StartupDone)
+		h.lc.BeginShutdown("test")
+		if err := h.wait(); err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(h.logs.String(), "the preStop token is"); got != tc.warn {
+			t.Errorf("token of %d characters: warned %v, want %v:\n%s", len(tc.token), got, tc.warn, h.logs)
+		}
+		if strings.Contains(h.logs.String(), tc.token) {
+			t.Errorf("the token reached the log:\n%s", h.logs)
+		}
 	}
 }
