@@ -1,6 +1,6 @@
 // Command lameduck runs lameduck's demo service and its tools.
 //
-//	lameduck demo [--addr :8080] [--server http|fiber] [--startup-delay 0s] [--log-format text|json]
+//	lameduck demo [--addr :8080] [--server http|fiber] [--startup-delay 0s] [--startup-dial HOST:PORT] [--log-format text|json]
 //	              [--simulate-check NAME=MODE[,critical]]... [--check-tcp|--check-http|--check-dns NAME=TARGET[,critical]]...
 //	lameduck rollout [flags] -- COMMAND ARGS...   (docs/rollout.md)
 //	lameduck vet [FILE|DIR|-]...                   (docs/vet.md)
