@@ -25,6 +25,10 @@ func (d *demo) addFiber(addr string) error {
 		code, body := d.root()
 		return send(c, code, body)
 	})
+	app.Post("/echo", func(c *fiber.Ctx) error {
+		code, body := d.echo(bytes.NewReader(c.Body()))
+		return send(c, code, body)
+	})
 	app.Get("/slow", func(c *fiber.Ctx) error {
 		// Not c.Context(): fasthttp closes RequestCtx.Done() when the
 		// teardown begins, which would cut the sleep the drain waits for.

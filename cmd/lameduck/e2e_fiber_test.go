@@ -48,6 +48,7 @@ func TestE2EFiber(t *testing.T) {
 		{"JoinNamesTheWriteThatOverran", TestE2EJoinNamesTheWriteThatOverran},
 		{"SlowRejectsBadDurations", TestE2ESlowRejectsBadDurations},
 		{"RollingRestartZeroFailures", TestE2ERollingRestartZeroFailures},
+		{"RolloutDemoDropsNothing", TestRolloutDemoDropsNothing},
 	} {
 		t.Run(tc.name, tc.run)
 	}

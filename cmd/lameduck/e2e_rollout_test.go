@@ -82,7 +82,7 @@ func TestRolloutDemoDropsNothing(t *testing.T) {
 			args := append([]string{"--mode", mode, "--replicas", "3", "--rounds", "2", "--rate", "300",
 				"--removal-delay", "200ms-1s", "--report", html,
 				"--env", "LAMEDUCK_SHUTDOWN_DELAY=4s", "--env", "LAMEDUCK_TERMINATION_GRACE=60s"}, fastProbes...)
-			args = append(args, "--", lameduckBin, "demo", "--addr", "127.0.0.1:{port}")
+			args = append(args, "--", lameduckBin, "demo", "--server", demoServer(t), "--addr", "127.0.0.1:{port}")
 			rep, code := rolloutJSON(t, args...)
 			if code != 0 || rep.Failed != 0 {
 				t.Fatalf("exit %d, %d of %d requests failed: %v; first: %v", code, rep.Failed, rep.Requests, rep.Failures, rep.FirstFailures)
