@@ -1,0 +1,192 @@
+package ldprom_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/lameduck/lameduck"
+	ldprom "github.com/lameduck/lameduck/contrib/prometheus"
+	"github.com/lameduck/lameduck/health"
+	"github.com/lameduck/lameduck/lameducktest"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// scrape GETs url and parses the exposition with the Prometheus text
+// parser, failing t on any error.
+func scrape(t testing.TB, client *http.Client, url string) map[string]*dto.MetricFamily {
+	t.Helper()
+	resp, err := client.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET %s: %s", url, resp.Status)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("the exposition does not parse: %v", err)
+	}
+	return fams
+}
+
+// value returns the value of the series of fam whose labels include want,
+// and whether there is one.
+func value(fams map[string]*dto.MetricFamily, name string, want map[string]string) (float64, bool) {
+	fam := fams[name]
+	if fam == nil {
+		return 0, false
+	}
+next:
+	for _, m := range fam.GetMetric() {
+		got := map[string]string{}
+		for _, l := range m.GetLabel() {
+			got[l.GetName()] = l.GetValue()
+		}
+		for k, v := range want {
+			if got[k] != v {
+				continue next
+			}
+		}
+		switch {
+		case m.Gauge != nil:
+			return m.GetGauge().GetValue(), true
+		case m.Counter != nil:
+			return m.GetCounter().GetValue(), true
+		case m.Histogram != nil:
+			return float64(m.GetHistogram().GetSampleCount()), true
+		}
+	}
+	return 0, false
+}
+
+func want(t testing.TB, fams map[string]*dto.MetricFamily, name string, labels map[string]string, v float64) {
+	t.Helper()
+	got, ok := value(fams, name, labels)
+	if !ok || got != v {
+		t.Errorf("%s%v = %v (present %v), want %v", name, labels, got, ok, v)
+	}
+}
+
+// A served Lifecycle scraped over HTTP: the phase, the checks, the probes,
+// in flight; then the shutdown steps.
+func TestScrape(t *testing.T) {
+	col := ldprom.New()
+	lc, clk := lameducktest.New(t, lameduck.Config{ShutdownDelay: 2 * time.Second, OnTransition: col.Observe})
+	col.Watch(lc)
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(col)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(lc.AddCheck(health.Check{Name: "db", Critical: true, Func: func(context.Context) error { return nil }}))
+	must(lc.AddCheck(health.Check{Name: "cache", Func: func(context.Context) error { return errors.New("down") }}))
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must(err)
+	must(lc.AddServer(&http.Server{Handler: mux}, ln))
+	wait := lameducktest.Start(t, lc)
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	base := "http://" + ln.Addr().String()
+	for _, p := range []string{"/readyz", "/readyz", "/healthz", "/readyz/db", "/startupz"} {
+		resp, err := client.Get(base + p)
+		must(err)
+		resp.Body.Close()
+	}
+	fams := scrape(t, client, base+"/metrics")
+	want(t, fams, "lameduck_phase", map[string]string{"phase": "serving"}, 1)
+	want(t, fams, "lameduck_phase", map[string]string{"phase": "starting"}, 0)
+	want(t, fams, "lameduck_requests_in_flight", nil, 1) // the scrape itself
+	want(t, fams, "lameduck_probe_answers_total", map[string]string{"path": "/readyz", "code": "200"}, 2)
+	want(t, fams, "lameduck_probe_answers_total", map[string]string{"path": "/readyz/*", "code": "200"}, 1)
+	want(t, fams, "lameduck_probe_answers_total", map[string]string{"path": "/healthz", "code": "200"}, 1)
+	// A ping reports after its probes have their answer: it may lag the
+	// probe by a moment, so read the checks' series once they are there.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n, _ := value(fams, "lameduck_check_results_total", map[string]string{"check": "db", "outcome": "ok"})
+		if n == 3 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+		fams = scrape(t, client, base+"/metrics")
+	}
+	want(t, fams, "lameduck_check_results_total", map[string]string{"check": "db", "outcome": "ok"}, 3)
+	want(t, fams, "lameduck_check_results_total", map[string]string{"check": "cache", "outcome": "error"}, 2)
+	want(t, fams, "lameduck_check_status", map[string]string{"check": "cache", "critical": "false", "outcome": "error"}, 1)
+	want(t, fams, "lameduck_check_status", map[string]string{"check": "cache", "critical": "false", "outcome": "ok"}, 0)
+	want(t, fams, "lameduck_check_status", map[string]string{"check": "db", "critical": "true", "outcome": "ok"}, 1)
+	want(t, fams, "lameduck_check_duration_seconds", map[string]string{"check": "db"}, 3)
+
+	// The window: draining, and its length on the fake clock.
+	lameducktest.EndWindow(t, lc, clk)
+	must(wait())
+	fams = gather(t, reg)
+	want(t, fams, "lameduck_phase", map[string]string{"phase": "stopped"}, 1)
+	want(t, fams, "lameduck_shutdown_step_duration_seconds", map[string]string{"step": "window"}, 2)
+	for _, step := range []string{"hooks", "http_drain", "join", "closers", "total"} {
+		if _, ok := value(fams, "lameduck_shutdown_step_duration_seconds", map[string]string{"step": step}); !ok {
+			t.Errorf("no shutdown step %s", step)
+		}
+	}
+}
+
+func gather(t testing.TB, reg *prometheus.Registry) map[string]*dto.MetricFamily {
+	t.Helper()
+	list, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fams := map[string]*dto.MetricFamily{}
+	for _, f := range list {
+		fams[f.GetName()] = f
+	}
+	return fams
+}
+
+// The requests cut and the tasks abandoned, as the core reports them.
+func TestCutAndAbandoned(t *testing.T) {
+	col := ldprom.New()
+	col.Observe(lameduck.Transition{Kind: lameduck.TransitionCut, Count: 3})
+	col.Observe(lameduck.Transition{Kind: lameduck.TransitionAbandoned, Count: 2})
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(col)
+	fams := gather(t, reg)
+	want(t, fams, "lameduck_requests_cut_total", nil, 3)
+	want(t, fams, "lameduck_join_overruns_total", nil, 1)
+	want(t, fams, "lameduck_background_tasks_abandoned_total", nil, 2)
+}
+
+// promtool's linter (the same rules as `promtool check metrics`) finds
+// nothing to say about any series.
+func TestLint(t *testing.T) {
+	col := ldprom.New()
+	col.Observe(lameduck.Transition{Kind: lameduck.TransitionCheck, Check: health.Result{Name: "db", Outcome: health.OutcomeOK, Duration: time.Millisecond}})
+	col.Observe(lameduck.Transition{Kind: lameduck.TransitionProbe, Path: "/readyz", Code: 200})
+	col.Observe(lameduck.Transition{Kind: lameduck.TransitionCut, Count: 1})
+	col.Observe(lameduck.Transition{Kind: lameduck.TransitionAbandoned, Count: 1})
+	problems, err := testutil.CollectAndLint(col)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("%s: %s", p.Metric, p.Text)
+	}
+}
