@@ -1,0 +1,328 @@
+package ldgrpc_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lameduck/lameduck"
+	ldgrpc "github.com/lameduck/lameduck/contrib/grpc"
+	"github.com/lameduck/lameduck/health"
+	"github.com/lameduck/lameduck/lameducktest"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	testpb "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/status"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// testService: UnaryCall sleeps ResponseSize milliseconds, ignoring its
+// context (a slow call the drain must wait for), or blocks until release
+// when ResponseSize is -1; StreamingOutputCall sends every 10ms until its
+// context ends.
+type testService struct {
+	testpb.UnimplementedTestServiceServer
+	release chan struct{}
+}
+
+func (s *testService) UnaryCall(ctx context.Context, req *testpb.SimpleRequest) (*testpb.SimpleResponse, error) {
+	if req.GetResponseSize() < 0 {
+		<-s.release
+		return &testpb.SimpleResponse{}, nil
+	}
+	time.Sleep(time.Duration(req.GetResponseSize()) * time.Millisecond)
+	return &testpb.SimpleResponse{Username: "done"}, nil
+}
+
+func (s *testService) StreamingOutputCall(req *testpb.StreamingOutputCallRequest, stream testpb.TestService_StreamingOutputCallServer) error {
+	for {
+		if err := stream.Send(&testpb.StreamingOutputCallResponse{}); err != nil {
+			return err
+		}
+		select {
+		case <-stream.Context().Done():
+			return stream.Context().Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// served is a Lifecycle serving a gRPC server, and a client of it.
+type served struct {
+	lc   *lameduck.Lifecycle
+	srv  *ldgrpc.Server
+	svc  *testService
+	cc   *grpc.ClientConn
+	wait func() error
+	log  *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+func (b *syncBuffer) String() string { b.mu.Lock(); defer b.mu.Unlock(); return b.b.String() }
+
+// serve starts lc (built by the caller) with a gRPC server on a free port.
+func serve(t *testing.T, lc *lameduck.Lifecycle, logs *syncBuffer) *served {
+	t.Helper()
+	s := &served{lc: lc, srv: ldgrpc.New(lc), svc: &testService{release: make(chan struct{})}, log: logs}
+	gs := grpc.NewServer(s.srv.ServerOptions()...)
+	testpb.RegisterTestServiceServer(gs, s.svc)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.srv.Serve(gs, "", ln); err != nil {
+		t.Fatal(err)
+	}
+	s.cc, err = grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.cc.Close() })
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(s.svc.release) }) })
+	return s
+}
+
+// realLifecycle is a Lifecycle on the real clock (gRPC's own timers are
+// real), with a short window and teardown.
+func realLifecycle(t *testing.T, delay, teardown time.Duration, logs io.Writer) *lameduck.Lifecycle {
+	t.Helper()
+	lc, err := lameduck.New(lameduck.Config{ShutdownDelay: delay, ShutdownTeardown: teardown, IgnoreSignals: true,
+		LookupEnv: func(string) (string, bool) { return "", false },
+		Logger:    slog.New(slog.NewTextHandler(io.MultiWriter(logs, t.Output()), nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lc
+}
+
+func check(t *testing.T, cc *grpc.ClientConn, service string) healthpb.HealthCheckResponse_ServingStatus {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{Service: service})
+	if err != nil {
+		t.Fatalf("Check(%q): %v", service, err)
+	}
+	return resp.GetStatus()
+}
+
+func wantStatus(t *testing.T, cc *grpc.ClientConn, when string, want map[string]healthpb.HealthCheckResponse_ServingStatus) {
+	t.Helper()
+	for svc, st := range want {
+		if got := check(t, cc, svc); got != st {
+			t.Errorf("%s: Check(%q) = %s, want %s", when, svc, got, st)
+		}
+	}
+}
+
+const (
+	serving    = healthpb.HealthCheckResponse_SERVING
+	notServing = healthpb.HealthCheckResponse_NOT_SERVING
+	testSvc    = "grpc.testing.TestService"
+)
+
+// The health service through the phases, with a critical check that
+// fails for a while, SetServing, and a Watch stream told of each change.
+func TestHealthThroughThePhases(t *testing.T) {
+	logs := &syncBuffer{}
+	lc := realLifecycle(t, 500*time.Millisecond, 5*time.Second, logs)
+	boot := make(chan struct{})
+	var failing atomic.Bool
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(lc.AddStartupTask("boot", func(ctx context.Context) error { <-boot; return nil }))
+	must(lc.AddCheck(health.Check{Name: "db", Critical: true, Func: func(context.Context) error {
+		if failing.Load() {
+			return errors.New("down")
+		}
+		return nil
+	}}))
+	s := serve(t, lc, logs)
+	runErr := make(chan error, 1)
+	go func() { runErr <- lc.Run(context.Background()) }()
+
+	// Starting.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := healthpb.NewHealthClient(s.cc).Check(ctx, &healthpb.HealthCheckRequest{Service: ""})
+		cancel()
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	wantStatus(t, s.cc, "starting", map[string]healthpb.HealthCheckResponse_ServingStatus{
+		"": notServing, "readiness": notServing, "liveness": serving, testSvc: notServing})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	watch, err := healthpb.NewHealthClient(s.cc).Watch(ctx, &healthpb.HealthCheckRequest{Service: ""})
+	must(err)
+	next := func(want healthpb.HealthCheckResponse_ServingStatus) {
+		t.Helper()
+		resp, err := watch.Recv()
+		if err != nil || resp.GetStatus() != want {
+			t.Fatalf("Watch: %v %v, want %s", resp.GetStatus(), err, want)
+		}
+	}
+	next(notServing)
+	if _, err := healthpb.NewHealthClient(s.cc).Check(context.Background(), &healthpb.HealthCheckRequest{Service: "nope"}); status.Code(err) != codes.NotFound {
+		t.Errorf("Check(nope): %v, want NotFound", err)
+	}
+
+	// Serving.
+	close(boot)
+	next(serving)
+	wantStatus(t, s.cc, "serving", map[string]healthpb.HealthCheckResponse_ServingStatus{
+		"": serving, "readiness": serving, "liveness": serving, testSvc: serving})
+	failing.Store(true)
+	wantStatus(t, s.cc, "a critical check fails", map[string]healthpb.HealthCheckResponse_ServingStatus{
+		"": notServing, "readiness": notServing, "liveness": serving, testSvc: notServing})
+	next(notServing) // within the Watch's re-read
+	failing.Store(false)
+	next(serving)
+	s.srv.Health().SetServing(testSvc, false)
+	wantStatus(t, s.cc, "SetServing false", map[string]healthpb.HealthCheckResponse_ServingStatus{"": serving, testSvc: notServing})
+	s.srv.Health().SetServing(testSvc, true)
+
+	// The signal: NOT_SERVING for all but liveness, for good.
+	lc.BeginShutdown("test")
+	next(notServing)
+	s.srv.Health().SetServing(testSvc, true)
+	wantStatus(t, s.cc, "draining", map[string]healthpb.HealthCheckResponse_ServingStatus{
+		"": notServing, "readiness": notServing, "liveness": serving, testSvc: notServing})
+	// The window's end ends the Watch stream with Unavailable.
+	if _, err := watch.Recv(); status.Code(err) != codes.Unavailable {
+		t.Fatalf("Watch at the window's end: %v, want Unavailable", err)
+	}
+	select {
+	case err := <-runErr:
+		must(err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run did not return")
+	}
+}
+
+// SIGTERM with RPCs in flight: a slow unary call completes, a server
+// stream ends with Unavailable at the window's end, and the drain is
+// clean.
+func TestDrainLikeHTTP(t *testing.T) {
+	logs := &syncBuffer{}
+	lc := realLifecycle(t, 300*time.Millisecond, 10*time.Second, logs)
+	s := serve(t, lc, logs)
+	s.wait = lameducktest.Start(t, lc)
+	client := testpb.NewTestServiceClient(s.cc)
+	stream, err := client.StreamingOutputCall(context.Background(), &testpb.StreamingOutputCallRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	unary := make(chan error, 1)
+	go func() {
+		resp, err := client.UnaryCall(context.Background(), &testpb.SimpleRequest{ResponseSize: 1500})
+		if err == nil && resp.GetUsername() != "done" {
+			err = errors.New("no answer")
+		}
+		unary <- err
+	}()
+	for len(lc.InFlight()) < 2 { // the stream and the unary call are tracked
+		time.Sleep(time.Millisecond)
+	}
+	lc.BeginShutdown("SIGTERM")
+	var streamErr error
+	for streamErr == nil {
+		_, streamErr = stream.Recv()
+	}
+	if status.Code(streamErr) != codes.Unavailable {
+		t.Fatalf("the stream ended with %v, want Unavailable", streamErr)
+	}
+	if err := <-unary; err != nil {
+		t.Fatalf("the slow unary call in flight: %v", err)
+	}
+	if err := s.wait(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "every in-flight request finished") {
+		t.Fatalf("the drain was not clean:\n%s", logs)
+	}
+}
+
+// A call that outlives the budget is cut by Stop, and named.
+func TestCutAtTheBudget(t *testing.T) {
+	logs := &syncBuffer{}
+	lc := realLifecycle(t, lameduck.NoDelay, time.Second, logs)
+	s := serve(t, lc, logs)
+	s.wait = lameducktest.Start(t, lc)
+	unary := make(chan error, 1)
+	go func() {
+		_, err := testpb.NewTestServiceClient(s.cc).UnaryCall(context.Background(), &testpb.SimpleRequest{ResponseSize: -1})
+		unary <- err
+	}()
+	for len(lc.InFlight()) < 1 {
+		time.Sleep(time.Millisecond)
+	}
+	lc.BeginShutdown("SIGTERM")
+	if err := <-unary; status.Code(err) != codes.Unavailable {
+		t.Fatalf("the call cut at the budget: %v, want Unavailable", err)
+	}
+	if err := s.wait(); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Run: %v, want a cut", err)
+	}
+	if !strings.Contains(logs.String(), "/grpc.testing.TestService/UnaryCall") {
+		t.Fatalf("the cut call is not named:\n%s", logs)
+	}
+}
+
+// HealthCheck asks another server's health service.
+func TestHealthCheck(t *testing.T) {
+	logs := &syncBuffer{}
+	lc := realLifecycle(t, lameduck.NoDelay, 5*time.Second, logs)
+	s := serve(t, lc, logs)
+	s.wait = lameducktest.Start(t, lc)
+	ctx := context.Background()
+	if err := ldgrpc.HealthCheck(health.Check{Name: "up"}, s.cc, "").Func(ctx); err != nil {
+		t.Errorf("a SERVING server: %v", err)
+	}
+	if err := ldgrpc.HealthCheck(health.Check{Name: "up"}, s.cc, "nope").Func(ctx); status.Code(errors.Unwrap(err)) != codes.NotFound {
+		t.Errorf("an unknown service: %v", err)
+	}
+	lc.BeginShutdown("test")
+	if err := s.wait(); err != nil {
+		t.Fatal(err)
+	}
+	tctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := ldgrpc.HealthCheck(health.Check{Name: "up"}, s.cc, "").Func(tctx); err == nil {
+		t.Error("a stopped server passed")
+	}
+	if ldgrpc.HealthCheck(health.Check{Name: "up"}, nil, "").Func(ctx) == nil {
+		t.Error("a nil connection passed")
+	}
+}

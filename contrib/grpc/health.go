@@ -1,0 +1,229 @@
+package ldgrpc
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/lameduck/lameduck"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+)
+
+// The service names of the health service that answer like the HTTP
+// probes, for the kubelet's native gRPC probe, whose service field lets
+// liveness and readiness ask different questions
+// (https://kubernetes.io/docs/tasks/configure-pod-container/configure-liveness-readiness-startup-probes/#define-a-grpc-liveness-probe).
+const (
+	// ServiceLiveness answers as /healthz: SERVING while the process
+	// serves, drain included.
+	ServiceLiveness = "liveness"
+	// ServiceReadiness answers as /readyz: SERVING only while the phase is
+	// serving and no critical check or gate fails. The empty service name
+	// "" (the server as a whole, grpc-health-probe's default) answers the
+	// same, and so does every service registered on the grpc.Server.
+	ServiceReadiness = "readiness"
+)
+
+// watchEvery is how often a Watch stream re-reads readiness while
+// serving, so a check that starts or stops failing is told within it.
+const watchEvery = 2 * time.Second
+
+// Health is the grpc.health.v1 Health service of a [Server], owned by the
+// Lifecycle: its answers come from the Lifecycle's probes, so the gRPC
+// health of a service never disagrees with /healthz and /readyz.
+//
+//   - "liveness": /healthz's answer (200 → SERVING).
+//   - "", "readiness" and every service registered on a grpc.Server the
+//     Server serves: /readyz's answer — NOT_SERVING while starting, SERVING
+//     while serving unless a critical check or gate fails, NOT_SERVING from
+//     the shutdown signal on, for good; a service marked with SetServing
+//     false answers NOT_SERVING while it is so marked.
+//   - any other name: Check fails with codes.NotFound, Watch sends
+//     SERVICE_UNKNOWN (the protocol's rules:
+//     https://github.com/grpc/grpc/blob/master/doc/health-checking.md).
+//
+// Watch sends the status at once, then each change: at the end of the
+// boot, at the signal, on SetServing, and on a change of readiness seen by
+// a re-read every 2s while serving. Watch streams end with
+// codes.Unavailable at the end of the lame-duck window, as every server
+// stream does. Its methods are safe for concurrent use.
+type Health struct {
+	healthpb.UnimplementedHealthServer
+	lc *lameduck.Lifecycle
+
+	mu      sync.Mutex
+	servers []*grpc.Server  // guarded by mu
+	down    map[string]bool // guarded by mu: services marked not serving
+	changed chan struct{}   // guarded by mu: closed and replaced on each SetServing
+}
+
+func newHealth(lc *lameduck.Lifecycle) *Health {
+	return &Health{lc: lc, down: map[string]bool{}, changed: make(chan struct{})}
+}
+
+func (h *Health) add(gs *grpc.Server) {
+	h.mu.Lock()
+	h.servers = append(h.servers, gs)
+	h.mu.Unlock()
+}
+
+// SetServing marks service (a name registered on the grpc.Server, or any
+// name the application wants to answer for) as serving or not, and tells
+// the Watch streams. A service marked serving still answers NOT_SERVING
+// whenever readiness fails; from the shutdown signal on every service
+// answers NOT_SERVING, whatever SetServing says later (the rule of grpc-go's
+// health.Server.Shutdown).
+func (h *Health) SetServing(service string, serving bool) {
+	h.mu.Lock()
+	h.down[service] = !serving
+	close(h.changed)
+	h.changed = make(chan struct{})
+	h.mu.Unlock()
+}
+
+// known reports whether service is registered on a served grpc.Server or
+// was named by SetServing, and whether it is marked down.
+func (h *Health) known(service string) (known, down bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if d, ok := h.down[service]; ok {
+		return true, d
+	}
+	for _, gs := range h.servers {
+		if _, ok := gs.GetServiceInfo()[service]; ok {
+			return true, false
+		}
+	}
+	return false, false
+}
+
+// status answers for service; ok false means unknown.
+func (h *Health) status(ctx context.Context, service string) (healthpb.HealthCheckResponse_ServingStatus, bool) {
+	path := lameduck.PathReadiness
+	switch service {
+	case ServiceLiveness:
+		path = lameduck.PathLiveness
+	case "", ServiceReadiness:
+	default:
+		known, down := h.known(service)
+		if !known {
+			return healthpb.HealthCheckResponse_SERVICE_UNKNOWN, false
+		}
+		if down && h.lc.Phase() == lameduck.PhaseServing {
+			return healthpb.HealthCheckResponse_NOT_SERVING, true
+		}
+	}
+	if h.probe(ctx, path) == http.StatusOK {
+		return healthpb.HealthCheckResponse_SERVING, true
+	}
+	return healthpb.HealthCheckResponse_NOT_SERVING, true
+}
+
+// probe asks the Lifecycle's probe handler and returns its status code.
+func (h *Health) probe(ctx context.Context, path string) int {
+	req, err := http.NewRequestWithContext(ctx, http.MethodHead, path, nil)
+	if err != nil {
+		return http.StatusInternalServerError
+	}
+	w := &codeOnly{}
+	h.lc.ProbeHandler().ServeHTTP(w, req)
+	if w.code == 0 {
+		return http.StatusOK
+	}
+	return w.code
+}
+
+// codeOnly is an http.ResponseWriter that keeps the status code alone.
+type codeOnly struct {
+	hdr  http.Header
+	code int
+}
+
+func (w *codeOnly) Header() http.Header {
+	if w.hdr == nil {
+		w.hdr = http.Header{}
+	}
+	return w.hdr
+}
+
+func (w *codeOnly) Write(b []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	return len(b), nil
+}
+
+func (w *codeOnly) WriteHeader(code int) {
+	if w.code == 0 {
+		w.code = code
+	}
+}
+
+// Check answers one health question (grpc.health.v1.Health/Check).
+func (h *Health) Check(ctx context.Context, req *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	st, ok := h.status(ctx, req.GetService())
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "unknown service %q", req.GetService())
+	}
+	return &healthpb.HealthCheckResponse{Status: st}, nil
+}
+
+// Watch streams a service's status (grpc.health.v1.Health/Watch): the
+// current one at once, then each change.
+func (h *Health) Watch(req *healthpb.HealthCheckRequest, stream healthpb.Health_WatchServer) error {
+	ctx := stream.Context()
+	ev := h.lc.Events()
+	booted, signalled := ev.StartupDone.Done(), ev.ShutdownInitiated.Done()
+	tick := time.NewTicker(watchEvery)
+	defer tick.Stop()
+	last := healthpb.HealthCheckResponse_ServingStatus(-1)
+	for {
+		st, _ := h.status(ctx, req.GetService())
+		if st != last {
+			if err := stream.Send(&healthpb.HealthCheckResponse{Status: st}); err != nil {
+				return err
+			}
+			last = st
+		}
+		h.mu.Lock()
+		changed := h.changed
+		h.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		case <-booted:
+			booted = nil
+		case <-signalled:
+			signalled = nil
+		case <-changed:
+		case <-tick.C:
+		}
+	}
+}
+
+// List answers the status of every service the health service knows
+// (grpc.health.v1.Health/List): "", "liveness", "readiness", the services
+// registered on the served grpc.Servers and those named by SetServing.
+func (h *Health) List(ctx context.Context, _ *healthpb.HealthListRequest) (*healthpb.HealthListResponse, error) {
+	names := map[string]bool{"": true, ServiceLiveness: true, ServiceReadiness: true}
+	h.mu.Lock()
+	for name := range h.down {
+		names[name] = true
+	}
+	for _, gs := range h.servers {
+		for name := range gs.GetServiceInfo() {
+			names[name] = true
+		}
+	}
+	h.mu.Unlock()
+	resp := &healthpb.HealthListResponse{Statuses: make(map[string]*healthpb.HealthCheckResponse, len(names))}
+	for name := range names {
+		st, _ := h.status(ctx, name)
+		resp.Statuses[name] = &healthpb.HealthCheckResponse{Status: st}
+	}
+	return resp, nil
+}
