@@ -14,9 +14,23 @@ import "github.com/lameduck/lameduck/health"
 // answers 503 "draining" without running any. Panics, wedged
 // pings and probe storms are handled as health.Checker documents.
 //
+// With a MaxAge (ch.MaxAge, or Config.CheckMaxAge), probes within MaxAge of
+// the last answered ping read its result instead of pinging; with Refresh
+// too, the check is pinged on its own schedule from the moment the pod
+// serves until the shutdown signal, as a background loop the join waits for
+// (docs/probes-and-shutdown.md, "A ping budget per dependency").
+//
 // It returns the Checker's error for a bad or duplicate name, a nil Func or
 // a negative Timeout. It is safe for concurrent use, also while probes run.
-func (l *Lifecycle) AddCheck(ch health.Check) error { return l.checks.AddCheck(ch) }
+func (l *Lifecycle) AddCheck(ch health.Check) error {
+	if err := l.checks.AddCheck(ch); err != nil {
+		return err
+	}
+	if ch.Refresh {
+		l.refreshChecks.Store(true)
+	}
+	return nil
+}
 
 // AddGate registers a readiness gate: a predicate over state the
 // application keeps in memory, such as "this backend group's consensus set

@@ -147,3 +147,35 @@ func TestCheckPanicReachesOnPanic(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A check with Refresh is pinged on its own schedule from the moment the
+// pod serves, by a background loop that the shutdown signal stops and the
+// join waits for: no ping after the sequence has begun (a draining pod
+// consults nothing), and goleak (TestMain) finds nothing left. Real time for
+// the check's own schedule (MaxAge 20ms); it asserts counts and order, with
+// seconds of slack, never a duration.
+func TestRefreshLoopRunsWhileServingAndIsJoined(t *testing.T) {
+	h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second})
+	var pings atomic.Int32
+	if err := h.lc.AddCheck(health.Check{Name: "db", MaxAge: 20 * time.Millisecond, Refresh: true,
+		Func: func(context.Context) error { pings.Add(1); return nil }}); err != nil {
+		t.Fatal(err)
+	}
+	h.serve(http.NotFoundHandler())
+	h.run()
+	await(t, h.lc.Events().StartupDone)
+	for deadline := time.Now().Add(5 * time.Second); pings.Load() < 3; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d refreshes in 5s with MaxAge 20ms and no probe", pings.Load())
+		}
+	}
+	h.endWindow(time.Second)
+	if err := h.wait(); err != nil {
+		t.Fatal(err)
+	}
+	n := pings.Load()
+	time.Sleep(100 * time.Millisecond) // five MaxAges
+	if got := pings.Load(); got != n {
+		t.Fatalf("%d refreshes after Run returned", got-n)
+	}
+}

@@ -234,6 +234,16 @@ type Config struct {
 	// slowest check's time, not the sum of them. Zero means unset; negative is an error.
 	// Env: CHECK_TIMEOUT. Default 1s.
 	CheckTimeout time.Duration
+	// CheckMaxAge, a time.Duration, is the MaxAge of every readiness check
+	// added without one of its own (health.Check.MaxAge): a probe within
+	// CheckMaxAge of a check's last answered ping reads that result instead
+	// of pinging again, so a shared dependency sees at most one ping per
+	// CheckMaxAge from each pod, whatever the number of probers. Zero, the
+	// default, pings on every probe; negative is an error. Keep it well
+	// under the readiness probe's periodSeconds × failureThreshold
+	// (docs/probes-and-shutdown.md, "A ping budget per dependency").
+	// Env: CHECK_MAX_AGE. Default 0.
+	CheckMaxAge time.Duration
 	// CheckDetails decides where readiness bodies show a failing check's
 	// detail (its redacted error, panic or gate reason, which can name the
 	// host, port and database of an internal system) rather than its

@@ -112,6 +112,8 @@ func TestConfigErrorsNameSettingValueAndFix(t *testing.T) {
 		{map[string]string{"LAMEDUCK_JOIN_BUDGET": "2s", "LAMEDUCK_SHUTDOWN_TEARDOWN": "1s"}, lameduck.Config{}, []string{`LAMEDUCK_JOIN_BUDGET="2s": must be less than the teardown budget 1s`, "unset it"}},
 		{map[string]string{"LAMEDUCK_HOOK_SHARE": "1.5"}, lameduck.Config{}, []string{`LAMEDUCK_HOOK_SHARE="1.5"`, "between 0 and 1"}},
 		{map[string]string{"LAMEDUCK_CHECK_TIMEOUT": "5"}, lameduck.Config{}, []string{`LAMEDUCK_CHECK_TIMEOUT="5"`, "needs a unit"}},
+		{map[string]string{"LAMEDUCK_CHECK_MAX_AGE": "5"}, lameduck.Config{}, []string{`LAMEDUCK_CHECK_MAX_AGE="5"`, "needs a unit"}},
+		{map[string]string{"LAMEDUCK_CHECK_MAX_AGE": "-1s"}, lameduck.Config{}, []string{`LAMEDUCK_CHECK_MAX_AGE="-1s"`, "must not be negative", `or "0s" to ping on every probe`}},
 		{map[string]string{"LAMEDUCK_SEND_RETRY_AFTER": "maybe"}, lameduck.Config{}, []string{`LAMEDUCK_SEND_RETRY_AFTER="maybe"`, "boolean"}},
 		{nil, lameduck.Config{JoinBudget: -time.Second}, []string{"Config.JoinBudget=-1s"}},
 		{nil, lameduck.Config{ShutdownDelay: -time.Second}, []string{"Config.ShutdownDelay=-1s", "NoDelay"}},

@@ -54,25 +54,28 @@ var ErrAlreadyRunning = errors.New("lameduck: the Lifecycle is already running")
 // Create one with [New]; the zero value is not usable. A Lifecycle runs
 // once. All methods are safe for concurrent use.
 type Lifecycle struct {
-	cfg      Config // resolved; immutable after New
-	budget   Budget // cfg's grace-period arithmetic; immutable after New
-	log      *slog.Logger
-	clock    Clock
-	events   *Events
-	phase    atomic.Int32 // a Phase; only moves forward
-	state    atomic.Int32 // what the middleware does: serving, draining or rejecting
-	closing  atomic.Bool  // teardown closed the listeners: Serve's accept error is expected
-	track    *tracker
-	shared   *probeHandler // the probes of the application's listeners
-	probes   http.Handler  // shared, as ProbeHandler returns it (counted for OnTransition)
-	checks   *health.Checker
-	exit     func(code int) // os.Exit; replaced by in-package tests
-	startCx  context.Context
-	cancel   context.CancelFunc // cancels startCx and loopCtx: at the signal
-	loopCtx  context.Context    // the context of GoLoop tasks
-	bg       *registry
-	answer   atomic.Pointer[ProbeAnswer] // set by AnswerProbes before Run
-	unprobed atomic.Bool                 // Run bound no listener: nothing serves the probes
+	cfg     Config // resolved; immutable after New
+	budget  Budget // cfg's grace-period arithmetic; immutable after New
+	log     *slog.Logger
+	clock   Clock
+	events  *Events
+	phase   atomic.Int32 // a Phase; only moves forward
+	state   atomic.Int32 // what the middleware does: serving, draining or rejecting
+	closing atomic.Bool  // teardown closed the listeners: Serve's accept error is expected
+	track   *tracker
+	shared  *probeHandler // the probes of the application's listeners
+	probes  http.Handler  // shared, as ProbeHandler returns it (counted for OnTransition)
+	checks  *health.Checker
+	// refreshChecks is set once a check with Refresh is added: serving
+	// then runs Checker.RunRefresh as a background loop.
+	refreshChecks atomic.Bool
+	exit          func(code int) // os.Exit; replaced by in-package tests
+	startCx       context.Context
+	cancel        context.CancelFunc // cancels startCx and loopCtx: at the signal
+	loopCtx       context.Context    // the context of GoLoop tasks
+	bg            *registry
+	answer        atomic.Pointer[ProbeAnswer] // set by AnswerProbes before Run
+	unprobed      atomic.Bool                 // Run bound no listener: nothing serves the probes
 
 	tokenSet     bool         // Config.PreStopToken is set
 	tokenSum     [32]byte     // its SHA-256 digest; the token itself is never compared
@@ -137,6 +140,7 @@ func New(cfg Config) (*Lifecycle, error) {
 	l.checks = health.NewChecker(health.CheckerOptions{
 		OnResult:       onResult,
 		DefaultTimeout: cfg.CheckTimeout,
+		DefaultMaxAge:  cfg.CheckMaxAge,
 		Logger:         cfg.Logger, // bodies hide details per listener (probeHandler)
 		OnPanic: func(check string, v any, stack []byte) {
 			if cfg.OnPanic != nil {
@@ -514,6 +518,15 @@ wait:
 				break wait
 			case l.phase.CompareAndSwap(int32(PhaseStarting), int32(PhaseServing)):
 				l.events.StartupDone.fire(l.clock.Now())
+				// Checks with Refresh are pinged on their own schedule
+				// while the pod serves; the signal stops it (GoLoop's
+				// context) and the join waits for it.
+				if l.refreshChecks.Load() {
+					_ = l.GoLoop("readiness refresh", func(ctx context.Context) error {
+						l.checks.RunRefresh(ctx)
+						return nil
+					})
+				}
 				msg := "lameduck: serving — /startupz and /readyz now 200"
 				if names := l.checks.Names(); len(names) > 0 {
 					msg = "lameduck: serving — /startupz now 200; /readyz follows its checks (" + strings.Join(names, ", ") + ")"

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -224,6 +225,27 @@ func TestSettingsFromTheEnvironmentAreApplied(t *testing.T) {
 		p.status(t, 503, "failed")
 		if !strings.Contains(p.body, "no answer within 50ms") {
 			t.Fatalf("/readyz = %s; want the check's deadline to be LAMEDUCK_CHECK_TIMEOUT=50ms", p.body)
+		}
+		h.endWindow(time.Second)
+		if err := h.wait(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("CHECK_MAX_AGE", func(t *testing.T) {
+		h := started(t, lameduck.Config{ShutdownDelay: time.Second,
+			LookupEnv: env(map[string]string{"LAMEDUCK_CHECK_MAX_AGE": "1h"})})
+		var pings atomic.Int32
+		if err := h.lc.AddCheck(health.Check{Name: "db", Critical: true, Func: func(ctx context.Context) error {
+			pings.Add(1)
+			return nil
+		}}); err != nil {
+			t.Fatal(err)
+		}
+		for range 3 {
+			probeOf(t, h.lc, "/readyz").status(t, 200, "ok")
+		}
+		if n := pings.Load(); n != 1 {
+			t.Fatalf("3 probes pinged %d times; want 1 with LAMEDUCK_CHECK_MAX_AGE=1h", n)
 		}
 		h.endWindow(time.Second)
 		if err := h.wait(); err != nil {

@@ -96,6 +96,8 @@ func settingTable() []setting {
 		boolSetting("SEND_RETRY_AFTER", "SendRetryAfter", func(c *Config) *bool { return &c.SendRetryAfter }),
 		durationSetting("CHECK_TIMEOUT", "CheckTimeout", `a positive Go duration with a unit, such as "1s"`,
 			positiveDuration, func(c *Config) *time.Duration { return &c.CheckTimeout }),
+		durationSetting("CHECK_MAX_AGE", "CheckMaxAge", `a Go duration with a unit, such as "1s", or "0s" to ping on every probe`,
+			nonNegativeDuration, func(c *Config) *time.Duration { return &c.CheckMaxAge }),
 		durationSetting("JOIN_BUDGET", "JoinBudget", `a positive Go duration with a unit below the teardown budget, such as "5s"`,
 			positiveDuration, func(c *Config) *time.Duration { return &c.JoinBudget }),
 		fractionSetting("HOOK_SHARE", "HookShare", func(c *Config) *float64 { return &c.HookShare }),

@@ -61,6 +61,29 @@ type Check struct {
 	// about to report a merely degraded backend
 	// (https://kubernetes.io/docs/concepts/configuration/liveness-readiness-startup-probes/).
 	Timeout time.Duration
+	// MaxAge is how old a result may be and still answer a probe: a probe
+	// that comes within MaxAge of the last answered ping (its result's
+	// Time: when it returned, or timed out) reads that result instead of
+	// pinging; a probe after it pings, single-flight as always. So a
+	// dependency sees at most one ping per MaxAge from this process,
+	// whatever the number of probers (docs/probes-and-shutdown.md, "A ping
+	// budget per dependency"). A failing result is held no longer than a
+	// passing one; a ping in flight is never answered from an older result,
+	// so a check that is timing out or stalled is reported so, never from
+	// an earlier "ok". A result read this way carries Cached and its Age.
+	//
+	// Zero means CheckerOptions.DefaultMaxAge (itself zero: ping on every
+	// probe); negative means ping on every probe whatever the default.
+	// Keep it well under the readiness probe's periodSeconds ×
+	// failureThreshold, or an outage is noticed that much later.
+	MaxAge time.Duration
+	// Refresh, with a MaxAge above zero, also pings the check on its own
+	// schedule while [Checker.RunRefresh] runs (lameduck runs it while the
+	// pod serves and stops it at the shutdown signal): about every MaxAge,
+	// at an offset drawn at random so that a fleet of pods does not ping
+	// in step, so that probes read a fresh result and cost no ping. Without
+	// MaxAge it does nothing.
+	Refresh bool
 }
 
 // Gate is a readiness predicate over in-memory state the application owns,
@@ -103,6 +126,11 @@ type CheckerOptions struct {
 	// under the probe's timeoutSeconds); negative makes AddCheck return an error. lameduck fills it
 	// from LAMEDUCK_CHECK_TIMEOUT.
 	DefaultTimeout time.Duration
+	// DefaultMaxAge is the MaxAge of a check whose MaxAge is zero, fixed
+	// when the check is added. Zero means every probe pings; negative makes
+	// AddCheck return an error. lameduck fills it from
+	// LAMEDUCK_CHECK_MAX_AGE.
+	DefaultMaxAge time.Duration
 	// OnPanic, when set, receives every panic recovered from a check or a
 	// gate (or from the Error method of the error a check returned): the
 	// check's name, the value passed to panic (for a check that called
@@ -200,9 +228,9 @@ func (c *Checker) logger() *slog.Logger {
 // AddCheck registers ch. It returns an error, and registers nothing, when
 // ch.Name is empty, does not match [a-z0-9_.-]+, is "." or "..", or is
 // already the name of a check or gate; when ch.Func is nil; when ch.Timeout
-// is negative; or when ch.Timeout is zero and CheckerOptions.DefaultTimeout
-// is negative. The error begins "health:" and names the field, the value and
-// the fix.
+// is negative; or when ch.Timeout (ch.MaxAge) is zero and
+// CheckerOptions.DefaultTimeout (DefaultMaxAge) is negative. The error
+// begins "health:" and names the field, the value and the fix.
 //
 // Probes that start after AddCheck returns include the check. Checks cannot
 // be removed; exclude them per request with ?exclude=<name>.
@@ -223,9 +251,17 @@ func (c *Checker) AddCheck(ch Check) error {
 			timeout = DefaultCheckTimeout
 		}
 	}
+	maxAge := ch.MaxAge
+	if maxAge == 0 {
+		maxAge = c.opts.DefaultMaxAge
+		if maxAge < 0 {
+			return fmt.Errorf("health: CheckerOptions.DefaultMaxAge=%v is negative; use a positive duration, or 0 to ping on every probe", maxAge)
+		}
+	}
 	cs := &checkState{
 		Check:       ch,
 		timeout:     timeout,
+		maxAge:      max(maxAge, 0),
 		c:           c,
 		timeoutText: timeoutText(timeout, c.opts.HideErrors),
 	}

@@ -36,12 +36,14 @@ import (
 type checkState struct {
 	Check                     // immutable
 	timeout     time.Duration // effective deadline; immutable
+	maxAge      time.Duration // effective MaxAge, 0 for none; immutable
 	timeoutText string        // body text of a timeout; immutable
 	c           *Checker
 
-	mu   sync.Mutex
-	cur  *flight // guarded by mu: the ping in flight or captive; nil when none
-	last Outcome // guarded by mu: the outcome last logged; "" before the first
+	mu     sync.Mutex
+	cur    *flight // guarded by mu: the ping in flight or captive; nil when none
+	last   Outcome // guarded by mu: the outcome last logged; "" before the first
+	result Result  // guarded by mu: the last verdict, when maxAge > 0; Time zero before the first
 }
 
 // flight is one call of a check's Func, shared by every probe that joins it.
@@ -85,12 +87,16 @@ func (f *flight) doneChanLocked() chan struct{} {
 	return f.done
 }
 
-// decideLocked publishes v as f's verdict. The caller holds cs.mu.
+// decideLocked publishes v as f's verdict and, with MaxAge, keeps it as the
+// check's last result. The caller holds cs.mu.
 func (f *flight) decideLocked(v Result) {
 	f.verdict = v
 	f.decided.Store(true)
 	if f.done != nil {
 		close(f.done)
+	}
+	if f.cs.maxAge > 0 && !v.Time.Before(f.cs.result.Time) {
+		f.cs.result = v
 	}
 }
 
@@ -127,10 +133,12 @@ const goexitValue = "runtime.Goexit called by the check"
 
 // arrive is a probe's arrival at the check, at now (the probe's start).
 // It returns the flight to wait on: one in flight to join, or a new one,
-// taken from *batch (made with room for max flights on first use) and not
-// yet running (see [Checker.launch]); or, when the check is captive, the
-// "stalled" result to report at once.
-func (cs *checkState) arrive(parent context.Context, now time.Time, batch *[]flight, max int) (f *flight, stalled Result, isStalled bool) {
+// taken from *batch (made with room for room flights on first use) and not
+// yet running (see [Checker.launch]); or a result to report at once
+// (answered): "stalled" when the check is captive, or, with MaxAge and
+// reuse, the last verdict when no ping is in flight and it is younger than
+// MaxAge.
+func (cs *checkState) arrive(parent context.Context, now time.Time, batch *[]flight, room int, reuse bool) (f *flight, res Result, answered bool) {
 	cs.mu.Lock()
 	if f = cs.cur; f != nil {
 		returned := f.returned.Load()
@@ -156,8 +164,14 @@ func (cs *checkState) arrive(parent context.Context, now time.Time, batch *[]fli
 			return nil, cs.stalledUnlock(f, now, timedOut, true), true
 		}
 	}
+	if r := cs.result; reuse && cs.maxAge > 0 && !r.Time.IsZero() && now.Sub(r.Time) < cs.maxAge {
+		// A result younger than MaxAge, and no ping in flight: read it.
+		cs.mu.Unlock()
+		r.Cached, r.Age = true, max(now.Sub(r.Time), 0)
+		return nil, r, true
+	}
 	if *batch == nil {
-		*batch = make([]flight, 0, max)
+		*batch = make([]flight, 0, room)
 	}
 	n := len(*batch)
 	*batch = (*batch)[:n+1] // within its capacity: earlier flights do not move
@@ -293,8 +307,10 @@ func (cs *checkState) failed(f *flight, err error) {
 }
 
 // finish publishes the ping's result as its verdict unless a timeout was
-// decided first, frees the check's slot, then (with no lock held) logs and
-// hands a panic to the hook.
+// decided first, and frees the check's slot. A change of outcome is logged
+// first, with no lock held, so the log says it before any probe answers
+// with it; the line of a captive ping's late return comes after, and then
+// the panic goes to the hook.
 func (cs *checkState) finish(f *flight, o Outcome, text, logText string, pv any, stack []byte) {
 	took := time.Since(f.start) // one monotonic read; the wall time follows from start
 	now := f.start.Add(took)
@@ -309,11 +325,18 @@ func (cs *checkState) finish(f *flight, o Outcome, text, logText string, pv any,
 			line = cs.lateLine(took, logText)
 		}
 	} else {
+		if o != cs.last {
+			if changed := cs.changedLocked(o, logText, stack); changed != nil {
+				// Say the change before any probe reads it: unlocked (no
+				// lock across I/O), and safely so, since returned is set
+				// and nobody decides a timeout for f meanwhile.
+				cs.mu.Unlock()
+				cs.c.emit(changed)
+				cs.mu.Lock()
+			}
+		}
 		f.decideLocked(Result{Name: cs.Name, Outcome: o, Text: text, Critical: cs.Critical, Duration: took, Time: now})
 		published = true
-		if o != cs.last {
-			line = cs.changedLocked(o, logText, stack)
-		}
 	}
 	if cs.cur == f {
 		cs.cur = nil

@@ -115,6 +115,7 @@ type line struct {
 	critical bool // known only from Results; assumed when judging from Checks
 	gate     bool
 	at       time.Time
+	age      string // a cached result's age, rounded; "" for a fresh one
 }
 
 // lines returns rep's results in name order, from Results when set, else
@@ -124,6 +125,9 @@ func lines(rep Report) []line {
 		out := make([]line, len(rep.Results))
 		for i, r := range rep.Results {
 			out[i] = line{name: r.Name, text: r.Text, passing: r.Outcome.Passing(), critical: r.Critical, gate: r.Gate, at: r.Time}
+			if r.Cached {
+				out[i].age = roundAge(r.Age).String()
+			}
 		}
 		return out
 	}
@@ -135,6 +139,17 @@ func lines(rep Report) []line {
 	slices.SortFunc(out, func(a, b line) int { return strings.Compare(a.name, b.name) })
 	return out
 }
+
+// ageNote is the verbose text's note on a cached result: " (age 350ms)".
+func ageNote(age string) string {
+	if age == "" {
+		return ""
+	}
+	return " (age " + age + ")"
+}
+
+// roundAge rounds a cached result's age for a body: to the millisecond.
+func roundAge(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
 
 // RenderVerbose returns the plain-text report of ?verbose, in the
 // Kubernetes API server's format: one line per check or gate in name order,
@@ -150,7 +165,9 @@ func lines(rep Report) []line {
 //	[-]s3 failed: error: connection refused
 //	readyz check passed
 //
-// A degraded report passes: its failing lines are non-critical. It is safe
+// A result read from an earlier ping within its check's MaxAge ends with its
+// age: "[+]db ok (age 350ms)". A degraded report passes: its failing lines
+// are non-critical. It is safe
 // for concurrent use.
 func RenderVerbose(rep Report) []byte {
 	var b bytes.Buffer
@@ -158,11 +175,11 @@ func RenderVerbose(rep Report) []byte {
 	for _, l := range ls {
 		switch {
 		case l.passing:
-			b.WriteString("[+]" + l.name + " " + l.text + "\n")
+			b.WriteString("[+]" + l.name + " " + l.text + ageNote(l.age) + "\n")
 		case strings.HasPrefix(l.text, string(OutcomeFailed)):
-			b.WriteString("[-]" + l.name + " " + l.text + "\n")
+			b.WriteString("[-]" + l.name + " " + l.text + ageNote(l.age) + "\n")
 		default:
-			b.WriteString("[-]" + l.name + " failed: " + l.text + "\n")
+			b.WriteString("[-]" + l.name + " failed: " + l.text + ageNote(l.age) + "\n")
 		}
 	}
 	for _, x := range rep.Excluded {
@@ -206,8 +223,9 @@ func RenderVerbose(rep Report) []byte {
 // status "pass", "warn" for a failing non-critical check, "fail" for a
 // failing critical check or gate; output the result text when not pass;
 // componentType "component" for a check and "system" for a gate; time when
-// the result was observed (RFC 3339, UTC, milliseconds). It is safe for
-// concurrent use.
+// the result was observed (RFC 3339, UTC, milliseconds); and, for a result
+// read from an earlier ping within its check's MaxAge, age, how old it was
+// ("350ms"). It is safe for concurrent use.
 func RenderHealthJSON(info *Info, rep Report) []byte {
 	rep = hideIf(info, rep)
 	keys, extra := envelopeFields(info, rep, healthJSONReserved, nil)
@@ -268,6 +286,9 @@ func RenderHealthJSON(info *Info, rep Report) []byte {
 			}
 			if !l.at.IsZero() {
 				b.WriteString(`,"time":"` + l.at.UTC().Format("2006-01-02T15:04:05.000Z07:00") + `"`)
+			}
+			if l.age != "" {
+				b.WriteString(`,"age":"` + l.age + `"`)
 			}
 			b.WriteString("}]")
 		}

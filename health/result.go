@@ -76,8 +76,15 @@ type Result struct {
 	// been running for stalled; zero for gates.
 	Duration time.Duration
 	// Time is when the answer was observed (wall clock, for the
-	// "time" member of application/health+json).
+	// "time" member of application/health+json): for a result read from an
+	// earlier ping (Cached), when that ping answered.
 	Time time.Time
+	// Cached is true when the result was read from an earlier ping, within
+	// the check's MaxAge, rather than from a ping that ran for this probe.
+	Cached bool
+	// Age is how old a Cached result was when this probe read it; zero
+	// otherwise. The verbose and application/health+json bodies show it.
+	Age time.Duration
 }
 
 // detail builds "<word>: <text>", redacted, on one line and bounded, or the

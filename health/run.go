@@ -39,8 +39,10 @@ import (
 // Report{Status: StatusOK} with nil Checks, so readiness is exactly the
 // phase answer.
 //
-// No result is cached: every result comes from a ping that returned after
-// this probe began, or that was still running when it began. Run does not
+// Unless a check has a MaxAge, no result is cached: every result comes from
+// a ping that returned after this probe began, or that was still running
+// when it began. With a MaxAge, a result may come from a ping that answered
+// less than MaxAge before this probe began (Result.Cached, Result.Age). Run does not
 // set Fields or Code. It is safe for concurrent use; concurrent probes share
 // pings rather than start their own.
 func (c *Checker) Run(ctx context.Context, only string, exclude []string) (Report, error) {
@@ -110,7 +112,7 @@ func (c *Checker) run(ctx context.Context, only string, exclude []string, buf []
 	} else {
 		results = make([]Result, len(sel))
 	}
-	c.probe(ctx, sel, results)
+	c.probe(ctx, sel, results, true)
 
 	rep := Report{Status: StatusOK, Results: results}
 	if withMap {
@@ -138,8 +140,9 @@ func (c *Checker) run(ctx context.Context, only string, exclude []string, buf []
 }
 
 // probe runs the checks and gates of sel (sorted by name) once, writing
-// sel[i]'s result to results[i]: Run's steps 1 to 3.
-func (c *Checker) probe(ctx context.Context, sel []*entry, results []Result) {
+// sel[i]'s result to results[i]: Run's steps 1 to 3. reuse lets a check
+// with a MaxAge answer from its last result (false for a refresh).
+func (c *Checker) probe(ctx context.Context, sel []*entry, results []Result, reuse bool) {
 	start := time.Now() // the one clock read of a probe whose pings all return at once
 	var fbuf [8]*flight
 	flights := fbuf[:0]
@@ -152,9 +155,9 @@ func (c *Checker) probe(ctx context.Context, sel []*entry, results []Result) {
 		if e.check == nil {
 			continue
 		}
-		f, stalled, isStalled := e.check.arrive(ctx, start, &batch, len(sel)-i)
-		if isStalled {
-			results[i] = stalled
+		f, res, answered := e.check.arrive(ctx, start, &batch, len(sel)-i, reuse)
+		if answered {
+			results[i] = res
 		} else {
 			flights[i] = f
 		}
