@@ -76,7 +76,7 @@ Example:
 	f.DurationVar(&o.Timeout, "timeout", 10*time.Second, "timeout of each request")
 	f.DurationVar(&o.Warmup, "warmup", time.Second, "load before the first restart")
 	f.DurationVar(&o.Cooldown, "cooldown", time.Second, "load after the last old replica exited")
-	f.Uint64Var(&o.Seed, "seed", 0, "seed of the removal delays (0: random; the report prints it)")
+	f.Uint64Var(&o.Rand, "rand", 0, "start the random removal delays from this number, to repeat a run (0: a random one; the report prints it)")
 	f.StringArrayVar(&o.Env, "env", nil, "KEY=VALUE added to every replica's environment (repeatable)")
 	f.StringVar(&o.LogDir, "logs", "", "keep each replica's output in DIR/replica-N.log")
 	f.StringVar(&format, "format", "text", "report format on stdout: text or json")

@@ -27,7 +27,8 @@ type replica struct {
 	log   string // the path of its combined stdout and stderr
 	pool  *pool  // the L7 balancer's keep-alive connections to it
 
-	exited chan struct{} // closed when the process has exited
+	exited    chan struct{} // closed when the process has exited
+	removedCh chan struct{} // closed when terminate's endpoint-removal delay has passed (or the run ended)
 
 	mu       sync.Mutex // guards the fields below
 	ready    bool       // the readiness poller's verdict (failure threshold applied)
@@ -128,7 +129,7 @@ func (ro *rollout) startReplica(round int) (*replica, error) {
 	cmd.Stdout, cmd.Stderr = out, out
 	r := &replica{
 		id: id, round: round, port: port, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
-		cmd: cmd, log: logPath, exited: make(chan struct{}),
+		cmd: cmd, log: logPath, exited: make(chan struct{}), removedCh: make(chan struct{}),
 	}
 	r.pool = &pool{addr: r.addr, timeout: ro.opt.upstreamTimeout()}
 	if err := cmd.Start(); err != nil {
@@ -249,6 +250,7 @@ func (ro *rollout) terminate(r *replica) {
 		r.events = append(r.events, event{ro.since(), evRemoved})
 		ro.noteRotationLocked(r, before)
 		r.mu.Unlock()
+		close(r.removedCh)
 	})
 	ro.wg.Go(func() {
 		t := time.NewTimer(ro.opt.Grace)

@@ -22,7 +22,8 @@ type Report struct {
 	Replicas int      `json:"replicas"`
 	Rounds   int      `json:"rounds"`
 	Rate     int      `json:"rate"`
-	Seed     uint64   `json:"seed"`
+	// Rand is the number the removal delays were drawn from (--rand).
+	Rand uint64 `json:"rand"`
 	// RemovalDelay is the range the endpoint-removal delays were drawn from.
 	RemovalDelay [2]string `json:"removal_delay"`
 	// LoadSeconds is how long the load ran.
@@ -45,7 +46,9 @@ type Report struct {
 	Latency Latency `json:"latency_ms"`
 
 	ReplicaReports []ReplicaReport `json:"replica_reports"`
-	// FirstFailures are up to 20 failed requests, earliest first.
+	// FirstFailures holds, for each replica and failure kind, the first
+	// failed request and how many failed alike (at most 20 entries),
+	// earliest first.
 	FirstFailures []Failure `json:"first_failures"`
 
 	// samples are kept for the HTML report.
@@ -88,23 +91,25 @@ type ReplicaReport struct {
 	events []event
 }
 
-// Failure is one failed request.
+// Failure is the first failed request of one kind on one replica.
 type Failure struct {
 	At      float64 `json:"at"`
 	Method  string  `json:"method"`
 	Kind    string  `json:"kind"`
 	Replica int     `json:"replica"`
 	Error   string  `json:"error"`
+	// Count is how many requests to that replica failed with that kind.
+	Count int `json:"count"`
 }
 
 func secs(d time.Duration) float64 { return float64(d.Microseconds()) / 1e6 }
 func ms(d time.Duration) float64   { return float64(d.Microseconds()) / 1e3 }
 
-func (ro *rollout) report(samples []sample, m *vegeta.Metrics, seed uint64, loadStart, loadEnd time.Duration) *Report {
+func (ro *rollout) report(samples []sample, m *vegeta.Metrics, rand0 uint64, loadStart, loadEnd time.Duration) *Report {
 	slices.SortFunc(samples, func(a, b sample) int { return int(a.At - b.At) })
 	rep := &Report{
 		Command: ro.opt.Command, Mode: ro.opt.Mode, Replicas: ro.opt.Replicas, Rounds: ro.opt.Rounds,
-		Rate: ro.opt.Rate, Seed: seed, LoadSeconds: secs(loadEnd - loadStart),
+		Rate: ro.opt.Rate, Rand: rand0, LoadSeconds: secs(loadEnd - loadStart),
 		RemovalDelay: [2]string{ro.opt.RemovalMin.String(), ro.opt.RemovalMax.String()},
 		Failures:     map[string]int{}, StatusCodes: m.StatusCodes,
 		Latency: Latency{Mean: ms(m.Latencies.Mean), P50: ms(m.Latencies.P50), P90: ms(m.Latencies.P90),
@@ -115,6 +120,7 @@ func (ro *rollout) report(samples []sample, m *vegeta.Metrics, seed uint64, load
 		rep.Failures[k] = 0
 	}
 	perReplica := map[int]*[2]int{}
+	firstOf := map[[2]string]int{} // (replica, kind) → index in FirstFailures
 	for _, s := range samples {
 		rep.Requests++
 		c := perReplica[s.Replica]
@@ -133,8 +139,12 @@ func (ro *rollout) report(samples []sample, m *vegeta.Metrics, seed uint64, load
 		c[1]++
 		rep.Failed++
 		rep.Failures[s.Kind]++
-		if len(rep.FirstFailures) < 20 {
-			rep.FirstFailures = append(rep.FirstFailures, Failure{At: secs(s.At), Method: s.Method, Kind: s.Kind, Replica: s.Replica, Error: s.Error})
+		key := [2]string{strconv.Itoa(s.Replica), s.Kind}
+		if i, ok := firstOf[key]; ok {
+			rep.FirstFailures[i].Count++
+		} else if len(rep.FirstFailures) < 20 {
+			firstOf[key] = len(rep.FirstFailures)
+			rep.FirstFailures = append(rep.FirstFailures, Failure{At: secs(s.At), Method: s.Method, Kind: s.Kind, Replica: s.Replica, Error: s.Error, Count: 1})
 		}
 	}
 	ro.mu.Lock()
@@ -185,9 +195,9 @@ func (rep *Report) WriteJSON(w io.Writer) error {
 func (rep *Report) WriteText(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "lameduck rollout: %s\n", strings.Join(rep.Command, " "))
-	fmt.Fprintf(&b, "  %d replicas × %d rounds (%d restarts), %s balancer, %d req/s for %.1fs, endpoint removal %s–%s after SIGTERM (seed %d)\n",
+	fmt.Fprintf(&b, "  %d replicas × %d rounds (%d restarts), %s balancer, %d req/s for %.1fs, endpoint removal %s–%s after SIGTERM (--rand %d)\n",
 		rep.Replicas, rep.Rounds, rep.Replicas*rep.Rounds, strings.ToUpper(rep.Mode), rep.Rate, rep.LoadSeconds,
-		rep.RemovalDelay[0], rep.RemovalDelay[1], rep.Seed)
+		rep.RemovalDelay[0], rep.RemovalDelay[1], rep.Rand)
 	fmt.Fprintf(&b, "requests   %d   succeeded %d   failed %d\n", rep.Requests, rep.Succeeded, rep.Failed)
 	kinds := make([]string, 0, len(Kinds))
 	for _, k := range Kinds {
@@ -216,9 +226,9 @@ func (rep *Report) WriteText(w io.Writer) error {
 	}
 	_ = tw.Flush()
 	if len(rep.FirstFailures) > 0 {
-		b.WriteString("first failures\n")
+		b.WriteString("failures by replica and kind (the first one, and how many)\n")
 		for _, f := range rep.FirstFailures {
-			fmt.Fprintf(&b, "  %7.3fs  %-4s %-8s replica %d: %s\n", f.At, f.Method, f.Kind, f.Replica, f.Error)
+			fmt.Fprintf(&b, "  %7.3fs  replica %d  %-8s ×%-5d first: %s %s\n", f.At, f.Replica, f.Kind, f.Count, f.Method, f.Error)
 		}
 		fmt.Fprintf(&b, "FAIL: %d of %d requests failed\n", rep.Failed, rep.Requests)
 	} else {

@@ -76,8 +76,9 @@ type Options struct {
 	// Warmup and Cooldown are load before the first restart and after the
 	// last replica exited.
 	Warmup, Cooldown time.Duration
-	// Seed seeds the removal delays; 0 picks one.
-	Seed uint64
+	// Rand is where the random removal delays start from, so a run can be
+	// repeated; 0 picks one at random.
+	Rand uint64
 	// LogDir keeps each replica's output in LogDir/replica-N.log; "" uses a
 	// temporary directory removed at the end.
 	LogDir string
@@ -177,11 +178,11 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	ro := &rollout{opt: opt, ctx: ctx, start: time.Now(), usedPorts: map[int]bool{}, warn: opt.Warn}
-	seed := opt.Seed
-	if seed == 0 {
-		seed = rand.Uint64()
+	rand0 := opt.Rand
+	if rand0 == 0 {
+		rand0 = rand.Uint64()
 	}
-	ro.rnd = rand.New(rand.NewPCG(seed, seed))
+	ro.rnd = rand.New(rand.NewPCG(rand0, rand0))
 	ro.logDir = opt.LogDir
 	if ro.logDir == "" {
 		dir, err := os.MkdirTemp("", "lameduck-rollout-")
@@ -302,12 +303,16 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 			progress()
 		}
 	}
+	// The load goes on until every terminated replica has exited and the
+	// balancer has forgotten it: a replica that exits before its endpoint
+	// is removed is still routed to, and that is what the run measures.
 	for _, r := range terminated {
 		select {
 		case <-r.exited:
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
+		<-r.removedCh
 	}
 	if err := sleepCtx(ctx, opt.Cooldown); err != nil {
 		return nil, err
@@ -319,7 +324,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	progress()
 
 	ro.stopAll()
-	return ro.report(rec.all(), &metrics, seed, loadStart, loadEnd), nil
+	return ro.report(rec.all(), &metrics, rand0, loadStart, loadEnd), nil
 }
 
 // targeter alternates GET and POST requests to the balancer's front.
