@@ -151,7 +151,7 @@ var stamps = regexp.MustCompile(`"time":"[^"]*"`)
 // Lifecycle, in every phase, and compares status, headers (all but Date)
 // and bodies.
 func TestProbesAreByteIdenticalToNetHTTP(t *testing.T) {
-	r := newRig(t, lameduck.Config{ShutdownDelay: 5 * time.Second, PreStop: true, Version: "v1.2.3", Commit: "abc"}, true, nil)
+	r := newRig(t, lameduck.Config{ShutdownDelay: 5 * time.Second, PreStop: true, PreStopToken: "t0ken", Version: "v1.2.3", Commit: "abc"}, true, nil)
 	if err := r.lc.AddCheck(health.Check{Name: "db", Critical: true, Func: func(context.Context) error { return nil }}); err != nil {
 		t.Fatal(err)
 	}
