@@ -80,7 +80,8 @@ type Events struct {
 	// or by force at the teardown budget.
 	HTTPDrained *Event
 	// Joined fires when the background join is over: every GoWrite and
-	// GoLoop task has returned, or the join budget is spent. From then on
+	// GoLoop task has returned, or the join's bound (what the teardown
+	// left, or Config.JoinBudget) is reached. From then on
 	// new background work is refused.
 	Joined *Event
 	// Stopped fires when the sequence has finished, just before Run returns.

@@ -362,7 +362,9 @@ func sigName(sig os.Signal) string {
 // Run returns only when the sequence has finished, never early on
 // http.ErrServerClosed. It returns nil after a clean drain; an error wrapping
 // context.DeadlineExceeded when the teardown budget ran out and requests
-// were cut; an error wrapping ErrStartupFailed when a startup task failed;
+// were cut, a drain hook overran its share, or background work was still
+// running at the join's bound (abandoned at exit); an error wrapping
+// ErrStartupFailed when a startup task failed (after its tries);
 // the bind or serve error otherwise. Run logs every error it returns, so a
 // caller need only set the exit code. From the start of the sequence to the
 // return takes at most the window (ShutdownDelay, or DrainTimeout in
