@@ -3,6 +3,7 @@ package lameduck
 import (
 	"errors"
 	"log/slog"
+	"net/http"
 	"os"
 	"time"
 )
@@ -308,6 +309,14 @@ type Config struct {
 	// after the application's servers have drained (before the background
 	// join and the closers). Env: PROBE_ADDR.
 	ProbeAddr string
+	// ProbeListenerHandler, when set, answers every request to the
+	// ProbeAddr listener whose path is not a probe's (/healthz, /readyz,
+	// /readyz/<check>, /startupz, /prestop when enabled): a Prometheus
+	// handler on /metrics, say, so that the metrics port carries both. When
+	// nil such requests get 404. It is not tracked as an application
+	// request, and it closes with the probe listener, after the
+	// application's servers have drained.
+	ProbeListenerHandler http.Handler
 
 	// Runner makes this the Lifecycle of a runner: a process that consumes
 	// jobs from a queue rather than serving requests (docs/runners.md). The

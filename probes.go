@@ -150,6 +150,23 @@ func (h *probeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// probeListenerHandler is the handler of the ProbeAddr listener: the probes,
+// and Config.ProbeListenerHandler for every other path.
+func (l *Lifecycle) probeListenerHandler(ph *probeHandler) http.Handler {
+	probes := l.countProbes(ph)
+	extra := l.cfg.ProbeListenerHandler
+	if extra == nil {
+		return probes
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if ph.isProbePath(r.URL.Path) {
+			probes.ServeHTTP(w, r)
+			return
+		}
+		extra.ServeHTTP(w, r)
+	})
+}
+
 // ProbeAnswer answers a probe in the Lifecycle's place, for code that knows
 // more than the Lifecycle does about the process's health: the worker
 // package's consume loops (a stalled loop fails liveness; a superseded
@@ -304,7 +321,7 @@ func (l *Lifecycle) newProbeServer() *http.Server {
 	answer := l.cfg.maxWindow() + probeAnswerSlack
 	return &http.Server{
 		Addr:              l.cfg.ProbeAddr,
-		Handler:           l.countProbes(l.newProbeHandler(false)),
+		Handler:           l.probeListenerHandler(l.newProbeHandler(false)),
 		ReadHeaderTimeout: probeReadHeaderTimeout,
 		ReadTimeout:       answer,
 		WriteTimeout:      answer,

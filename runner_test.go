@@ -101,3 +101,39 @@ func TestDrainWaitHoldsTheWindow(t *testing.T) {
 		t.Fatalf("logs:\n%s", h.logs)
 	}
 }
+
+// The probe listener carries the application's extra handler (a /metrics)
+// beside the probes.
+func TestProbeListenerHandler(t *testing.T) {
+	h := newHarness(t, lameduck.Config{ProbeAddr: "127.0.0.1:0", ProbeListenerHandler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte("metrics at " + r.URL.Path))
+	})})
+	h.run()
+	await(t, h.lc.Events().StartupDone)
+	l, _ := findListening(h.logs.String())
+	c := client(t)
+	get(t, c, "http://"+l+"/readyz").status(t, 200, "ok")
+	if p := get(t, c, "http://"+l+"/metrics"); p.code != 200 || p.body != "metrics at /metrics" {
+		t.Fatalf("GET /metrics = %d %q", p.code, p.body)
+	}
+	h.lc.BeginShutdown("test")
+	if err := h.wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// findListening returns the address of the first "lameduck: listening" line.
+func findListening(logs string) (string, bool) {
+	for _, line := range strings.Split(logs, "\n") {
+		if !strings.Contains(line, `msg="lameduck: listening"`) {
+			continue
+		}
+		_, rest, ok := strings.Cut(line, " addr=")
+		if !ok {
+			continue
+		}
+		addr, _, _ := strings.Cut(rest, " ")
+		return addr, true
+	}
+	return "", false
+}

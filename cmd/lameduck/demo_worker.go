@@ -52,7 +52,7 @@ Without --nats it starts an embedded NATS server with JetStream on
 no setup and its queue survives a restart. Publish jobs with
 "lameduck demo-worker enqueue --n 100 --d 200ms".
 
-Probes on --probe-addr (default :9090): GET /healthz is 503 "stalled" when an
+Probes and /metrics on --probe-addr (default :9090): GET /healthz is 503 "stalled" when an
 idle loop stops cycling; GET /readyz is 503 "starting" before the first fetch,
 "superseded" when a newer LAMEDUCK_EPOCH runs, "draining" (with "busy") after
 SIGTERM. On SIGTERM no new job is taken; LAMEDUCK_DRAIN_MODE=complete (the
@@ -151,7 +151,8 @@ func runDemoWorker(ctx context.Context, o workerOptions) error {
 	if err := checkQueue(o.queue); err != nil {
 		return err
 	}
-	cfg := lameduck.Config{Logger: log}
+	metrics := newWorkerMetrics()
+	cfg := lameduck.Config{Logger: log, ProbeListenerHandler: metrics.handler()}
 	if o.probeAddrSet { // otherwise LAMEDUCK_PROBE_ADDR, then the runner default
 		cfg.ProbeAddr = o.probeAddr
 	}
@@ -225,13 +226,13 @@ func runDemoWorker(ctx context.Context, o workerOptions) error {
 	log.Info("demo-worker: consuming", "nats", url, "stream", demoStream(o.queue), "consumer", demoConsumer(o.queue), "loops", o.loops,
 		"ack_wait", o.ackWait.String(), "epoch", lc.Config().Epoch, "epoch_source", o.epochSource, "drain_mode", lc.Config().DrainMode)
 
-	src := &natsSource{nc: nc, cons: cons, stallAfter: o.stallAfter}
+	src := &natsSource{nc: nc, cons: cons, stallAfter: o.stallAfter, metrics: metrics}
 	for i := 1; i <= o.loops; i++ {
 		name := "jobs"
 		if o.loops > 1 {
 			name = fmt.Sprintf("jobs-%d", i)
 		}
-		if err := wk.AddLoop(worker.Loop{Name: name, Source: src, Handle: demoHandler(log, o.ackWait)}); err != nil {
+		if err := wk.AddLoop(worker.Loop{Name: name, Source: src, Handle: demoHandler(log, o.ackWait, metrics)}); err != nil {
 			return err
 		}
 	}
@@ -246,7 +247,7 @@ func runDemoWorker(ctx context.Context, o workerOptions) error {
 func demoHandler(log interface {
 	Info(string, ...any)
 	Warn(string, ...any)
-}, ackWait time.Duration) func(context.Context, worker.Job) error {
+}, ackWait time.Duration, m *workerMetrics) func(context.Context, worker.Job) error {
 	return func(ctx context.Context, j worker.Job) error {
 		job := j.(*natsJob)
 		if job.bad != nil {
@@ -260,6 +261,9 @@ func demoHandler(log interface {
 		}
 		began := time.Now()
 		log.Info("demo-worker: job started", "job", job.ID(), "d", d.String())
+		m.started.Inc()
+		m.inFlight.Inc()
+		defer m.inFlight.Dec()
 		done := time.NewTimer(d)
 		defer done.Stop()
 		tick := time.NewTicker(ackWait / 3)

@@ -465,6 +465,18 @@ func TestE2EWorkerEmbeddedServerAcrossRestart(t *testing.T) {
 	if dups := readLedger(t, a, b).check(t, ids); dups != 0 {
 		t.Fatalf("%d re-runs in complete mode", dups)
 	}
+	// The probe listener serves /metrics too.
+	doneByB := len(b.logMatches(func(l logLine) bool { return l.msg() == "demo-worker: job done" }))
+	want := fmt.Sprintf("lameduck_demo_jobs_done_total %d\n", doneByB)
+	for deadline := time.Now().Add(startTimeout); ; time.Sleep(20 * time.Millisecond) {
+		m := b.get("/metrics") // the count follows the log line once the ack is confirmed
+		if m.code == 200 && strings.Contains(m.raw, want) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET /metrics = %d, want %q:\n%s", m.code, want, m.raw)
+		}
+	}
 	b.signal(syscall.SIGTERM)
 	if code, _ := b.waitExit(startTimeout); code != 0 {
 		t.Fatalf("exit %d", code)

@@ -112,6 +112,7 @@ type natsSource struct {
 	nc         *nats.Conn
 	cons       jetstream.Consumer
 	stallAfter int // when > 0: the consumer stops fetching after this many fetches (a wedged consumer, for tests)
+	metrics    *workerMetrics
 
 	mu      sync.Mutex
 	fetches int // guarded by mu
@@ -139,7 +140,9 @@ func (s *natsSource) Fetch(ctx context.Context, wait time.Duration) (worker.Job,
 		return nil, err
 	}
 	for msg := range batch.Messages() {
-		return newNatsJob(s.nc, msg), nil
+		j := newNatsJob(s.nc, msg)
+		j.metrics = s.metrics
+		return j, nil
 	}
 	if err := batch.Error(); err != nil && ctx.Err() == nil &&
 		!errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
@@ -150,10 +153,11 @@ func (s *natsSource) Fetch(ctx context.Context, wait time.Duration) (worker.Job,
 
 // natsJob is one delivered message.
 type natsJob struct {
-	nc  *nats.Conn
-	msg jetstream.Msg
-	job demoJob
-	bad error // the body could not be read
+	metrics *workerMetrics
+	nc      *nats.Conn
+	msg     jetstream.Msg
+	job     demoJob
+	bad     error // the body could not be read
 }
 
 func newNatsJob(nc *nats.Conn, msg jetstream.Msg) *natsJob {
@@ -176,7 +180,11 @@ func (j *natsJob) ID() string { return j.job.ID }
 func (j *natsJob) Ack(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	return j.msg.DoubleAck(ctx)
+	err := j.msg.DoubleAck(ctx)
+	if err == nil && j.metrics != nil {
+		j.metrics.done.Inc()
+	}
+	return err
 }
 
 // HandBack NAKs the message, with a delay when one is asked for, and waits
@@ -192,6 +200,9 @@ func (j *natsJob) HandBack(ctx context.Context, delay time.Duration) error {
 	}
 	if err != nil {
 		return err
+	}
+	if j.metrics != nil {
+		j.metrics.back.WithLabelValues(strconv.FormatBool(delay > 0)).Inc()
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
