@@ -20,8 +20,9 @@ const NoDelay time.Duration = -1
 
 // Environments that [Config.Env] and LAMEDUCK_ENV accept.
 const (
-	// EnvKubernetes selects the in-cluster defaults: a 5s
-	// lame-duck window and a 30s teardown.
+	// EnvKubernetes selects the in-cluster defaults: a 5s lame-duck window
+	// and a teardown that fits the grace period (Kubernetes' default 30s
+	// unless TerminationGrace says otherwise): 22s with every default.
 	EnvKubernetes = "kubernetes"
 	// EnvLocal selects the laptop defaults: no window (Ctrl-C stops now) and
 	// a 60s teardown.
