@@ -331,3 +331,37 @@ func TestE2ESlowClientsCannotHoldTheDrain(t *testing.T) {
 		<-d
 	}
 }
+
+// /livez answers as /healthz does; renamed probe paths answer at their new
+// place and leave the old ones to the application; a bad path stops the
+// process before it binds, naming the variable.
+func TestE2EProbePaths(t *testing.T) {
+	t.Parallel()
+	p := startDemo(t, nil)
+	for _, path := range []string{"/healthz", "/livez"} {
+		if r := p.want(path, 200, "ok"); r.body["phase"] != "serving" {
+			t.Errorf("GET %s = %s; want 200 ok, phase serving", path, r)
+		}
+	}
+
+	pr := startProc(t, env("LAMEDUCK_LIVENESS_PATHS", "/-/healthz,/-/livez", "LAMEDUCK_READINESS_PATH", "/-/readyz",
+		"LAMEDUCK_STARTUP_PATH", "/-/startupz"), "--addr", "127.0.0.1:0", "--simulate-check", "db=ok")
+	pr.listening()
+	pr.waitLog(`"lameduck: serving"`, startTimeout, msgContains("lameduck: serving"))
+	for _, path := range []string{"/-/healthz", "/-/livez", "/-/readyz", "/-/readyz/db", "/-/startupz"} {
+		pr.want(path, 200, "ok")
+	}
+	for _, path := range []string{"/healthz", "/livez", "/readyz", "/readyz/db", "/startupz"} {
+		if r := pr.get(path); r.code != http.StatusNotFound || r.status() != "" {
+			t.Errorf("GET %s with the paths renamed = %s; want the application's own 404", path, r)
+		}
+	}
+
+	bad := startProc(t, env("LAMEDUCK_READINESS_PATH", "readyz"), "--addr", "127.0.0.1:0")
+	if code, _ := bad.waitExit(startTimeout); code == 0 {
+		t.Fatal("a bad path: exit code 0; want a startup error")
+	}
+	if out := bad.output(); !strings.Contains(out, `LAMEDUCK_READINESS_PATH=\"readyz\"`) || !strings.Contains(out, `must begin with \"/\"`) {
+		t.Errorf("the refusal does not name the variable, its value and the rule:\n%s", out)
+	}
+}
