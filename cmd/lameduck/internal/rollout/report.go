@@ -215,13 +215,13 @@ func (rep *Report) WriteText(w io.Writer) error {
 		fmtMS(rep.Latency.Mean), fmtMS(rep.Latency.P50), fmtMS(rep.Latency.P90), fmtMS(rep.Latency.P99), fmtMS(rep.Latency.Max))
 	b.WriteString("replicas (seconds from the start)\n")
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "  id\tround\tready\tSIGTERM\tout of LB\texited\tSIGTERM→exit\texit\trequests\tfailed\t")
+	fmt.Fprintln(tw, "  id\tround\tready\tSIGTERM\tout of LB\texited\tSIGTERM→exit\texit\trequests\tfailed")
 	for _, r := range rep.ReplicaReports {
 		code := strconv.Itoa(r.ExitCode)
 		if r.Killed {
 			code = "SIGKILL"
 		}
-		fmt.Fprintf(tw, "  %d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t\n", r.ID, r.Round, fmtSec(r.Ready), fmtSec(r.Sigterm),
+		fmt.Fprintf(tw, "  %d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", r.ID, r.Round, fmtSec(r.Ready), fmtSec(r.Sigterm),
 			fmtSec(r.OutOfRotation), fmtSec(r.Exited), fmtSec(r.SigtermToExit), code, r.Requests, r.Failed)
 	}
 	_ = tw.Flush()
