@@ -166,7 +166,7 @@ func (l *loop) runJob(job Job) {
 	l.mu.Unlock()
 	l.cycle()
 	if err == nil {
-		if aerr := job.Ack(context.Background()); aerr != nil {
+		if aerr := l.settle("ack", func() error { return job.Ack(context.Background()) }); aerr != nil {
 			w.log.Warn("lameduck: worker: job done but its acknowledgement failed; the queue may deliver it again",
 				"loop", l.Name, "job", id, "error", aerr.Error())
 		}
@@ -191,7 +191,7 @@ func (l *loop) handle(ctx context.Context, job Job) (err error) {
 }
 
 func (l *loop) handBack(job Job, delay time.Duration, why string) {
-	err := job.HandBack(context.Background(), delay)
+	err := l.settle("hand back", func() error { return job.HandBack(context.Background(), delay) })
 	attrs := []any{"loop", l.Name, "job", job.ID(), "delay", delay.String()}
 	if err != nil {
 		l.w.log.Warn("lameduck: worker: handing job back failed; the queue redelivers it when its ack wait expires: "+why,
@@ -199,6 +199,18 @@ func (l *loop) handBack(job Job, delay time.Duration, why string) {
 		return
 	}
 	l.w.log.Info("lameduck: worker: job handed back: "+why, attrs...)
+}
+
+// settle calls a Job's Ack or HandBack, recovering a panic as an error:
+// a queue client's bug must not take the process down mid-drain.
+func (l *loop) settle(what string, fn func() error) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			l.w.panicked(what+" "+l.Name, v)
+			err = fmt.Errorf("panic: %v", v)
+		}
+	}()
+	return fn()
 }
 
 // panicked hands a recovered panic to Config.OnPanic.

@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -423,4 +424,52 @@ func TestAddLoopErrors(t *testing.T) {
 		t.Fatalf("negative floor: %v", err)
 	}
 	_ = http.StatusOK
+}
+
+// panicJob panics when the loop settles it.
+type panicJob struct{ *fakeJob }
+
+func (j panicJob) Ack(context.Context) error { panic("ack exploded") }
+
+func TestPanicsInHandleAndAckAreRecovered(t *testing.T) {
+	src := newSource()
+	var panics []string
+	var mu sync.Mutex
+	h := newHarness(t, worker.Config{Lifecycle: lameduck.Config{OnPanic: func(what string, v any, _ []byte) {
+		mu.Lock()
+		defer mu.Unlock()
+		panics = append(panics, fmt.Sprint(what, ": ", v))
+	}}}, nil)
+	calls := 0
+	if err := h.w.AddLoop(worker.Loop{Name: "jobs", Source: src, FetchWait: time.Second, Handle: func(context.Context, worker.Job) error {
+		if calls++; calls == 1 {
+			panic("handler exploded")
+		}
+		return nil
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	h.run()
+	awaitFetch(t, src)
+	src.idle <- struct{}{}
+	h.awaitEvent(h.w.Lifecycle().Events().StartupDone)
+	j1 := newJob("job-1")
+	src.jobs <- j1
+	if got := j1.outcome(t); got != "back 0s" {
+		t.Fatalf("a panicking handler's job ended %q; want handed back", got)
+	}
+	j2 := panicJob{newJob("job-2")}
+	src.jobs <- j2
+	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(panics) == 2 })
+	j3 := newJob("job-3")
+	src.jobs <- j3 // the loop goes on after the panicking Ack
+	if got := j3.outcome(t); got != "ack" {
+		t.Fatalf("job after the panics ended %q", got)
+	}
+	h.expect("/healthz", 200, "ok")
+	mu.Lock()
+	defer mu.Unlock()
+	if len(panics) != 2 || panics[0] != "job jobs: handler exploded" || panics[1] != "ack jobs: ack exploded" {
+		t.Fatalf("OnPanic got %q", panics)
+	}
 }

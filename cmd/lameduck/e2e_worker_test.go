@@ -499,3 +499,36 @@ func TestE2EWorkerLongJobKeptByInProgressAcks(t *testing.T) {
 		t.Fatalf("exit %d", code)
 	}
 }
+
+// At the drain bound the job in flight is cancelled, named with its age and
+// handed back; the next worker runs it from the start.
+func TestE2EWorkerDrainBoundHandsTheJobBack(t *testing.T) {
+	url := privateJetStream(t)
+	q := uniqueQueue(t, url)
+	a := startWorker(t, url, q, map[string]string{"LAMEDUCK_DRAIN_TIMEOUT": "1s", "LAMEDUCK_SHUTDOWN_TEARDOWN": "10s"})
+	ids := enqueue(t, q, 1, 4*time.Second, "--nats", url)
+	a.waitLog(`"job started"`, jobsTimeout, func(l logLine) bool { return l.msg() == "demo-worker: job started" })
+	a.signal(syscall.SIGTERM)
+	a.want("/readyz", 503, "draining")
+	cut := a.waitLog(`"drain bound"`, startTimeout, msgContains("lameduck: worker: drain bound 1s reached: cancelling job "+ids[0]+" of loop jobs (age "))
+	if age, err := time.ParseDuration(cut.rec["age"].(string)); err != nil || age < time.Second {
+		t.Fatalf("cut line %s: want the job's age, at least the 1s bound", cut.raw)
+	}
+	if code, _ := a.waitExit(startTimeout); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	lg := readLedger(t, a)
+	if rs := lg.runs[ids[0]]; len(rs) != 1 || rs[0].outcome != "stopped" || len(lg.handedBk[ids[0]]) != 1 ||
+		!strings.Contains(lg.handedBk[ids[0]][0], "cancelled at the drain bound") {
+		t.Fatalf("the job was not stopped and handed back: %+v %q", rs, lg.handedBk[ids[0]])
+	}
+	b := startWorker(t, url, q, nil)
+	waitDone(t, ids, a, b)
+	if dups := readLedger(t, a, b).check(t, ids); dups != 1 {
+		t.Fatalf("%d re-runs; want the one handed back at the bound", dups)
+	}
+	b.signal(syscall.SIGTERM)
+	if code, _ := b.waitExit(startTimeout); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+}
