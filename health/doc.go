@@ -26,8 +26,12 @@
 //     goroutine per check is ever captive;
 //   - a panicking check is recovered, reported "panic: <value>" and handed
 //     to an error-tracker hook; the process lives;
-//   - nothing is cached: every result comes from a ping that ran during the
-//     probe;
+//   - nothing is cached unless a check sets a MaxAge: every result comes
+//     from a ping that ran during the probe, or, with MaxAge, from one that
+//     answered less than MaxAge before it (never while a ping is in flight),
+//     so a dependency sees one ping per MaxAge whatever the number of
+//     probers; [Checker.RunRefresh] can keep such results fresh on its own
+//     schedule;
 //   - error text is redacted of credentials ([Redact]) before it reaches a
 //     body, or hidden entirely: for every probe (CheckerOptions.HideErrors)
 //     or per handler, for a port the internet can reach (Info.HideDetails).

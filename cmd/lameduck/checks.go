@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/lameduck/lameduck/checks"
@@ -19,9 +20,27 @@ type checkFlags struct {
 	dns      []string // NAME=HOST[,critical]
 }
 
-// build turns the flags into checks; the error names the flag, the value
-// and the fix.
-func (f checkFlags) build(start time.Time) ([]health.Check, error) {
+// pingCounts counts the pings of each simulated check, for the probe
+// bodies' "simulated_pings" member: how often each simulated dependency
+// was really pinged, which LAMEDUCK_CHECK_MAX_AGE bounds.
+type pingCounts map[string]*atomic.Int64
+
+// fields returns the "simulated_pings" member, or nil when no check is
+// simulated.
+func (pc pingCounts) fields() map[string]any {
+	if len(pc) == 0 {
+		return nil
+	}
+	m := make(map[string]int64, len(pc))
+	for name, n := range pc {
+		m[name] = n.Load()
+	}
+	return map[string]any{"simulated_pings": m}
+}
+
+// build turns the flags into checks, and counts the pings of the simulated
+// ones in pings; the error names the flag, the value and the fix.
+func (f checkFlags) build(start time.Time, pings pingCounts) ([]health.Check, error) {
 	var out []health.Check
 	var errs []error
 	add := func(flag string, specs []string, make func(name, arg string) (func(context.Context) error, error)) {
@@ -38,8 +57,17 @@ func (f checkFlags) build(start time.Time) ([]health.Check, error) {
 			errs = append(errs, fmt.Errorf("--%s=%q: %w", flag, spec, err))
 		}
 	}
-	add("simulate-check", f.simulate, func(_, mode string) (func(context.Context) error, error) {
-		return simulated(mode, start)
+	add("simulate-check", f.simulate, func(name, mode string) (func(context.Context) error, error) {
+		fn, err := simulated(mode, start)
+		if err != nil {
+			return nil, err
+		}
+		n := new(atomic.Int64)
+		pings[name] = n
+		return func(ctx context.Context) error {
+			n.Add(1)
+			return fn(ctx)
+		}, nil
 	})
 	add("check-tcp", f.tcp, func(_, addr string) (func(context.Context) error, error) {
 		if !strings.Contains(addr, ":") {

@@ -87,11 +87,16 @@ func runDemo(ctx context.Context, o demoOptions) error {
 	if err != nil {
 		return err
 	}
-	checkList, err := o.checks.build(time.Now())
+	pings := pingCounts{}
+	checkList, err := o.checks.build(time.Now(), pings)
 	if err != nil {
 		return err
 	}
-	lc, err := lameduck.New(lameduck.Config{Logger: log})
+	cfg := lameduck.Config{Logger: log}
+	if len(pings) > 0 {
+		cfg.Fields = pings.fields
+	}
+	lc, err := lameduck.New(cfg)
 	if err != nil {
 		log.Error(err.Error())
 		return exitError{err}

@@ -20,6 +20,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -863,5 +864,64 @@ func TestE2EChecksConcurrentMaxNotSum(t *testing.T) {
 	}
 	if took >= 3*ping {
 		t.Errorf("answered in %s; want about max(ping) = %s, well under the sum %s", took, ping, checks*ping)
+	}
+}
+
+// A ping budget per dependency, on the real binary: with
+// LAMEDUCK_CHECK_MAX_AGE=1s, 1,000 probes from 10 concurrent clients ping
+// the dependency at most once per second, plus the first: at most 3 pings
+// when they take under 2s. It asserts the pings (read from the bodies'
+// "simulated_pings"), never a duration: on a machine so loaded that the
+// probes take longer, the bound is the same rule, one ping per MaxAge
+// begun.
+func TestE2ECheckMaxAgeBoundsPings(t *testing.T) {
+	p := startChecks(t, map[string]string{"LAMEDUCK_CHECK_MAX_AGE": "1s"}, "--simulate-check", "db=ok,critical")
+	var (
+		mu       sync.Mutex
+		maxPings float64
+		bad      []string
+	)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range 10 {
+		wg.Go(func() {
+			c := &http.Client{Transport: &http.Transport{}, Timeout: 10 * time.Second}
+			defer c.CloseIdleConnections()
+			for range 100 {
+				r, err := p.do(context.Background(), c, "/readyz")
+				mu.Lock()
+				if err != nil || r.code != http.StatusOK || r.status() != "ok" {
+					bad = append(bad, fmt.Sprint(r, err))
+				} else if pings, ok := r.body["simulated_pings"].(map[string]any); ok {
+					if n, _ := pings["db"].(float64); n > maxPings {
+						maxPings = n
+					}
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	took := time.Since(start)
+	if len(bad) > 0 {
+		t.Fatalf("%d of 1000 probes not 200 ok, the first: %s", len(bad), bad[0])
+	}
+	if maxPings < 1 {
+		t.Fatal(`no body carried "simulated_pings":{"db":N}`)
+	}
+	most := 3.0
+	if took >= 2*time.Second {
+		most = 2 + float64(took/time.Second) // the first, and one per MaxAge begun
+	}
+	t.Logf("1000 probes from 10 clients in %v: %v pings of db", took.Round(time.Millisecond), maxPings)
+	if maxPings > most {
+		t.Fatalf("1000 probes in %v pinged db %v times, want at most %v with LAMEDUCK_CHECK_MAX_AGE=1s", took.Round(time.Millisecond), maxPings, most)
+	}
+	if v := p.get("/readyz?verbose"); !strings.Contains(v.raw, "[+]db ok (age ") {
+		t.Fatalf("verbose body without the result's age:\n%s", v.raw)
+	}
+	p.signal(syscall.SIGTERM)
+	if code, _ := p.waitExit(30 * time.Second); code != 0 {
+		t.Fatalf("exit code %d\n%s", code, p.output())
 	}
 }
