@@ -3,7 +3,8 @@
 // leave it drains without dropping a request.
 //
 // A [Lifecycle] owns the service's HTTP servers. [Lifecycle.Run] binds them,
-// serves /healthz, /readyz and /startupz on them as soon as they are bound,
+// serves /healthz (and /livez), /readyz and /startupz on them as soon as
+// they are bound (the paths are settings),
 // runs the startup tasks, and on SIGTERM runs the shutdown sequence that
 // docs/probes-and-shutdown.md ("The shutdown sequence") explains: readiness
 // 503 at once, a lame-duck window while the service keeps serving so that
@@ -21,6 +22,11 @@
 // run concurrently under their own deadlines, and are never consulted once
 // the pod drains: a draining pod's readiness is 503 whatever they say. The request-tracking middleware that every
 // registered server goes through allocates nothing.
+//
+// The probes may be reachable from the internet through the application's
+// own port: there, bodies name failing checks without their error text,
+// and the preStop hook (GET /prestop) requires a token; docs/security.md
+// has the threat model.
 //
 // A server that is not an *http.Server (a Fiber app, a gRPC server) joins
 // the same sequence through [Lifecycle.AddServerFuncs] (how to serve it and
