@@ -44,6 +44,7 @@ require (
 	github.com/josharian/intern v1.0.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
 	github.com/klauspost/compress v1.20.4 // indirect
+	github.com/lameduck/lameduck/contrib/fasthttp v0.0.0 // indirect
 	github.com/mailru/easyjson v0.7.7 // indirect
 	github.com/mattn/go-colorable v0.1.13 // indirect
 	github.com/mattn/go-isatty v0.0.22 // indirect
@@ -86,3 +87,5 @@ require (
 replace github.com/lameduck/lameduck => ../..
 
 replace github.com/lameduck/lameduck/contrib/fiber => ../../contrib/fiber
+
+replace github.com/lameduck/lameduck/contrib/fasthttp => ../../contrib/fasthttp

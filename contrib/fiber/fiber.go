@@ -18,8 +18,12 @@
 //     left; what is cut is named in the log with method, path and age.
 //   - [New] does both for a new app.
 //
-// Handlers that stream (server-sent events, WebSockets) watch
-// Lifecycle.Drain() to finish when the lame-duck window ends. See the
+// The fasthttp half (the tracking, the refusals, the probes) is
+// contrib/fasthttp's Middleware. Handlers that stream (server-sent events,
+// WebSockets) watch Lifecycle.Drain() to finish when the lame-duck window
+// ends. fasthttp closes RequestCtx.Done() when the teardown starts and never
+// tells a running handler that its client left: a handler whose work the
+// drain should wait for must not treat Done() as a cancellation. See the
 // operations guide, docs/probes-and-shutdown.md, for the sequence.
 package lameduckfiber
 
@@ -27,8 +31,8 @@ import (
 	"net"
 
 	"github.com/gofiber/fiber/v2"
-	"github.com/gofiber/fiber/v2/middleware/adaptor"
 	"github.com/lameduck/lameduck"
+	lameduckfasthttp "github.com/lameduck/lameduck/contrib/fasthttp"
 )
 
 // New returns a Fiber app configured by config (its zero value when
@@ -82,7 +86,7 @@ func AddApp(lc *lameduck.Lifecycle, app *fiber.App, addr string, ln net.Listener
 // other handler; [New] does): a request that reaches a route before it is
 // not tracked, and a probe must not need credentials. Per request it:
 //
-//   - answers the probe paths with lc.ProbeHandler() (through Fiber's
+//   - answers the probe paths with lc.ProbeHandler() (through fasthttp's
 //     net/http adaptor: the same renderer as net/http, so the same bodies
 //     and headers), unless Config.ProbeAddr gives the probes a listener of
 //     their own;
@@ -100,30 +104,14 @@ func AddApp(lc *lameduck.Lifecycle, app *fiber.App, addr string, ln net.Listener
 //
 // It is safe for concurrent use.
 func Middleware(lc *lameduck.Lifecycle) fiber.Handler {
-	probes := adaptor.HTTPHandler(lc.ProbeHandler())
+	m := lameduckfasthttp.New(lc)
 	return func(c *fiber.Ctx) error {
 		fc := c.Context()
-		upgrade := lc.Phase() >= lameduck.PhaseDraining && len(fc.Request.Header.Peek(fiber.HeaderUpgrade)) > 0
-		tr, v := lc.TrackRequest(c.Method(), c.Path(), upgrade)
-		switch {
-		case v.Probe:
-			return probes(c)
-		case v.Refuse != "":
-			fc.Response.Header.Set(fiber.HeaderRetryAfter, lameduck.RetryAfterSeconds)
-			fc.Response.Header.Set(fiber.HeaderXContentTypeOptions, "nosniff")
-			fc.SetConnectionClose()
-			fc.SetContentType("text/plain; charset=utf-8")
-			fc.SetStatusCode(fiber.StatusServiceUnavailable)
-			fc.SetBodyString(v.Refuse + "\n")
+		tr, answered := m.Begin(fc, c.Method(), c.Path())
+		if answered {
 			return nil
-		case v.Close:
-			fc.SetConnectionClose()
 		}
-		defer func() {
-			if !fc.Hijacked() || !tr.Hijacked(fc.Conn()) {
-				tr.End()
-			}
-		}()
+		defer lameduckfasthttp.End(fc, tr)
 		return c.Next()
 	}
 }

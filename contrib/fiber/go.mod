@@ -7,6 +7,7 @@ require (
 	github.com/gofiber/contrib/websocket v1.3.4
 	github.com/gofiber/fiber/v2 v2.52.15
 	github.com/lameduck/lameduck v0.0.0
+	github.com/lameduck/lameduck/contrib/fasthttp v0.0.0
 	github.com/valyala/fasthttp v1.78.0
 	go.uber.org/goleak v1.3.0
 )
@@ -26,4 +27,7 @@ require (
 	golang.org/x/sys v0.49.0 // indirect
 )
 
-replace github.com/lameduck/lameduck => ../..
+replace (
+	github.com/lameduck/lameduck => ../..
+	github.com/lameduck/lameduck/contrib/fasthttp => ../fasthttp
+)

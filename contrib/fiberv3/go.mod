@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/gofiber/fiber/v3 v3.1.0
 	github.com/lameduck/lameduck v0.0.0
+	github.com/lameduck/lameduck/contrib/fasthttp v0.0.0
 	github.com/valyala/fasthttp v1.78.0
 	go.uber.org/goleak v1.3.0
 )
@@ -26,4 +27,7 @@ require (
 	golang.org/x/text v0.43.0 // indirect
 )
 
-replace github.com/lameduck/lameduck => ../..
+replace (
+	github.com/lameduck/lameduck => ../..
+	github.com/lameduck/lameduck/contrib/fasthttp => ../fasthttp
+)

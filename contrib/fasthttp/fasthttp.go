@@ -1,0 +1,141 @@
+// Package lameduckfasthttp runs a fasthttp server (github.com/valyala/fasthttp)
+// under a lameduck Lifecycle, with the same probes and the same drain as a
+// net/http server registered with Lifecycle.AddServer. It is also the
+// fasthttp half of contrib/fiber (Fiber v2) and contrib/fiberv3 (Fiber v3),
+// which add only Fiber's handler types around it.
+//
+//   - [AddServer] registers a *fasthttp.Server: Run binds its listener,
+//     serves it, and stops it with Server.ShutdownWithContext under the
+//     teardown budget, then closes what is left; what is cut is named in
+//     the log with method, path and age.
+//   - [Middleware.Handler] wraps the server's handler: it answers /healthz,
+//     /readyz (with /readyz/<check>, ?verbose, ?exclude and
+//     application/health+json), /startupz and /prestop with the very
+//     handler net/http servers use, so bodies and headers are the same byte
+//     for byte; it tracks every other request as in flight without
+//     allocating; from the shutdown signal on it marks responses
+//     Connection: close and refuses upgrades 503 with Retry-After; in reject
+//     mode (LAMEDUCK_SEND_RETRY_AFTER) it refuses every new request.
+//
+// fasthttp closes RequestCtx.Done() when ShutdownWithContext begins, that
+// is when the teardown starts, and never tells a running handler that its
+// client has left (it does not read the connection while the handler runs).
+// A handler whose work the drain should wait for must not treat Done() as
+// a cancellation. Handlers that stream watch Lifecycle.Drain() instead.
+// See the operations guide, docs/probes-and-shutdown.md, for the sequence.
+package lameduckfasthttp
+
+import (
+	"net"
+	"unsafe"
+
+	"github.com/lameduck/lameduck"
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttpadaptor"
+)
+
+// AddServer registers srv with lc, as Lifecycle.AddServer does an
+// *http.Server: Run binds addr (or uses ln when not nil), serves srv on it
+// with Server.Serve, and in the teardown, beside the HTTP servers and under
+// the same budget, calls Server.ShutdownWithContext (its listener closes,
+// idle keep-alive connections close, requests in flight finish); at the
+// budget it closes every connection still open, hijacked ones included,
+// and names the requests it cut. Wrap srv.Handler with
+// [Middleware.Handler] first, or its requests are neither tracked nor told
+// to close, and the probes are not mounted.
+//
+// It returns the error of Lifecycle.AddServerFuncs: an error naming an
+// empty addr with a nil ln, or lameduck.ErrAlreadyRunning once Run has
+// started.
+func AddServer(lc *lameduck.Lifecycle, srv *fasthttp.Server, addr string, ln net.Listener) error {
+	return lc.AddServerFuncs(lameduck.ServerFuncs{
+		Name:     "fasthttp",
+		Addr:     addr,
+		Serve:    srv.Serve,
+		Shutdown: srv.ShutdownWithContext,
+		// No Close: fasthttp has no forced stop; the Lifecycle closes the
+		// connections accepted on the listener it handed to Serve.
+	}, ln)
+}
+
+// Middleware is lameduck's request-tracking middleware for fasthttp: the
+// first thing every request goes through. Create one with [New]; the zero
+// value is not usable. It is safe for concurrent use.
+type Middleware struct {
+	lc     *lameduck.Lifecycle
+	probes fasthttp.RequestHandler
+}
+
+// New returns the middleware for lc.
+func New(lc *lameduck.Lifecycle) *Middleware {
+	return &Middleware{lc: lc, probes: fasthttpadaptor.NewFastHTTPHandler(lc.ProbeHandler())}
+}
+
+// Handler returns next wrapped by the middleware: Begin, then next, then
+// End. Install it outermost, before authentication and rate limits: a probe
+// must not need credentials, and a request that reaches another handler
+// first is not tracked.
+func (m *Middleware) Handler(next fasthttp.RequestHandler) fasthttp.RequestHandler {
+	return func(fc *fasthttp.RequestCtx) {
+		tr, answered := m.Begin(fc, unsafeString(fc.Method()), unsafeString(fc.Path()))
+		if answered {
+			return
+		}
+		defer End(fc, tr)
+		next(fc)
+	}
+}
+
+// Begin starts one request, as Lifecycle.TrackRequest decides it; method
+// and path are the request's, and may alias fasthttp's buffers. It reports
+// answered when it has answered the request itself, and the caller must
+// then neither serve it nor call End:
+//
+//   - a probe path (unless Config.ProbeAddr gives the probes their own
+//     listener): answered by lc.ProbeHandler() through fasthttpadaptor, the
+//     same renderer as net/http, so the same bodies and headers;
+//   - a WebSocket upgrade after the shutdown signal, or any request in
+//     reject mode: 503 with Retry-After: 1, Connection: close,
+//     X-Content-Type-Options: nosniff and a text/plain body, as net/http's
+//     http.Error writes it.
+//
+// Otherwise the request is tracked, its response is marked Connection:
+// close from the signal on (RequestCtx.SetConnectionClose), and the caller
+// serves it, then calls End. Begin allocates nothing for a request it
+// tracks.
+func (m *Middleware) Begin(fc *fasthttp.RequestCtx, method, path string) (tr lameduck.Tracked, answered bool) {
+	upgrade := m.lc.Phase() >= lameduck.PhaseDraining && len(fc.Request.Header.Peek(fasthttp.HeaderUpgrade)) > 0
+	tr, v := m.lc.TrackRequest(method, path, upgrade)
+	switch {
+	case v.Probe:
+		m.probes(fc)
+		return tr, true
+	case v.Refuse != "":
+		fc.Response.Header.Set(fasthttp.HeaderRetryAfter, lameduck.RetryAfterSeconds)
+		fc.Response.Header.Set(fasthttp.HeaderXContentTypeOptions, "nosniff")
+		fc.SetConnectionClose()
+		fc.SetContentType("text/plain; charset=utf-8")
+		fc.SetStatusCode(fasthttp.StatusServiceUnavailable)
+		fc.SetBodyString(v.Refuse + "\n")
+		return tr, true
+	case v.Close:
+		fc.SetConnectionClose()
+	}
+	return tr, false
+}
+
+// End ends a request Begin tracked, once its handlers have returned (call
+// it deferred, so a panic ends it too). When they hijacked the connection
+// (RequestCtx.Hijack: a WebSocket upgrade), the request stays in flight
+// until that connection closes, so the teardown waits for the session and
+// names it "hijacked" if it has to cut it; the idle drain does not wait for
+// it. End allocates nothing for a request that was not hijacked.
+func End(fc *fasthttp.RequestCtx, tr lameduck.Tracked) {
+	if !fc.Hijacked() || !tr.Hijacked(fc.Conn()) {
+		tr.End()
+	}
+}
+
+// unsafeString returns b as a string without copying; b must not change
+// while the string is used (TrackRequest reads it until End).
+func unsafeString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }

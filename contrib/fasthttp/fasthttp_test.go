@@ -1,0 +1,211 @@
+package lameduckfasthttp_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lameduck/lameduck"
+	lameduckfasthttp "github.com/lameduck/lameduck/contrib/fasthttp"
+	"github.com/lameduck/lameduck/lameducktest"
+	"github.com/valyala/fasthttp"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	// Two goroutines of fasthttp's own, not ours: its worker-pool cleaner
+	// notices that its server stopped only when it wakes, up to
+	// MaxIdleWorkerDuration (10s) later; and its process-wide Date-header
+	// ticker, started once on first use, runs for the life of the process.
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"))
+}
+
+type logBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func listen(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
+}
+
+type answer struct {
+	code   int
+	header http.Header
+	body   string
+	close  bool
+}
+
+func do(t *testing.T, c *http.Client, method, url string) answer {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, nil)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return answer{resp.StatusCode, resp.Header, string(b), resp.Close}
+}
+
+// TestFastHTTPServer: a plain fasthttp server on the Lifecycle answers the
+// probes exactly as a net/http server on the same Lifecycle does, serves a
+// request in flight at the signal to its end, marks responses in the window
+// Connection: close, and at the budget cuts and names a stuck request.
+func TestFastHTTPServer(t *testing.T) {
+	logs := &logBuffer{}
+	lc, clk := lameducktest.New(t, lameduck.Config{ShutdownDelay: 2 * time.Second, ShutdownTeardown: 3 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	defer func() {
+		if t.Failed() {
+			t.Logf("logs:\n%s", logs)
+		}
+	}()
+	slowIn, stuckIn, release := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	defer close(release)
+	app := func(fc *fasthttp.RequestCtx) {
+		switch string(fc.Path()) {
+		case "/slow":
+			close(slowIn)
+			<-lc.Drain()
+			fc.SetBodyString("slept")
+		case "/stuck":
+			close(stuckIn)
+			<-release
+		default:
+			fc.SetBodyString("hello")
+		}
+	}
+	fl, hl := listen(t), listen(t)
+	srv := &fasthttp.Server{Handler: lameduckfasthttp.New(lc).Handler(app)}
+	if err := lameduckfasthttp.AddServer(lc, srv, "", fl); err != nil {
+		t.Fatal(err)
+	}
+	if err := lc.AddServer(&http.Server{Handler: http.NotFoundHandler()}, hl); err != nil {
+		t.Fatal(err)
+	}
+	fb, hb := "http://"+fl.Addr().String(), "http://"+hl.Addr().String()
+	wait := lameducktest.Start(t, lc)
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+
+	for _, q := range []struct{ method, path string }{{"GET", "/healthz"}, {"HEAD", "/readyz"}, {"GET", "/readyz?verbose"},
+		{"POST", "/readyz"}, {"GET", "/startupz"}, {"GET", "/readyz/nope"}} {
+		f, h := do(t, c, q.method, fb+q.path), do(t, c, q.method, hb+q.path)
+		if f.code != h.code || f.body != h.body {
+			t.Errorf("%s %s: fasthttp %d %q, net/http %d %q", q.method, q.path, f.code, f.body, h.code, h.body)
+		}
+		for k, v := range h.header {
+			if k != "Date" && !slices.Equal(v, f.header[k]) {
+				t.Errorf("%s %s: header %s: fasthttp %q, net/http %q", q.method, q.path, k, f.header[k], v)
+			}
+		}
+	}
+
+	slow, stuck := make(chan answer, 1), make(chan error, 1)
+	go func() { slow <- do(t, &http.Client{Timeout: 10 * time.Second}, "GET", fb+"/slow") }()
+	go func() {
+		resp, err := (&http.Client{Timeout: 10 * time.Second}).Post(fb+"/stuck", "text/plain", nil)
+		if err == nil {
+			resp.Body.Close()
+		}
+		stuck <- err
+	}()
+	<-slowIn
+	<-stuckIn
+	lc.BeginShutdown("test")
+	if a := do(t, c, "GET", fb+"/"); a.code != 200 || !a.close || a.body != "hello" {
+		t.Fatalf("in the window: %d close=%v %q; want 200 with Connection: close", a.code, a.close, a.body)
+	}
+	clk.WaitForTimers(context.Background(), 1)
+	clk.Advance(2 * time.Second)
+	if a := <-slow; a.code != 200 || a.body != "slept" {
+		t.Fatalf("the in-flight request got %d %q", a.code, a.body)
+	}
+	clk.WaitForTimers(context.Background(), 1)
+	clk.Advance(3 * time.Second)
+	if err := wait(); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Run = %v; want the stuck request cut", err)
+	}
+	if err := <-stuck; err == nil {
+		t.Fatal("the stuck request was answered")
+	}
+	if !strings.Contains(logs.String(), "cut 1 in-flight request(s) after 3s: POST /stuck (age 5s)") {
+		t.Fatalf("the cut request is not named:\n%s", logs)
+	}
+}
+
+func handler(tb testing.TB, tracked bool) fasthttp.RequestHandler {
+	lc, err := lameduck.New(lameduck.Config{LookupEnv: func(string) (string, bool) { return "", false }, IgnoreSignals: true})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	h := func(fc *fasthttp.RequestCtx) { fc.SetStatusCode(200) }
+	if tracked {
+		return lameduckfasthttp.New(lc).Handler(h)
+	}
+	return h
+}
+
+func requestCtx() *fasthttp.RequestCtx {
+	var fc fasthttp.RequestCtx
+	fc.Request.Header.SetMethod("GET")
+	fc.Request.SetRequestURI("/api/orders")
+	return &fc
+}
+
+func TestHandlerAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector makes sync.Pool drop records: allocation counts are meaningless")
+	}
+	h, fc := handler(t, true), requestCtx()
+	h(fc)
+	if n := testing.AllocsPerRun(1000, func() { h(fc) }); n != 0 {
+		t.Fatalf("the middleware allocates %.1f times per request, want 0", n)
+	}
+}
+
+// BenchmarkHandler: a fasthttp request with and without the middleware.
+func BenchmarkHandler(b *testing.B) {
+	for _, tracked := range []bool{false, true} {
+		name := map[bool]string{false: "bare", true: "tracked"}[tracked]
+		b.Run(name, func(b *testing.B) {
+			h := handler(b, tracked)
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				fc := requestCtx()
+				for pb.Next() {
+					h(fc)
+				}
+			})
+		})
+	}
+}

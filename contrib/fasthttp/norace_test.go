@@ -1,0 +1,5 @@
+//go:build !race
+
+package lameduckfasthttp_test
+
+const raceEnabled = false
