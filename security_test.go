@@ -413,3 +413,78 @@ func TestWeakTokenWarned(t *testing.T) {
 		}
 	}
 }
+
+// A flood of readiness probes over real connections on the application's
+// port shares one ping (the engine's own test holds it at 10,000 concurrent
+// probes, exactly): 1,000 clients, each on its own connection, all waiting
+// on one slow check, cost one ping (a handful at most: a client whose
+// request is read as the ping returns starts the next one).
+func TestProbeFloodOverHTTPSharesOnePing(t *testing.T) {
+	const clients = 1000
+	h := newHarness(t, lameduck.Config{ShutdownDelay: lameduck.NoDelay, CheckTimeout: time.Minute})
+	var pings, active atomic.Int32
+	release := make(chan struct{})
+	h.lc.AddCheck(health.Check{Name: "db", Critical: true, Func: func(ctx context.Context) error {
+		pings.Add(1)
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	allIn := make(chan struct{})
+	srv := &http.Server{Handler: http.NotFoundHandler(), ReadHeaderTimeout: 10 * time.Second,
+		ConnState: func(_ net.Conn, st http.ConnState) {
+			// StateActive: the request has been read; the probe is about
+			// to join the ping.
+			if st == http.StateActive && active.Add(1) == clients {
+				close(allIn)
+			}
+		}}
+	if err := h.lc.AddServer(srv, ln); err != nil {
+		t.Fatal(err)
+	}
+	h.run()
+	await(t, h.lc.Events().StartupDone)
+	tr := &http.Transport{DisableKeepAlives: true, MaxIdleConns: -1}
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr, Timeout: time.Minute}
+	codes := make(chan int, clients)
+	for range clients {
+		go func() {
+			resp, err := c.Get("http://" + ln.Addr().String() + "/readyz")
+			if err != nil {
+				codes <- 0
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			codes <- resp.StatusCode
+		}()
+	}
+	select {
+	case <-allIn:
+	case <-time.After(time.Minute):
+		t.Fatalf("only %d of %d requests were read within a minute", active.Load(), clients)
+	}
+	close(release)
+	for range clients {
+		if code := <-codes; code != 200 {
+			t.Fatalf("a probe answered %d", code)
+		}
+	}
+	n := pings.Load()
+	t.Logf("%d concurrent probes over %d connections: %d ping(s)", clients, clients, n)
+	if n > 5 {
+		t.Fatalf("%d concurrent probes caused %d pings; want them to share one", clients, n)
+	}
+	h.lc.BeginShutdown("test")
+	if err := h.wait(); err != nil {
+		t.Fatal(err)
+	}
+}
