@@ -131,7 +131,9 @@ func (h *probeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// connection, and so the drain, as long as it likes: end the read
 		// now and close the connection after the answer.
 		_ = http.NewResponseController(w).SetReadDeadline(time.Unix(1, 0))
-		w.Header().Set("Connection", "close")
+		if r.ProtoMajor == 1 { // on HTTP/2 it would close every stream of the connection (GOAWAY)
+			w.Header().Set("Connection", "close")
+		}
 	}
 	c := &h.l.cfg
 	switch p := r.URL.Path; {
