@@ -45,7 +45,7 @@ func (f checkFlags) build(start time.Time, pings pingCounts) ([]health.Check, er
 	var errs []error
 	add := func(flag string, specs []string, make func(name, arg string) (func(context.Context) error, error)) {
 		for _, spec := range specs {
-			name, arg, critical, err := splitSpec(spec)
+			name, arg, critical, err := splitSpec(spec, flag == "check-http")
 			if err == nil {
 				var fn func(context.Context) error
 				fn, err = make(name, arg)
@@ -90,16 +90,38 @@ func (f checkFlags) build(start time.Time, pings pingCounts) ([]health.Check, er
 	return out, errors.Join(errs...)
 }
 
-// splitSpec splits NAME=ARG[,critical].
-func splitSpec(spec string) (name, arg string, critical bool, err error) {
+// splitSpec splits NAME=ARG[,critical]. An option after the last comma
+// other than "critical" is an error that names it and the one choice; for
+// --check-http (lax), a comma followed by anything but a bare word belongs
+// to the URL.
+func splitSpec(spec string, lax bool) (name, arg string, critical bool, err error) {
 	name, arg, ok := strings.Cut(spec, "=")
 	if !ok || name == "" || arg == "" {
 		return "", "", false, errors.New("want NAME=VALUE[,critical]")
 	}
-	if a, found := strings.CutSuffix(arg, ",critical"); found {
-		arg, critical = a, true
+	if i := strings.LastIndexByte(arg, ','); i >= 0 {
+		opt := arg[i+1:]
+		switch {
+		case opt == "critical":
+			arg, critical = arg[:i], true
+		case !lax || isWord(opt):
+			return "", "", false, fmt.Errorf("unknown option %q after the comma; the only option is critical (NAME=VALUE,critical)", opt)
+		}
+		if arg == "" {
+			return "", "", false, errors.New("want NAME=VALUE[,critical]: the value before the comma is empty")
+		}
 	}
 	return name, arg, critical, nil
+}
+
+// isWord reports whether s is a bare word: letters only, possibly empty.
+func isWord(s string) bool {
+	for _, r := range s {
+		if (r < 'a' || r > 'z') && (r < 'A' || r > 'Z') {
+			return false
+		}
+	}
+	return true
 }
 
 // simulated returns a check that behaves as mode says: ok, fail,
@@ -142,5 +164,5 @@ func simulated(mode string, start time.Time) (func(context.Context) error, error
 			return nil
 		}, nil
 	}
-	return nil, fmt.Errorf("unknown mode %q; use %s", mode, modes)
+	return nil, fmt.Errorf("unknown mode %q; the modes are %s", mode, modes)
 }

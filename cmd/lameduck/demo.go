@@ -3,15 +3,18 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"time"
 
 	"github.com/lameduck/lameduck"
 	"github.com/lameduck/lameduck/checks"
+	"github.com/lameduck/lameduck/health"
 	"github.com/spf13/cobra"
 )
 
@@ -79,16 +82,37 @@ func newLogger(format string) (*slog.Logger, error) {
 	return nil, fmt.Errorf(`--log-format=%q: unknown format; use "text" or "json"`, format)
 }
 
-func runDemo(ctx context.Context, o demoOptions) error {
+// validate checks every flag and returns all the problems at once, as a
+// usageError (exit 2), or the logger and the checks the flags ask for.
+func (o demoOptions) validate(start time.Time, pings pingCounts) (*slog.Logger, []health.Check, error) {
+	var errs []error
+	switch host, port, err := net.SplitHostPort(o.addr); {
+	case o.addr == "":
+		errs = append(errs, errors.New(`--addr="": empty; give a listen address such as :8080 or 127.0.0.1:8080`))
+	case err != nil:
+		errs = append(errs, fmt.Errorf("--addr=%q: want HOST:PORT or :PORT, such as :8080 or 127.0.0.1:8080", o.addr))
+	case port == "":
+		errs = append(errs, fmt.Errorf("--addr=%q: no port; give one, such as %s:8080 (0 picks a free port)", o.addr, host))
+	}
 	if o.startupDelay < 0 {
-		return fmt.Errorf("--startup-delay=%s: must not be negative; use 0s for none", o.startupDelay)
+		errs = append(errs, fmt.Errorf("--startup-delay=%s: must not be negative; use 0s for none", o.startupDelay))
+	}
+	if o.server != "http" && o.server != "fiber" {
+		errs = append(errs, fmt.Errorf(`--server=%q: unknown server; use "http" (net/http) or "fiber" (gofiber/fiber v2)`, o.server))
 	}
 	log, err := newLogger(o.logFormat)
-	if err != nil {
-		return err
+	errs = append(errs, err)
+	checkList, err := o.checks.build(start, pings)
+	errs = append(errs, err)
+	if err := errors.Join(errs...); err != nil {
+		return nil, nil, usageError{err}
 	}
+	return log, checkList, nil
+}
+
+func runDemo(ctx context.Context, o demoOptions) error {
 	pings := pingCounts{}
-	checkList, err := o.checks.build(time.Now(), pings)
+	log, checkList, err := o.validate(time.Now(), pings)
 	if err != nil {
 		return err
 	}
@@ -98,13 +122,15 @@ func runDemo(ctx context.Context, o demoOptions) error {
 	}
 	lc, err := lameduck.New(cfg)
 	if err != nil {
-		log.Error(err.Error())
+		logErrors(log, o.logFormat, "lameduck: invalid configuration; nothing was started", err)
 		return exitError{err}
 	}
+	var errs []error
 	for _, c := range checkList {
-		if err := lc.AddCheck(c); err != nil {
-			return err
-		}
+		errs = append(errs, lc.AddCheck(c))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return usageError{err} // a bad or duplicate check name in the flags
 	}
 
 	d := &demo{lc: lc, log: log}
@@ -113,8 +139,6 @@ func runDemo(ctx context.Context, o demoOptions) error {
 		err = d.addHTTP(o.addr)
 	case "fiber":
 		err = d.addFiber(o.addr)
-	default:
-		err = fmt.Errorf(`--server=%q: unknown server; use "http" (net/http) or "fiber" (gofiber/fiber v2)`, o.server)
 	}
 	if err != nil {
 		return err

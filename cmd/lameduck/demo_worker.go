@@ -99,13 +99,13 @@ at --nats (default: the embedded server of a demo-worker started without
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if n <= 0 {
-				return fmt.Errorf("--n=%d: must be positive", n)
+				return usagef("--n=%d: must be positive", n)
 			}
 			if d < 0 {
-				return fmt.Errorf("--d=%s: must not be negative", d)
+				return usagef("--d=%s: must not be negative", d)
 			}
 			if err := checkQueue(o.queue); err != nil {
-				return err
+				return usageError{err}
 			}
 			url := o.natsURL
 			if url == "" {
@@ -138,18 +138,18 @@ at --nats (default: the embedded server of a demo-worker started without
 func runDemoWorker(ctx context.Context, o workerOptions) error {
 	log, err := newLogger(o.logFormat)
 	if err != nil {
-		return err
+		return usageError{err}
 	}
 	switch {
 	case o.loops < 1:
-		return fmt.Errorf("--loops=%d: must be at least 1", o.loops)
+		return usagef("--loops=%d: must be at least 1", o.loops)
 	case o.ackWait <= 0:
-		return fmt.Errorf("--ack-wait=%s: must be positive", o.ackWait)
+		return usagef("--ack-wait=%s: must be positive", o.ackWait)
 	case o.epochSource != "kv" && o.epochSource != "static":
-		return fmt.Errorf(`--epoch-source=%q: use "kv" or "static"`, o.epochSource)
+		return usagef(`--epoch-source=%q: use "kv" or "static"`, o.epochSource)
 	}
 	if err := checkQueue(o.queue); err != nil {
-		return err
+		return usageError{err}
 	}
 	metrics := newWorkerMetrics()
 	cfg := lameduck.Config{Logger: log, ProbeListenerHandler: metrics.handler()}
@@ -162,7 +162,7 @@ func runDemoWorker(ctx context.Context, o workerOptions) error {
 	wk, err := worker.New(worker.Config{Lifecycle: cfg, EpochPoll: o.epochPoll, LivenessFloor: o.livenessFlr,
 		Epochs: epochSourceFunc(func(ctx context.Context, mine uint64) (uint64, error) { return epochs.Newest(ctx, mine) })})
 	if err != nil {
-		log.Error(err.Error())
+		logErrors(log, o.logFormat, "lameduck: invalid configuration; nothing was started", err)
 		return exitError{err}
 	}
 	lc := wk.Lifecycle()

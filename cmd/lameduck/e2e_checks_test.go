@@ -693,8 +693,8 @@ func TestE2EChecksSecretsRedacted(t *testing.T) {
 	}
 }
 
-// 5. Malformed check flags end the process with exit 1 before it listens,
-// and the output names the flag and the value.
+// 5. Malformed check flags end the process with exit 2 (a usage error)
+// before it listens, and the output names the flag and the value.
 func TestE2EChecksBadSpecsFailBeforeListening(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ flag, spec string }{
@@ -707,8 +707,8 @@ func TestE2EChecksBadSpecsFailBeforeListening(t *testing.T) {
 			t.Parallel()
 			p := startProc(t, nil, "--addr", "127.0.0.1:0", tc.flag, tc.spec)
 			code, at := p.waitExit(startTimeout)
-			if code != 1 {
-				t.Errorf("exit code %d; want 1", code)
+			if code != exitUsage {
+				t.Errorf("exit code %d; want %d", code, exitUsage)
 			}
 			if d := at.Sub(p.started); d >= 5*time.Second {
 				t.Errorf("exited %s after the start; want at once", d)

@@ -50,6 +50,19 @@ func (l logLine) msg() string {
 	return s
 }
 
+// messages returns the line's msg and, for a record of several errors, each
+// element of its "errors" array.
+func (l logLine) messages() []string {
+	out := []string{l.msg()}
+	errs, _ := l.rec["errors"].([]any)
+	for _, e := range errs {
+		if s, ok := e.(string); ok {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 // proc is one running `lameduck demo`.
 type proc struct {
 	t       *testing.T
@@ -733,7 +746,12 @@ func TestE2EInvalidDurationsFailBeforeListening(t *testing.T) {
 			}
 			quoted, bare := fmt.Sprintf("%s=%q", tc.name, tc.value), tc.name+"="+tc.value
 			if _, ok := p.findLog(func(l logLine) bool {
-				return strings.Contains(l.msg(), quoted) || strings.Contains(l.msg(), bare)
+				for _, m := range l.messages() {
+					if strings.Contains(m, quoted) || strings.Contains(m, bare) {
+						return true
+					}
+				}
+				return false
 			}); !ok {
 				t.Errorf("no log line says %s (the variable and its value)", quoted)
 			}

@@ -23,8 +23,6 @@
 package main
 
 import (
-	"errors"
-	"fmt"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -45,20 +43,5 @@ func run(args []string) int {
 	}
 	root.SetVersionTemplate("{{.Version}}")
 	root.AddCommand(newDemoCommand(), newDemoWorkerCommand(), newVersionCommand(), newRolloutCommand(), newVetCommand())
-	root.SetArgs(args)
-	if err := root.Execute(); err != nil {
-		if errors.As(err, new(usageError)) {
-			fmt.Fprintln(os.Stderr, "lameduck:", err)
-			return 2 // the command could not do its work: bad flags or unreadable input
-		}
-		if !errors.As(err, new(exitError)) { // an exitError was already logged or reported
-			fmt.Fprintln(os.Stderr, "lameduck:", err)
-		}
-		return 1
-	}
-	return 0
+	return execute(root, args, os.Stderr)
 }
-
-// exitError is an error that has already been logged; main only sets the
-// exit code.
-type exitError struct{ error }

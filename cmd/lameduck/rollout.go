@@ -84,9 +84,6 @@ Example:
 	return cmd
 }
 
-// usageError is a bad command line: exit 2.
-type usageError struct{ error }
-
 // parseRange parses --removal-delay: "1s-3s", or "2s" for a fixed delay.
 func parseRange(s string) (min, max time.Duration, err error) {
 	lo, hi, ok := strings.Cut(s, "-")
