@@ -1,0 +1,4 @@
+// Package examples holds the framework examples of docs/frameworks.md (chi,
+// Echo, Gin), each a main package with a test that drives it through a
+// whole Lifecycle, and a test that keeps the page's code equal to them.
+package examples
