@@ -202,7 +202,11 @@ func BenchmarkProbe100Concurrent50msCheck(b *testing.B) {
 }
 
 func threeTrivial(b *testing.B) *health.Checker {
-	c := health.NewChecker(health.CheckerOptions{Logger: quiet()})
+	return threeTrivialWith(b, health.CheckerOptions{Logger: quiet()})
+}
+
+func threeTrivialWith(b *testing.B, opts health.CheckerOptions) *health.Checker {
+	c := health.NewChecker(opts)
 	for _, name := range []string{"db", "cache", "queue"} {
 		mustAdd(b, c, health.Check{Name: name, Func: func(context.Context) error { return nil }})
 	}
@@ -223,7 +227,11 @@ func BenchmarkProbeHealthyThreeChecks(b *testing.B) {
 
 // The same through ServeReadiness, JSON body included.
 func BenchmarkServeReadinessHealthyThreeChecks(b *testing.B) {
-	c := threeTrivial(b)
+	benchServeReadiness(b, threeTrivial(b))
+}
+
+// benchServeReadiness measures healthy probes of c through ServeReadiness.
+func benchServeReadiness(b *testing.B, c *health.Checker) {
 	info := &health.Info{Version: "v1", Commit: "c"}
 	r := httptest.NewRequest("GET", "/readyz", nil)
 	extra := map[string]any{"phase": "serving"}

@@ -153,7 +153,8 @@ type CheckerOptions struct {
 	// OnResult, when set, receives every verdict of a check: once per ping
 	// when its outcome is decided (ok, error, panic, or timeout at its
 	// deadline), and once per probe that finds the check's earlier ping
-	// captive (stalled). Results of gates are not reported. It is for
+	// captive (stalled). Results of gates are not reported, nor a result
+	// read again within a check's MaxAge (it was reported when decided). It is for
 	// metrics (a status gauge, a duration histogram): it is called
 	// synchronously, never with a lock held, from the ping's goroutine or
 	// the probe's, concurrently for different checks, so it must be safe for

@@ -246,19 +246,5 @@ func TestRunRefreshKeepsResultFresh(t *testing.T) {
 
 // The probe cost when served from a fresh result: no ping, no goroutine.
 func BenchmarkServeReadinessFromFreshResult(b *testing.B) {
-	c := health.NewChecker(health.CheckerOptions{Logger: quiet(), DefaultMaxAge: time.Hour})
-	for _, name := range []string{"db", "cache", "queue"} {
-		mustAdd(b, c, health.Check{Name: name, Func: func(context.Context) error { return nil }})
-	}
-	info := &health.Info{Version: "v1", Commit: "c"}
-	r := httptest.NewRequest("GET", "/readyz", nil)
-	extra := map[string]any{"phase": "serving"}
-	b.ReportAllocs()
-	for b.Loop() {
-		rec := httptest.NewRecorder()
-		c.ServeReadiness(rec, r, info, "", extra)
-		if rec.Code != 200 {
-			b.Fatal(rec.Body)
-		}
-	}
+	benchServeReadiness(b, threeTrivialWith(b, health.CheckerOptions{Logger: quiet(), DefaultMaxAge: time.Hour}))
 }
