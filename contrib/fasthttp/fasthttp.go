@@ -130,6 +130,13 @@ func (m *Middleware) Begin(fc *fasthttp.RequestCtx, method, path string) (tr lam
 // until that connection closes, so the teardown waits for the session and
 // names it "hijacked" if it has to cut it; the idle drain does not wait for
 // it. End allocates nothing for a request that was not hijacked.
+//
+// End does not see a response body that fasthttp writes after the handlers
+// returned (RequestCtx.SetBodyStreamWriter, Fiber's SendStream): such a
+// stream is not counted in flight. ShutdownWithContext still waits for its
+// connection, and at the budget the Lifecycle closes it, counted in the
+// log's closed connections rather than named. Stream from the handler
+// itself, watching Lifecycle.Drain(), when the stream must be named.
 func End(fc *fasthttp.RequestCtx, tr lameduck.Tracked) {
 	if !fc.Hijacked() || !tr.Hijacked(fc.Conn()) {
 		tr.End()
