@@ -14,7 +14,10 @@ import (
 
 	"github.com/lameduck/lameduck"
 	"github.com/lameduck/lameduck/checks"
+	ldprom "github.com/lameduck/lameduck/contrib/prometheus"
 	"github.com/lameduck/lameduck/health"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 )
 
@@ -28,6 +31,8 @@ type demoOptions struct {
 	startupDial  string
 	logFormat    string
 	checks       checkFlags
+	contrib      contribFlags
+	grpcAddr     string
 }
 
 func newDemoCommand() *cobra.Command {
@@ -69,6 +74,12 @@ LAMEDUCK_SHUTDOWN_TEARDOWN, LAMEDUCK_ENV, LAMEDUCK_TERMINATION_GRACE, ...).`,
 	f.StringArrayVar(&o.checks.tcp, "check-tcp", nil, "a TCP dial readiness check NAME=HOST:PORT[,critical] (repeatable)")
 	f.StringArrayVar(&o.checks.http, "check-http", nil, "an HTTP GET readiness check NAME=URL[,critical] (repeatable)")
 	f.StringArrayVar(&o.checks.dns, "check-dns", nil, "a DNS lookup readiness check NAME=HOST[,critical] (repeatable)")
+	f.StringArrayVar(&o.contrib.postgres, "check-postgres", nil, "a PostgreSQL readiness check through a pgx pool NAME=DSN[,critical] (repeatable)")
+	f.StringArrayVar(&o.contrib.mysql, "check-mysql", nil, "a MySQL/MariaDB readiness check NAME=DSN[,critical], DSN as go-sql-driver/mysql reads it (repeatable)")
+	f.StringArrayVar(&o.contrib.redis, "check-redis", nil, "a Redis PING readiness check NAME=HOST:PORT[,critical] (repeatable)")
+	f.StringArrayVar(&o.contrib.nats, "check-nats", nil, "a NATS readiness check NAME=URL[,critical] (repeatable)")
+	f.StringArrayVar(&o.contrib.amqp, "check-amqp", nil, "a RabbitMQ readiness check NAME=URL[,critical] (repeatable)")
+	f.StringVar(&o.grpcAddr, "grpc-addr", "", "also serve gRPC on this address (such as :9000): the grpc.health.v1 service and lameduck.demo.Demo (Slow, Ticks), drained with the HTTP server")
 	return cmd
 }
 
@@ -116,7 +127,8 @@ func runDemo(ctx context.Context, o demoOptions) error {
 	if err != nil {
 		return err
 	}
-	cfg := lameduck.Config{Logger: log}
+	metrics := ldprom.New()
+	cfg := lameduck.Config{Logger: log, OnTransition: metrics.Observe}
 	if len(pings) > 0 {
 		cfg.Fields = pings.fields
 	}
@@ -126,14 +138,20 @@ func runDemo(ctx context.Context, o demoOptions) error {
 		return exitError{err}
 	}
 	var errs []error
+	metrics.Watch(lc)
 	for _, c := range checkList {
 		errs = append(errs, lc.AddCheck(c))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return usageError{err} // a bad or duplicate check name in the flags
 	}
+	if err := o.contrib.add(lc); err != nil {
+		return usageError{err} // a bad target or a duplicate name in the flags
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(metrics)
 
-	d := &demo{lc: lc, log: log}
+	d := &demo{lc: lc, log: log, metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})}
 	switch o.server {
 	case "http":
 		err = d.addHTTP(o.addr)
@@ -142,6 +160,11 @@ func runDemo(ctx context.Context, o demoOptions) error {
 	}
 	if err != nil {
 		return err
+	}
+	if o.grpcAddr != "" { // after the HTTP server, which is logged listening first
+		if err := addGRPC(lc, o.grpcAddr); err != nil {
+			return err
+		}
 	}
 	if o.startupDelay > 0 {
 		d := o.startupDelay
@@ -169,8 +192,9 @@ func runDemo(ctx context.Context, o demoOptions) error {
 // (addHTTP) or Fiber (addFiber). Each route returns its status code and
 // JSON body.
 type demo struct {
-	lc  *lameduck.Lifecycle
-	log *slog.Logger
+	lc      *lameduck.Lifecycle
+	log     *slog.Logger
+	metrics http.Handler // GET /metrics: the Lifecycle's Prometheus metrics
 }
 
 // root answers GET /.
@@ -281,6 +305,9 @@ func (d *demo) addHTTP(addr string) error {
 	// Long-lived connections, which the drain closes cleanly.
 	mux.HandleFunc("GET /ws", func(w http.ResponseWriter, r *http.Request) { serveEcho(d.lc, d.log, w, r) })
 	mux.HandleFunc("GET /events", func(w http.ResponseWriter, r *http.Request) { serveEvents(d.lc, w, r) })
+	if d.metrics != nil {
+		mux.Handle("GET /metrics", d.metrics)
+	}
 
 	// Timeouts against slow clients (docs/security.md, "Slow clients"):
 	// headers within 10s, idle keep-alive connections closed after 2m. No

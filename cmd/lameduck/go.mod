@@ -4,13 +4,17 @@ go 1.26.0
 
 require (
 	github.com/coder/websocket v1.8.14
+	github.com/go-sql-driver/mysql v1.10.1
 	github.com/gofiber/contrib/websocket v1.3.4
 	github.com/gofiber/fiber/v2 v2.52.15
+	github.com/jackc/pgx/v5 v5.12.0
 	github.com/lameduck/lameduck v0.0.0
 	github.com/lameduck/lameduck/contrib/fiber v0.0.0
 	github.com/nats-io/nats-server/v2 v2.15.3
 	github.com/nats-io/nats.go v1.55.0
 	github.com/prometheus/client_golang v1.25.0
+	github.com/rabbitmq/amqp091-go v1.16.0
+	github.com/redis/go-redis/v9 v9.23.0
 	github.com/schollz/progressbar/v3 v3.19.1
 	github.com/spf13/cobra v1.10.2
 	github.com/tsenart/vegeta/v12 v12.13.0
@@ -19,9 +23,20 @@ require (
 	golang.org/x/sys v0.50.0
 	golang.org/x/term v0.48.0
 	gonum.org/v1/plot v0.17.0
+	google.golang.org/grpc v1.85.0
 	k8s.io/api v0.37.0
 	k8s.io/apimachinery v0.37.0
 	sigs.k8s.io/yaml v1.6.0
+)
+
+require (
+	filippo.io/edwards25519 v1.2.0 // indirect
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	github.com/pandatix/go-abnf v0.5.5 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
 )
 
 require (
@@ -35,7 +50,7 @@ require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/fasthttp/websocket v1.5.8 // indirect
 	github.com/fxamacker/cbor/v2 v2.9.1 // indirect
-	github.com/go-logr/logr v1.4.3 // indirect
+	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/golang/freetype v0.0.0-20170609003504-e2365dfdc4a0 // indirect
 	github.com/google/go-tpm v0.9.8 // indirect
 	github.com/google/uuid v1.6.0 // indirect
@@ -44,7 +59,14 @@ require (
 	github.com/josharian/intern v1.0.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
 	github.com/klauspost/compress v1.20.4 // indirect
+	github.com/lameduck/lameduck/contrib/amqp v0.0.0
 	github.com/lameduck/lameduck/contrib/fasthttp v0.0.0 // indirect
+	github.com/lameduck/lameduck/contrib/grpc v0.0.0
+	github.com/lameduck/lameduck/contrib/mysql v0.0.0
+	github.com/lameduck/lameduck/contrib/nats v0.0.0
+	github.com/lameduck/lameduck/contrib/pgx v0.0.0
+	github.com/lameduck/lameduck/contrib/prometheus v0.0.0
+	github.com/lameduck/lameduck/contrib/redis v0.0.0
 	github.com/mailru/easyjson v0.7.7 // indirect
 	github.com/mattn/go-colorable v0.1.13 // indirect
 	github.com/mattn/go-isatty v0.0.22 // indirect
@@ -59,7 +81,7 @@ require (
 	github.com/nats-io/nkeys v0.4.17 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/prometheus/client_model v0.6.3 // indirect
-	github.com/prometheus/common v0.72.0 // indirect
+	github.com/prometheus/common v0.74.0
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/rivo/uniseg v0.4.7 // indirect
 	github.com/rs/dnscache v0.0.0-20230804202142-fc85eb664529 // indirect
@@ -68,13 +90,13 @@ require (
 	github.com/valyala/bytebufferpool v1.0.0 // indirect
 	github.com/valyala/fasthttp v1.78.0 // indirect
 	github.com/x448/float16 v0.8.4 // indirect
-	go.yaml.in/yaml/v2 v2.4.4 // indirect
+	go.yaml.in/yaml/v2 v2.4.5 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/image v0.30.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 	golang.org/x/time v0.16.0 // indirect
-	google.golang.org/protobuf v1.36.12 // indirect
+	google.golang.org/protobuf v1.36.12
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	k8s.io/klog/v2 v2.140.0 // indirect
 	k8s.io/kube-openapi v0.0.0-20260721132016-d427ff9ee9ad // indirect
@@ -89,3 +111,19 @@ replace github.com/lameduck/lameduck => ../..
 replace github.com/lameduck/lameduck/contrib/fiber => ../../contrib/fiber
 
 replace github.com/lameduck/lameduck/contrib/fasthttp => ../../contrib/fasthttp
+
+replace github.com/lameduck/lameduck/contrib/amqp => ../../contrib/amqp
+
+replace github.com/lameduck/lameduck/contrib/grpc => ../../contrib/grpc
+
+replace github.com/lameduck/lameduck/contrib/mysql => ../../contrib/mysql
+
+replace github.com/lameduck/lameduck/contrib/nats => ../../contrib/nats
+
+replace github.com/lameduck/lameduck/contrib/pgx => ../../contrib/pgx
+
+replace github.com/lameduck/lameduck/contrib/prometheus => ../../contrib/prometheus
+
+replace github.com/lameduck/lameduck/contrib/redis => ../../contrib/redis
+
+replace github.com/lameduck/lameduck/contrib/internal => ../../contrib/internal
