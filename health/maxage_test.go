@@ -221,9 +221,9 @@ func TestRunRefreshKeepsResultFresh(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan struct{})
 		go func() { defer close(done); c.RunRefresh(ctx) }()
-		time.Sleep(time.Second) // the first refresh comes within one MaxAge
-		if n := pings.Load(); n != 1 {
-			t.Fatalf("%d refreshes in the first MaxAge, want 1", n)
+		time.Sleep(time.Second + 50*time.Millisecond) // the first refresh comes within one MaxAge
+		if n := pings.Load(); n < 1 || n > 2 {
+			t.Fatalf("%d refreshes in the first MaxAge, want 1 (2 if the first came early)", n)
 		}
 		for range 100 { // 10s of probes every 100ms
 			if r := mustRun(t, c, t.Context()).Results[0]; !r.Cached || r.Age >= time.Second {
