@@ -1,0 +1,516 @@
+package lameduck_test
+
+// Promises of docs/probes-and-shutdown.md and docs/security.md that no other
+// test held; docs/promises.md maps each promise to its test.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lameduck/lameduck"
+	"github.com/lameduck/lameduck/health"
+)
+
+// "Any of these starts the sequence: … a server that stops with an error":
+// the serve error while serving starts the drain (readiness 503 draining,
+// the window waited), and Run returns the error (exit 1).
+func TestServeErrorStartsTheSequence(t *testing.T) {
+	h := newHarness(t, lameduck.Config{ShutdownDelay: 2 * time.Second})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl := failingListener{ln, make(chan struct{})}
+	if err := h.lc.AddServer(&http.Server{Handler: okHandler}, fl); err != nil {
+		t.Fatal(err)
+	}
+	h.run()
+	await(t, h.lc.Events().StartupDone)
+	close(fl.fail)
+	await(t, h.lc.Events().ShutdownInitiated)
+	probeOf(t, h.lc, "/readyz").status(t, 503, "draining")
+	h.timers(1)
+	if n := h.clock.Advance(2*time.Second - time.Nanosecond); n != 0 || h.lc.Events().WindowEnded.Fired() {
+		t.Fatalf("a serve error skipped the window (%d timer(s) fired)", n)
+	}
+	h.clock.Advance(time.Nanosecond)
+	err = h.wait()
+	if err == nil || !strings.Contains(err.Error(), "the network went away") {
+		t.Fatalf("Run = %v, want the serve error (exit 1)", err)
+	}
+	if !strings.Contains(h.logs.String(), `reason="server failed"`) {
+		t.Fatalf("the draining line does not say a server failed:\n%s", h.logs)
+	}
+}
+
+// stuckServer registers a server whose handler blocks until the request's
+// context ends, and returns a func that sends GET path and reports when it
+// entered the handler.
+func stuckServer(t *testing.T, h *harness) (send func(path string), results <-chan error) {
+	t.Helper()
+	entered := make(chan struct{})
+	base := h.serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		entered <- struct{}{}
+		<-r.Context().Done()
+	}))
+	h.run()
+	await(t, h.lc.Events().StartupDone)
+	c := client(t)
+	res := make(chan error, 64)
+	return func(path string) {
+		go func() {
+			resp, err := c.Get(base + path)
+			if err == nil {
+				resp.Body.Close()
+			}
+			res <- err
+		}()
+		recv(t, entered, "the request "+path+" to enter its handler")
+	}, res
+}
+
+// "The HTTP drain stops at T minus a tail kept for steps 2 and 3 …: 500ms
+// (or LAMEDUCK_JOIN_BUDGET, when set) if any background task was ever
+// started, plus as much again if closers are registered; if that is more
+// than T/2, each is T/4 instead. A service that uses neither gives
+// in-flight requests all of T. With T = 3s and one GoWrite, the cut line
+// reads after 2.5s."
+func TestHTTPDrainKeepsATailForTheJoin(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		teardown   time.Duration
+		background bool
+		closer     bool
+		httpEnd    time.Duration
+	}{
+		{"neither", 3 * time.Second, false, false, 3 * time.Second},
+		{"one GoWrite", 3 * time.Second, true, false, 2500 * time.Millisecond},
+		{"a closer", 3 * time.Second, false, true, 2500 * time.Millisecond},
+		{"GoWrite and a closer", 3 * time.Second, true, true, 2 * time.Second},
+		{"more than half of T", 1500 * time.Millisecond, true, true, 750 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: tc.teardown})
+			if tc.background {
+				done := make(chan struct{})
+				if err := h.lc.GoWrite("audit-row", 0, func(context.Context) error { close(done); return nil }); err != nil {
+					t.Fatal(err)
+				}
+				recv(t, done, "the write to run")
+			}
+			if tc.closer {
+				if err := h.lc.AddCloser("db", func(context.Context) error { return nil }); err != nil {
+					t.Fatal(err)
+				}
+			}
+			send, results := stuckServer(t, h)
+			send("/stuck")
+			h.endWindow(time.Second)
+			h.timers(1) // the HTTP drain's deadline
+			if n := h.clock.Advance(tc.httpEnd - time.Nanosecond); n != 0 {
+				t.Fatalf("%d timer(s) fired before T minus the tail", n)
+			}
+			h.clock.Advance(time.Nanosecond)
+			if err := h.wait(); !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Run = %v, want the cut (exit 1)", err)
+			}
+			if err := recv(t, results, "the cut request"); err == nil {
+				t.Fatal("the stuck request was answered; it should have been cut")
+			}
+			want := "HTTP drain cut 1 in-flight request(s) after " + tc.httpEnd.String() + ": GET /stuck"
+			if !strings.Contains(h.logs.String(), want) {
+				t.Fatalf("the log lacks %q:\n%s", want, h.logs)
+			}
+		})
+	}
+}
+
+// "Cut requests are listed oldest first; after 20 the line ends with
+// `, and N more`."
+func TestCutRequestsOldestFirstAndCapped(t *testing.T) {
+	h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 3 * time.Second})
+	send, results := stuckServer(t, h)
+	const n = 23
+	for i := range n {
+		send(fmt.Sprintf("/r%02d", i))
+		h.clock.Advance(10 * time.Millisecond) // each request 10ms younger than the one before
+	}
+	h.endWindow(time.Second)
+	h.timers(1)
+	h.clock.Advance(3 * time.Second)
+	if err := h.wait(); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Run = %v, want the cut (exit 1)", err)
+	}
+	for range n {
+		recv(t, results, "a cut request")
+	}
+	var line string
+	for l := range strings.Lines(h.logs.String()) {
+		if strings.Contains(l, "HTTP drain cut") {
+			line = l
+		}
+	}
+	if !strings.Contains(line, fmt.Sprintf("HTTP drain cut %d in-flight request(s) after 3s: GET /r00 (age ", n)) {
+		t.Fatalf("the cut line does not start with the oldest request: %s", line)
+	}
+	last := -1
+	for i := range 20 {
+		at := strings.Index(line, fmt.Sprintf("GET /r%02d (age ", i))
+		if at < 0 || at < last {
+			t.Fatalf("GET /r%02d missing or out of order (oldest first) in: %s", i, line)
+		}
+		last = at
+	}
+	for i := 20; i < n; i++ {
+		if strings.Contains(line, fmt.Sprintf("/r%02d", i)) {
+			t.Fatalf("the line names more than 20 requests (/r%02d): %s", i, line)
+		}
+	}
+	if !strings.Contains(line, ", and 3 more") {
+		t.Fatalf("the line does not end with \", and 3 more\": %s", line)
+	}
+}
+
+// "A service that never started background work logs no join line at all."
+func TestNoBackgroundWorkNoJoinLine(t *testing.T) {
+	h := started(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 3 * time.Second})
+	h.endWindow(time.Second)
+	if err := h.wait(); err != nil {
+		t.Fatal(err)
+	}
+	if logs := h.logs.String(); strings.Contains(logs, "lameduck: join") || !strings.Contains(logs, "lameduck: stopped") {
+		t.Fatalf("a service without background work logged a join line (or never stopped):\n%s", logs)
+	}
+}
+
+// "Only GET, the kubelet's httpGet, drains: HEAD and every other method get
+// 405 with Allow: GET and drain nothing." The right token is sent, so only
+// the method refuses.
+func TestPreStopOnlyGETDrains(t *testing.T) {
+	h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second, PreStopToken: "s3cret-token-long-enough"})
+	base := h.serve(okHandler)
+	h.run()
+	await(t, h.lc.Events().StartupDone)
+	c := client(t)
+	for _, m := range []string{"HEAD", "POST", "PUT", "DELETE"} {
+		req, _ := http.NewRequest(m, base+"/prestop", nil)
+		req.Header.Set("X-Lameduck-Token", "s3cret-token-long-enough")
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 405 || resp.Header.Get("Allow") != "GET" {
+			t.Errorf("%s /prestop: %d Allow %q; want 405 Allow \"GET\"", m, resp.StatusCode, resp.Header.Get("Allow"))
+		}
+	}
+	if h.lc.Events().ShutdownInitiated.Fired() {
+		t.Fatal("a method other than GET started the drain")
+	}
+	probeOf(t, h.lc, "/readyz").status(t, 200, "ok")
+	h.endWindow(time.Second)
+	if err := h.wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// "In a pod that never became ready, it answers at once, with
+// "window":"0s"" — on the fake clock: no time passes before the answer.
+func TestPreStopBeforeReadyAnswersAtOnce(t *testing.T) {
+	h := newHarness(t, lameduck.Config{ShutdownDelay: 5 * time.Second, PreStopToken: "s3cret-token-long-enough"})
+	booting := make(chan struct{})
+	h.lc.AddStartupTask("warm-up", func(ctx context.Context) error {
+		close(booting)
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	h.serve(okHandler)
+	h.run()
+	recv(t, booting, "the startup task to run")
+	before := h.clock.Now()
+	p := probeOf(t, h.lc, "/prestop", "X-Lameduck-Token", "s3cret-token-long-enough")
+	if p.code != 200 || !strings.Contains(p.body, `"window":"0s"`) {
+		t.Fatalf("GET /prestop before ready: %d %s; want 200 with \"window\":\"0s\"", p.code, p.body)
+	}
+	if now := h.clock.Now(); !now.Equal(before) {
+		t.Fatalf("the hook answered after %s of (fake) time; want at once", now.Sub(before))
+	}
+	if err := h.wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// "Only a signal after an earlier signal is a second signal. After GET
+// /prestop, BeginShutdown, a cancelled context or a fatal error, the first
+// signal is logged and ignored even with the setting on."
+func TestSignalAfterANonSignalStartIsNoSecondSignal(t *testing.T) {
+	for _, start := range []string{"BeginShutdown", "cancelled context", "fatal error"} {
+		t.Run(start, func(t *testing.T) {
+			h := newHarness(t, lameduck.Config{ShutdownDelay: 4 * time.Second, ExitOnSecondSignal: true})
+			lameduck.SetExit(h.lc, func(code int) { t.Errorf("exit(%d): the first signal after %s is no second signal", code, start) })
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var fl failingListener
+			if start == "fatal error" {
+				ln, err := net.Listen("tcp", "127.0.0.1:0")
+				if err != nil {
+					t.Fatal(err)
+				}
+				fl = failingListener{ln, make(chan struct{})}
+				if err := h.lc.AddServer(&http.Server{Handler: okHandler}, fl); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				h.serve(okHandler)
+			}
+			h.done = make(chan error, 1)
+			go func() { h.done <- h.lc.Run(ctx) }()
+			await(t, h.lc.Events().StartupDone)
+			switch start {
+			case "BeginShutdown":
+				h.lc.BeginShutdown("test")
+			case "cancelled context":
+				cancel()
+			case "fatal error":
+				close(fl.fail)
+			}
+			await(t, h.lc.Events().ShutdownInitiated)
+			lameduck.Signal(h.lc, syscall.SIGTERM)
+			if !strings.Contains(h.logs.String(), "SIGTERM ignored: the shutdown sequence runs to completion") {
+				t.Fatalf("the signal was not logged as ignored:\n%s", h.logs)
+			}
+			h.timers(1)
+			if n := h.clock.Advance(4*time.Second - time.Nanosecond); n != 0 || h.lc.Events().WindowEnded.Fired() {
+				t.Fatalf("the signal shortened the window (%d timer(s) fired)", n)
+			}
+			h.clock.Advance(time.Nanosecond)
+			err := h.wait()
+			if (start == "fatal error") != (err != nil) {
+				t.Fatalf("Run = %v", err)
+			}
+		})
+	}
+}
+
+// "With LAMEDUCK_EXIT_ON_SECOND_SIGNAL=true, a second signal exits at once
+// … level=ERROR msg="lameduck: second SIGINT: exiting now without finishing
+// the drain" setting="LAMEDUCK_EXIT_ON_SECOND_SIGNAL=true" in_flight=0".
+func TestSecondSignalExitIsLogged(t *testing.T) {
+	h := newHarness(t, lameduck.Config{ShutdownDelay: 4 * time.Second, ExitOnSecondSignal: true})
+	exited := make(chan int, 1)
+	lameduck.SetExit(h.lc, func(code int) { exited <- code })
+	h.serve(okHandler)
+	h.run()
+	await(t, h.lc.Events().StartupDone)
+	lameduck.Signal(h.lc, syscall.SIGTERM)
+	lameduck.Signal(h.lc, syscall.SIGTERM)
+	if code := recv(t, exited, "exit"); code != 143 {
+		t.Fatalf("exit(%d), want 143 (128 + SIGTERM)", code)
+	}
+	want := `level=ERROR msg="lameduck: second SIGTERM: exiting now without finishing the drain" setting="LAMEDUCK_EXIT_ON_SECOND_SIGNAL=true" in_flight=0`
+	if !strings.Contains(h.logs.String(), want) {
+		t.Fatalf("the log lacks %s:\n%s", want, h.logs)
+	}
+	h.timers(1)
+	h.clock.Advance(4 * time.Second)
+	if err := h.wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Config.HideCheckErrors through the Lifecycle: "hide nowhere": even the
+// probe-only listener, which shows the text by default, carries the outcome
+// word alone, in every format; the log keeps the (redacted) text.
+func TestHideCheckErrorsThroughTheLifecycle(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second, ProbeAddr: addr, HideCheckErrors: true})
+	if err := h.lc.AddCheck(health.Check{Name: "db", Critical: true, Func: func(context.Context) error {
+		return errors.New("dial tcp orders-db.internal:5432: connection refused")
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	h.run()
+	await(t, h.lc.Events().StartupDone)
+	c := client(t)
+	for _, path := range []string{"/readyz", "/readyz/db", "/readyz?verbose"} {
+		p := get(t, c, "http://"+addr+path)
+		if p.code != 503 || strings.Contains(p.body, "orders-db") || strings.Contains(p.body, "5432") {
+			t.Fatalf("GET %s on the probe-only listener with HideCheckErrors: %d %s; want 503 and no error text", path, p.code, p.body)
+		}
+		if !strings.Contains(p.body, `"db":"error"`) && !strings.Contains(p.body, "[-]db failed: error") {
+			t.Fatalf("GET %s: %s; want the outcome word", path, p.body)
+		}
+	}
+	req, _ := http.NewRequest("GET", "http://"+addr+"/readyz", nil)
+	req.Header.Set("Accept", "application/health+json")
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body := readAll(resp); strings.Contains(body, "orders-db") || !strings.Contains(body, `"status":"fail"`) {
+		t.Fatalf("health+json with HideCheckErrors: %s; want fail and no error text", body)
+	}
+	if !strings.Contains(h.logs.String(), "orders-db.internal:5432") {
+		t.Fatalf("the log lacks the detail:\n%s", h.logs)
+	}
+	h.endWindow(time.Second)
+	if err := h.wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func readAll(resp *http.Response) string {
+	defer resp.Body.Close()
+	var b strings.Builder
+	buf := make([]byte, 4096)
+	for {
+		n, err := resp.Body.Read(buf)
+		b.Write(buf[:n])
+		if err != nil {
+			return b.String()
+		}
+	}
+}
+
+// "Probe and /prestop requests are not application requests: they are not
+// counted in flight, never cut, and do not keep the idle drain open." In
+// idle mode, probes through the application's listener all along the
+// window do not push its end out; and a probe in progress at the signal is
+// not counted in the draining line's in_flight.
+func TestProbesAreNotApplicationRequests(t *testing.T) {
+	h := newHarness(t, idleConfig()) // delay 2s, idle window 3s
+	entered, release := make(chan struct{}), make(chan struct{})
+	if err := h.lc.AddCheck(health.Check{Name: "db", Timeout: time.Hour, Func: func(ctx context.Context) error {
+		entered <- struct{}{}
+		<-release
+		return nil
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	app := lameduck.Wrap(h.lc, okHandler)
+	h.serve(app)
+	h.run()
+	await(t, h.lc.Events().StartupDone)
+	probed := make(chan int, 1)
+	go func() {
+		rec := httptest.NewRecorder()
+		app.ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+		probed <- rec.Code
+	}()
+	recv(t, entered, "the probe's check to run")
+	h.lc.BeginShutdown("test") // logs the draining line before it returns
+	if !strings.Contains(h.logs.String(), "in_flight=0") {
+		t.Fatalf("a probe in progress was counted in flight:\n%s", h.logs)
+	}
+	close(release)
+	if code := recv(t, probed, "the probe's answer"); code != 200 {
+		t.Fatalf("the probe begun while serving answered %d", code)
+	}
+	// Probes every 500ms through the window: the idle drain ends at the 2s
+	// minimum all the same (traffic would push it to 3s after the last).
+	for i := 0; i < 3; i++ {
+		h.timers(1)
+		h.clock.Advance(500 * time.Millisecond)
+		for _, p := range []string{"/readyz", "/healthz", "/startupz", "/readyz/db"} {
+			app.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", p, nil))
+		}
+	}
+	for !h.windowWaiting() {
+		h.clock.Advance(250 * time.Millisecond)
+	}
+	if err := h.wait(); err != nil {
+		t.Fatal(err)
+	}
+	if got := windowLength(t, h.lc); got != 2*time.Second {
+		t.Fatalf("window %s; want the 2s minimum: probes are not traffic", got)
+	}
+}
+
+// "On a dedicated probe listener, any other path gets a JSON 404 not found."
+func TestProbeOnlyListenerOtherPathsAre404(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second, ProbeAddr: addr})
+	h.serve(okHandler)
+	h.run()
+	await(t, h.lc.Events().StartupDone)
+	c := client(t)
+	for _, path := range []string{"/", "/api", "/prestop", "/metrics"} {
+		get(t, c, "http://"+addr+path).status(t, 404, "not found")
+	}
+	h.endWindow(time.Second)
+	if err := h.wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// "Without ReadHeaderTimeout (or ReadTimeout) … Run logs a warning naming
+// the server at startup" (docs/security.md); a server with one is not named.
+func TestServerWithoutReadHeaderTimeoutIsWarned(t *testing.T) {
+	h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second})
+	bare := h.serve(okHandler)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.lc.AddServer(&http.Server{Handler: okHandler, ReadHeaderTimeout: 10 * time.Second}, ln); err != nil {
+		t.Fatal(err)
+	}
+	h.run()
+	await(t, h.lc.Events().StartupDone)
+	logs := h.logs.String()
+	if !strings.Contains(logs, "lameduck: the server on "+strings.TrimPrefix(bare, "http://")+" has no ReadHeaderTimeout") {
+		t.Fatalf("no warning names the server without ReadHeaderTimeout:\n%s", logs)
+	}
+	if strings.Contains(logs, "the server on "+ln.Addr().String()+" has no ReadHeaderTimeout") {
+		t.Fatalf("a server with ReadHeaderTimeout was warned about:\n%s", logs)
+	}
+	h.endWindow(time.Second)
+	if err := h.wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A text/plain probe body, which echoes names from the request (an unknown
+// ?exclude), carries X-Content-Type-Options: nosniff (docs/security.md).
+func TestPlainTextProbeBodiesAreNosniff(t *testing.T) {
+	h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second})
+	if err := h.lc.AddCheck(health.Check{Name: "db", Func: func(context.Context) error { return nil }}); err != nil {
+		t.Fatal(err)
+	}
+	h.serve(okHandler)
+	h.run()
+	await(t, h.lc.Events().StartupDone)
+	rec := httptest.NewRecorder()
+	h.lc.ProbeHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/readyz?verbose&exclude=%3Cscript%3E", nil))
+	if ct := rec.Header().Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
+		t.Fatalf("?verbose: Content-Type %q; want text/plain", ct)
+	}
+	if got := rec.Header().Get("X-Content-Type-Options"); got != "nosniff" {
+		t.Fatalf("?verbose: X-Content-Type-Options %q; want nosniff", got)
+	}
+	if !strings.Contains(rec.Body.String(), `no matches for "<script>"`) || rec.Code != 200 {
+		t.Fatalf("?verbose&exclude=<script>: %d %s; want 200 and the unmatched name quoted", rec.Code, rec.Body)
+	}
+	h.endWindow(time.Second)
+	if err := h.wait(); err != nil {
+		t.Fatal(err)
+	}
+}
