@@ -137,11 +137,19 @@ func isRunner(c corev1.Container, opt Options) bool {
 // inside a pod: KUBERNETES_SERVICE_HOST (the kubelet sets it), then env in
 // order. A value from a Secret stands in for the secret's text when it is
 // LAMEDUCK_PRESTOP_TOKEN (any non-empty token); other valueFrom variables
-// are unknown and count as unset.
+// are unknown and count as unset. LAMEDUCK_PRESTOP_TOKEN_FILE names a file
+// in the pod (a mounted Secret) that vet cannot read: it stands for a token
+// from that file, unless LAMEDUCK_PRESTOP_TOKEN is set too, which the
+// binary refuses.
 func environment(c corev1.Container) []string {
 	kv := []string{"KUBERNETES_SERVICE_HOST=10.0.0.1"}
+	tokenSet := slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
+		return e.Name == lameduck.DefaultEnvPrefix+"PRESTOP_TOKEN"
+	})
 	for _, e := range c.Env {
 		switch {
+		case e.Name == lameduck.DefaultEnvPrefix+"PRESTOP_TOKEN_FILE" && e.ValueFrom == nil && e.Value != "" && !tokenSet:
+			kv = append(kv, lameduck.DefaultEnvPrefix+"PRESTOP_TOKEN=(from file "+e.Value+")")
 		case e.ValueFrom == nil:
 			kv = append(kv, e.Name+"="+e.Value)
 		case e.Name == lameduck.DefaultEnvPrefix+"PRESTOP_TOKEN":
@@ -323,13 +331,13 @@ func checkContainer(o *Object, c corev1.Container, opt Options) []Finding {
 	if execSleep {
 		add("prestop-sleep", fmt.Sprintf("preStop runs `%s` (%s before SIGTERM): a distroless or scratch image has no shell nor sleep, the hook fails (FailedPreStopHook) with no pause at all, and /readyz stays 200 while it sleeps",
 			strings.Join(hook.Exec.Command, " "), pre),
-			fmt.Sprintf("use preStop httpGet /prestop with %sPRESTOP=true (or a %sPRESTOP_TOKEN): it flips readiness at once and its wait is the window, not added to it", rc.EnvPrefix, rc.EnvPrefix))
+			fmt.Sprintf("use preStop httpGet /prestop with a %sPRESTOP_TOKEN from a Secret (or %sPRESTOP=true with the probes on %sPROBE_ADDR): it flips readiness at once and its wait is the window, not added to it", rc.EnvPrefix, rc.EnvPrefix, rc.EnvPrefix))
 	}
 	if hook != nil && hook.HTTPGet != nil && strings.HasPrefix(hook.HTTPGet.Path, "/prestop") {
 		switch {
 		case !rc.PreStop:
 			add("prestop-hook", "preStop is httpGet /prestop but the process does not serve it (LAMEDUCK_PRESTOP unset and no token): the hook gets 404 and the drain starts only at SIGTERM",
-				fmt.Sprintf("set %sPRESTOP=true, or %sPRESTOP_TOKEN from a Secret and the same value in the hook's X-Lameduck-Token header", rc.EnvPrefix, rc.EnvPrefix))
+				fmt.Sprintf("set %sPRESTOP_TOKEN from a Secret and the same value in the hook's X-Lameduck-Token header (or %sPRESTOP=true with the probes on %sPROBE_ADDR)", rc.EnvPrefix, rc.EnvPrefix, rc.EnvPrefix))
 		case rc.PreStopToken != "" && !slices.ContainsFunc(hook.HTTPGet.HTTPHeaders, func(h corev1.HTTPHeader) bool {
 			return strings.EqualFold(h.Name, "X-Lameduck-Token") && h.Value != ""
 		}):

@@ -66,3 +66,30 @@ func TestGraceUsesTheBinarysDefaults(t *testing.T) {
 		t.Fatalf("findings %+v; want grace-period with the sum", fs)
 	}
 }
+
+// The preStop token: a hook on the application's port without one is the
+// binary's startup error; a token from a mounted file, which vet cannot
+// read, counts as a token.
+func TestPreStopTokenRule(t *testing.T) {
+	pod := func(env ...corev1.EnvVar) Object {
+		grace := int64(30)
+		return Object{Kind: "Pod", Name: "p", Spec: corev1.PodSpec{TerminationGracePeriodSeconds: &grace, Containers: []corev1.Container{{
+			Name: "app",
+			Env:  append([]corev1.EnvVar{{Name: "LAMEDUCK_TERMINATION_GRACE", Value: "30s"}}, env...),
+			ReadinessProbe: &corev1.Probe{TimeoutSeconds: 3,
+				ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz"}}},
+		}}}}
+	}
+	fs, _ := Check([]Object{pod(corev1.EnvVar{Name: "LAMEDUCK_PRESTOP", Value: "true"})}, Options{})
+	if len(fs) != 1 || fs[0].Rule != "lameduck-setting" || !strings.Contains(fs[0].Fix, "LAMEDUCK_PRESTOP_TOKEN") || !strings.Contains(fs[0].Fix, "LAMEDUCK_PROBE_ADDR") {
+		t.Fatalf("PRESTOP=true without a token: findings %+v; want the binary's refusal naming both fixes", fs)
+	}
+	if fs, _ := Check([]Object{pod(corev1.EnvVar{Name: "LAMEDUCK_PRESTOP_TOKEN_FILE", Value: "/var/run/secrets/prestop/token"})}, Options{}); len(fs) != 0 {
+		t.Fatalf("a token from a mounted file: findings %+v; want none", fs)
+	}
+	both := pod(corev1.EnvVar{Name: "LAMEDUCK_PRESTOP_TOKEN", Value: "0123456789abcdef0123"},
+		corev1.EnvVar{Name: "LAMEDUCK_PRESTOP_TOKEN_FILE", Value: "/var/run/secrets/prestop/token"})
+	if fs, _ := Check([]Object{both}, Options{}); len(fs) != 1 || !strings.Contains(fs[0].Message, "set together") {
+		t.Fatalf("both a token and a file: findings %+v; want the binary's refusal", fs)
+	}
+}
