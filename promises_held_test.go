@@ -514,3 +514,149 @@ func TestPlainTextProbeBodiesAreNosniff(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The endpoint table's stopping column "is visible only on a separate probe
+// listener": while a request holds the teardown, the probe listener still
+// answers (/readyz 503 draining, /healthz 200, phase stopping) and the
+// application's listener is closed; the probe listener closes after the
+// application's servers.
+func TestStoppingVisibleOnTheProbeListener(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 30 * time.Second, ProbeAddr: addr})
+	entered, release := make(chan struct{}), make(chan struct{})
+	base := h.serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(entered)
+		<-release
+	}))
+	h.run()
+	await(t, h.lc.Events().StartupDone)
+	c := client(t)
+	answered := make(chan error, 1)
+	go func() {
+		resp, err := c.Get(base + "/slow")
+		if err == nil {
+			resp.Body.Close()
+		}
+		answered <- err
+	}()
+	recv(t, entered, "the request to enter its handler")
+	h.endWindow(time.Second)
+	if got := h.lc.Phase(); got != lameduck.PhaseStopping {
+		t.Fatalf("phase after the window = %s, want stopping", got)
+	}
+	probes := client(t)
+	for path, want := range map[string]probe{"/readyz": {503, "draining"}, "/healthz": {200, "ok"}, "/startupz": {200, "ok"}} {
+		p := get(t, probes, "http://"+addr+path)
+		p.status(t, want.code, want.body)
+		if !strings.Contains(p.body, `"phase":"stopping"`) {
+			t.Fatalf("GET %s on the probe listener during teardown: %s; want phase stopping", path, p.body)
+		}
+	}
+	// The application's listener has closed (the HTTP drain waits for the
+	// request in flight), while the probe listener still answers.
+	for giveUp := time.Now().Add(10 * time.Second); ; { // a hang guard, not a synchronisation
+		conn, err := net.DialTimeout("tcp", strings.TrimPrefix(base, "http://"), 10*time.Second)
+		if err != nil {
+			break
+		}
+		if time.Now().After(giveUp) {
+			t.Fatal("the application's listener still accepts during teardown")
+		}
+		conn.Close() // accepted before the close took effect: the accept grace closes it
+		if h.lc.Events().HTTPDrained.Fired() {
+			t.Fatal("the HTTP drain ended with a request in flight")
+		}
+		h.clock.Advance(time.Millisecond)
+	}
+	get(t, probes, "http://"+addr+"/readyz").status(t, 503, "draining")
+	close(release)
+	if err := recv(t, answered, "the request's answer"); err != nil {
+		t.Fatalf("the request in flight was not answered: %v", err)
+	}
+	if err := h.wait(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := net.DialTimeout("tcp", addr, 10*time.Second); err == nil {
+		t.Fatal("the probe listener still accepts after Run returned")
+	}
+}
+
+// "If the sequence starts during boot, draining follows starting directly":
+// the phase goes from starting to draining, and serving never happens.
+func TestSequenceDuringBootGoesFromStartingToDraining(t *testing.T) {
+	h := newHarness(t, lameduck.Config{ShutdownDelay: 5 * time.Second})
+	booting := make(chan struct{})
+	h.lc.AddStartupTask("warm-up", func(ctx context.Context) error {
+		close(booting)
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	h.serve(okHandler)
+	h.run()
+	recv(t, booting, "the startup task to run")
+	if got := h.lc.Phase(); got != lameduck.PhaseStarting {
+		t.Fatalf("phase during boot = %s", got)
+	}
+	h.lc.BeginShutdown("test")
+	if got := h.lc.Phase(); got != lameduck.PhaseDraining {
+		t.Fatalf("phase right after the start of the sequence during boot = %s, want draining", got)
+	}
+	if err := h.wait(); err != nil {
+		t.Fatal(err)
+	}
+	if h.lc.Events().StartupDone.Fired() {
+		t.Fatal("the pod passed through serving")
+	}
+}
+
+// "version and commit come from the binary's build information … unless
+// Config.Version and Config.Commit override them"; Config.Fields are extra
+// members of every body.
+func TestVersionAndCommitFromConfig(t *testing.T) {
+	h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second, Version: "v1.4.0", Commit: "0123abc",
+		Fields: func() map[string]any { return map[string]any{"region": "eu-west-1"} }})
+	h.serve(okHandler)
+	h.run()
+	await(t, h.lc.Events().StartupDone)
+	for _, path := range []string{"/healthz", "/readyz", "/startupz"} {
+		p := probeOf(t, h.lc, path)
+		if !strings.HasPrefix(p.body, `{"status":"ok","version":"v1.4.0","commit":"0123abc",`) || !strings.Contains(p.body, `"region":"eu-west-1"`) {
+			t.Fatalf("GET %s: %s; want status, then Config.Version and Config.Commit, and the field", path, p.body)
+		}
+	}
+	h.endWindow(time.Second)
+	if err := h.wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Parsing rules of the configuration: booleans as true/false, 1/0, t/f in
+// lower, upper or title case; surrounding spaces trimmed; an empty value is
+// unset; an unknown LAMEDUCK_ name is an error even when empty.
+func TestSettingValuesParseAsDocumented(t *testing.T) {
+	for _, v := range []string{"true", "TRUE", "True", "1", "t", "T", " true "} {
+		lc, err := newFromEnv(t, map[string]string{"LAMEDUCK_SEND_RETRY_AFTER": v}, lameduck.Config{})
+		if err != nil || !lc.Config().SendRetryAfter {
+			t.Errorf("LAMEDUCK_SEND_RETRY_AFTER=%q: %v; want true", v, err)
+		}
+	}
+	for _, v := range []string{"false", "FALSE", "False", "0", "f", "F"} {
+		lc, err := newFromEnv(t, map[string]string{"LAMEDUCK_SEND_RETRY_AFTER": v}, lameduck.Config{})
+		if err != nil || lc.Config().SendRetryAfter {
+			t.Errorf("LAMEDUCK_SEND_RETRY_AFTER=%q: %v; want false", v, err)
+		}
+	}
+	lc, err := newFromEnv(t, map[string]string{"LAMEDUCK_SHUTDOWN_DELAY": "  2s\t", "LAMEDUCK_CHECK_TIMEOUT": " "}, lameduck.Config{})
+	if err != nil || lc.Config().ShutdownDelay != 2*time.Second || lc.Config().CheckTimeout != time.Second {
+		t.Fatalf("spaces around 2s, a blank CHECK_TIMEOUT: %v %+v; want 2s and the 1s default", err, lc.Config())
+	}
+	if _, err := newFromEnv(t, map[string]string{"LAMEDUCK_SHUTDOWN_DELAYS": ""}, lameduck.Config{}); !errors.Is(err, lameduck.ErrInvalidConfig) ||
+		!strings.Contains(err.Error(), "LAMEDUCK_SHUTDOWN_DELAYS") {
+		t.Fatalf("an empty unknown LAMEDUCK_ name: %v; want an error naming it", err)
+	}
+}
