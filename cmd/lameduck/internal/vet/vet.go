@@ -277,25 +277,26 @@ func checkContainer(o *Object, c corev1.Container, opt Options) []Finding {
 		}
 		return "no handler"
 	}
+	live := rc.LivenessPaths[0] // the paths the binary answers (LAMEDUCK_*_PATH)
 	if lp := c.LivenessProbe; lp != nil {
 		switch {
-		case lp.HTTPGet != nil && (lp.HTTPGet.Path == "/readyz" || strings.HasPrefix(lp.HTTPGet.Path, "/readyz/") || strings.HasPrefix(lp.HTTPGet.Path, "/readyz?")):
+		case lp.HTTPGet != nil && atPath(lp.HTTPGet.Path, rc.ReadinessPath, true):
 			add("liveness-path", fmt.Sprintf("livenessProbe is httpGet %s, which runs the readiness checks: a dependency outage, or the drain's 503, makes the kubelet restart every pod", lp.HTTPGet.Path),
-				"point livenessProbe at /healthz, which runs no check and stays 200 through the drain")
-		case lp.HTTPGet != nil && strings.HasPrefix(lp.HTTPGet.Path, "/prestop"):
-			add("liveness-path", "livenessProbe is httpGet /prestop, which starts the shutdown", "point livenessProbe at /healthz")
+				"point livenessProbe at "+live+", which runs no check and stays 200 through the drain")
+		case lp.HTTPGet != nil && atPath(lp.HTTPGet.Path, rc.PreStopPath, false):
+			add("liveness-path", "livenessProbe is httpGet "+lp.HTTPGet.Path+", which starts the shutdown", "point livenessProbe at "+live)
 		case runner && lp.TCPSocket != nil:
 			add("liveness-path", "a runner's livenessProbe is a tcpSocket check, which passes while the consume loop is wedged",
-				"use httpGet /healthz on the probe port (LAMEDUCK_PROBE_ADDR, :9090), which reports the consume loop")
+				"use httpGet "+live+" on the probe port (LAMEDUCK_PROBE_ADDR, :9090), which reports the consume loop")
 		}
 	}
-	if rp := c.ReadinessProbe; rp == nil || rp.HTTPGet == nil || !(rp.HTTPGet.Path == "/readyz" || strings.HasPrefix(rp.HTTPGet.Path, "/readyz?")) {
+	if rp := c.ReadinessProbe; rp == nil || rp.HTTPGet == nil || !atPath(rp.HTTPGet.Path, rc.ReadinessPath, false) {
 		what := "no readinessProbe"
 		if rp != nil {
 			what = "readinessProbe is " + probeSummary(rp)
 		}
 		add("readiness-path", what+": the pod is marked ready as soon as it listens, and the drain's 503 is never seen",
-			"add readinessProbe: httpGet /readyz (starting, failed and draining are 503 there)")
+			"add readinessProbe: httpGet "+rc.ReadinessPath+" (starting, failed and draining are 503 there)")
 	}
 	if rp := c.ReadinessProbe; rp != nil && rp.HTTPGet != nil && !runner {
 		timeout := time.Duration(nz(rp.TimeoutSeconds, defaultTimeout)) * time.Second
@@ -315,7 +316,7 @@ func checkContainer(o *Object, c corev1.Container, opt Options) []Finding {
 				if allow < boot {
 					add("startup-probe", fmt.Sprintf("boot may take %s (%sSTARTUP_TIMEOUT) but with no startupProbe liveness fails after %s (initialDelaySeconds + periodSeconds × failureThreshold): a CrashLoop that reads like an application bug",
 						boot, rc.EnvPrefix, allow),
-						fmt.Sprintf("add startupProbe: httpGet /startupz, periodSeconds 5, failureThreshold %d", int64(math.Ceil(boot.Seconds()/5))+1))
+						fmt.Sprintf("add startupProbe: httpGet %s, periodSeconds 5, failureThreshold %d", rc.StartupPath, int64(math.Ceil(boot.Seconds()/5))+1))
 				}
 			}
 		} else {
@@ -333,7 +334,7 @@ func checkContainer(o *Object, c corev1.Container, opt Options) []Finding {
 			strings.Join(hook.Exec.Command, " "), pre),
 			fmt.Sprintf("use preStop httpGet /prestop with a %sPRESTOP_TOKEN from a Secret (or %sPRESTOP=true with the probes on %sPROBE_ADDR): it flips readiness at once and its wait is the window, not added to it", rc.EnvPrefix, rc.EnvPrefix, rc.EnvPrefix))
 	}
-	if hook != nil && hook.HTTPGet != nil && strings.HasPrefix(hook.HTTPGet.Path, "/prestop") {
+	if hook != nil && hook.HTTPGet != nil && atPath(hook.HTTPGet.Path, rc.PreStopPath, false) {
 		switch {
 		case !rc.PreStop:
 			add("prestop-hook", "preStop is httpGet /prestop but the process does not serve it (LAMEDUCK_PRESTOP unset and no token): the hook gets 404 and the drain starts only at SIGTERM",
@@ -346,4 +347,11 @@ func checkContainer(o *Object, c corev1.Container, opt Options) []Finding {
 		}
 	}
 	return out
+}
+
+// atPath reports whether a probe's path (which may carry a query) is base,
+// or, with sub, one of base's sub-paths (/readyz/<check>).
+func atPath(path, base string, sub bool) bool {
+	p, _, _ := strings.Cut(path, "?")
+	return p == base || sub && strings.HasPrefix(p, base+"/")
 }

@@ -93,3 +93,27 @@ func TestPreStopTokenRule(t *testing.T) {
 		t.Fatalf("both a token and a file: findings %+v; want the binary's refusal", fs)
 	}
 }
+
+// Renamed probe paths (LAMEDUCK_READINESS_PATH, ...) are the paths the
+// probes must use.
+func TestRenamedProbePaths(t *testing.T) {
+	grace := int64(30)
+	pod := func(readiness, liveness string) Object {
+		return Object{Kind: "Pod", Name: "p", Spec: corev1.PodSpec{TerminationGracePeriodSeconds: &grace, Containers: []corev1.Container{{
+			Name: "app",
+			Env: []corev1.EnvVar{{Name: "LAMEDUCK_TERMINATION_GRACE", Value: "30s"},
+				{Name: "LAMEDUCK_READINESS_PATH", Value: "/-/readyz"}, {Name: "LAMEDUCK_LIVENESS_PATHS", Value: "/-/healthz"}},
+			ReadinessProbe: &corev1.Probe{TimeoutSeconds: 3,
+				ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: readiness}}},
+			LivenessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: liveness}}},
+		}}}}
+	}
+	if fs, _ := Check([]Object{pod("/-/readyz", "/-/healthz")}, Options{}); len(fs) != 0 {
+		t.Fatalf("probes on the renamed paths: findings %+v; want none", fs)
+	}
+	fs, _ := Check([]Object{pod("/readyz", "/-/readyz/db")}, Options{})
+	if len(fs) != 2 || fs[0].Rule != "liveness-path" || !strings.Contains(fs[0].Fix, "/-/healthz") ||
+		fs[1].Rule != "readiness-path" || !strings.Contains(fs[1].Fix, "httpGet /-/readyz") {
+		t.Fatalf("probes on the old paths: findings %+v; want liveness-path and readiness-path naming the renamed paths", fs)
+	}
+}
