@@ -8,12 +8,10 @@
 # Build stage: the Go toolchain the repository asks for (go 1.26).
 FROM golang:1.26 AS build
 WORKDIR /src
-# The command's own module, with its replace directive pointing at the core (../..): built without go.work, so
-# the image needs only the modules the command imports.
+# The command's own module, with its replace directives pointing at the core (../..) and the contrib modules it
+# imports: built without go.work, so the image needs only those modules. Downloads and the build cache live in
+# BuildKit cache mounts, kept between builds.
 ENV GOWORK=off CGO_ENABLED=0
-COPY go.mod go.sum ./
-COPY cmd/lameduck/go.mod cmd/lameduck/go.sum cmd/lameduck/
-RUN --mount=type=cache,target=/go/pkg/mod cd cmd/lameduck && go mod download
 COPY . .
 # CGO_ENABLED=0: a static binary that needs no libc, so it runs on distroless/static.
 ARG TARGETOS=linux
