@@ -28,7 +28,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -36,7 +35,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -182,38 +180,20 @@ func statusOf(cmd, out string) string {
 
 // shell is one bash process that runs the tour's lines one at a time.
 type shell struct {
-	t      *testing.T
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	out    *bufio.Reader
-	stderr *syncBuffer
-	n      int
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	t     *testing.T
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	out   *bufio.Reader
+	n     int
 }
 
 func startShell(t *testing.T, dir string) *shell {
 	t.Helper()
-	sh := &shell{t: t, stderr: &syncBuffer{}}
-	sh.cmd = exec.Command("bash", "--noprofile", "--norc")
+	sh := &shell{t: t}
+	// stderr goes where stdout goes, so a failing line's output shows it.
+	sh.cmd = exec.Command("bash", "--noprofile", "--norc", "-c", "exec 2>&1; exec bash --noprofile --norc")
 	sh.cmd.Dir = dir
 	sh.cmd.Env = childEnv(nil)
-	sh.cmd.Stderr = sh.stderr
 	var err error
 	if sh.stdin, err = sh.cmd.StdinPipe(); err != nil {
 		t.Fatal(err)
@@ -246,7 +226,7 @@ func (sh *shell) run(line string) string {
 	sh.n++
 	marker := fmt.Sprintf("@@tour-%d@@", sh.n)
 	if _, err := fmt.Fprintf(sh.stdin, "%s\nprintf '\\n%s\\n'\n", line, marker); err != nil {
-		sh.t.Fatalf("bash: %v (stderr: %s)", err, sh.stderr.String())
+		sh.t.Fatalf("bash: %v", err)
 	}
 	type res struct {
 		out string
@@ -271,7 +251,7 @@ func (sh *shell) run(line string) string {
 	select {
 	case r := <-ch:
 		if r.err != nil {
-			sh.t.Fatalf("bash ended while running %q: %v (stderr: %s)", line, r.err, sh.stderr.String())
+			sh.t.Fatalf("bash ended while running %q: %v; output %q", line, r.err, r.out)
 		}
 		return r.out
 	case <-time.After(2 * time.Minute):
