@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -274,14 +275,21 @@ func TestE2ESlowClientsCannotHoldTheDrain(t *testing.T) {
 
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
+	// trickle writes head a byte at a time, then 'a' forever, every each;
+	// going is closed after its fifth byte (or when the server closed it).
+	var going []chan struct{}
 	trickle := func(base, head string, each time.Duration) <-chan struct{} {
-		done := make(chan struct{})
+		done, started := make(chan struct{}), make(chan struct{})
+		going = append(going, started)
+		var once sync.Once
+		mark := func() { once.Do(func() { close(started) }) }
 		c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		go func() {
 			defer close(done)
+			defer mark()
 			defer c.Close()
 			go func() { _, _ = io.Copy(io.Discard, c) }() // read whatever comes
 			for i := 0; ctx.Err() == nil; i++ {
@@ -291,6 +299,9 @@ func TestE2ESlowClientsCannotHoldTheDrain(t *testing.T) {
 				}
 				if _, err := c.Write(b); err != nil {
 					return // the server closed it
+				}
+				if i == 4 {
+					mark()
 				}
 				select {
 				case <-time.After(each):
@@ -307,8 +318,10 @@ func TestE2ESlowClientsCannotHoldTheDrain(t *testing.T) {
 		// A probe with a declared body that trickles in forever.
 		slow = append(slow, trickle(base, "GET /readyz HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n", 100*time.Millisecond))
 	}
-	// Let every slow client be well into its request.
-	time.Sleep(time.Second)
+	// Every slow client is into its request.
+	for _, g := range going {
+		<-g
+	}
 	if r := p.getAt(probes, "/readyz", nil); r.code != 200 {
 		t.Fatalf("GET /readyz on the probe port = %s; want 200", r)
 	}
