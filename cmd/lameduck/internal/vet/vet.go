@@ -46,6 +46,8 @@ var Rules = []Rule{
 		"https://kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/#container-probes"},
 	{"readiness-timeout", "readiness timeoutSeconds must exceed the check deadline with room", "error",
 		"https://kubernetes.io/docs/tasks/configure-pod-container/configure-liveness-readiness-startup-probes/#configure-probes"},
+	{"readiness-max-age", "a check's result reused for LAMEDUCK_CHECK_MAX_AGE must stay well under readiness periodSeconds × failureThreshold", "warning",
+		"docs/probes-and-shutdown.md#a-ping-budget-per-dependency"},
 	{"startup-probe", "long boot work needs a startup probe, and liveness must not start before it allows", "error",
 		"https://kubernetes.io/docs/tasks/configure-pod-container/configure-liveness-readiness-startup-probes/#define-startup-probes"},
 	{"prestop-sleep", "a preStop exec of sleep needs a shell and a sleep binary: use the /prestop HTTP hook", "warning",
@@ -305,6 +307,18 @@ func checkContainer(o *Object, c corev1.Container, opt Options) []Finding {
 			add("readiness-timeout", fmt.Sprintf("readinessProbe timeoutSeconds %d < the check deadline %s (%sCHECK_TIMEOUT) + %s of room: the kubelet gives up before a degraded (200) answer and fails readiness",
 				int64(timeout/time.Second), rc.CheckTimeout, rc.EnvPrefix, checkTimeoutRoom),
 				fmt.Sprintf("set readinessProbe.timeoutSeconds: %d", int64(math.Ceil(want.Seconds()))))
+		}
+	}
+
+	// A result reused for CHECK_MAX_AGE delays the detection of an outage by
+	// up to that long: it must stay under the time the readiness probe was
+	// sized to take a failing pod out in.
+	if rp := c.ReadinessProbe; rp != nil && rp.HTTPGet != nil && !runner && rc.CheckMaxAge > 0 {
+		detect := time.Duration(nz(rp.PeriodSeconds, defaultPeriod)*nz(rp.FailureThreshold, defaultFailures)) * time.Second
+		if rc.CheckMaxAge >= detect {
+			add("readiness-max-age", fmt.Sprintf("%sCHECK_MAX_AGE=%s ≥ readinessProbe periodSeconds × failureThreshold = %s: a failing dependency is reported up to %s late, so the pod leaves the endpoints up to %s after the outage began instead of %s",
+				rc.EnvPrefix, rc.CheckMaxAge, detect, rc.CheckMaxAge, rc.CheckMaxAge+detect, detect),
+				fmt.Sprintf("lower %sCHECK_MAX_AGE well under %s (a third of it: %s), or raise the probe's failureThreshold", rc.EnvPrefix, detect, (detect/3).Round(time.Second)))
 		}
 	}
 

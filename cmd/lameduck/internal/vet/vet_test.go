@@ -117,3 +117,27 @@ func TestRenamedProbePaths(t *testing.T) {
 		t.Fatalf("probes on the old paths: findings %+v; want liveness-path and readiness-path naming the renamed paths", fs)
 	}
 }
+
+// A CHECK_MAX_AGE at or above the readiness probe's detection time
+// (periodSeconds × failureThreshold) is a warning with the numbers; one
+// well under it is clean.
+func TestReadinessMaxAge(t *testing.T) {
+	grace := int64(60)
+	pod := func(maxAge string) Object {
+		return Object{Kind: "Pod", Name: "p", Spec: corev1.PodSpec{TerminationGracePeriodSeconds: &grace, Containers: []corev1.Container{{
+			Name: "app",
+			Env:  []corev1.EnvVar{{Name: "LAMEDUCK_TERMINATION_GRACE", Value: "60s"}, {Name: "LAMEDUCK_CHECK_MAX_AGE", Value: maxAge}},
+			ReadinessProbe: &corev1.Probe{TimeoutSeconds: 3, PeriodSeconds: 2, FailureThreshold: 2,
+				ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz"}}},
+		}}}}
+	}
+	if fs, _ := Check([]Object{pod("1s")}, Options{}); len(fs) != 0 {
+		t.Fatalf("MaxAge 1s against 2s × 2: findings %+v; want none", fs)
+	}
+	fs, _ := Check([]Object{pod("5s")}, Options{})
+	if len(fs) != 1 || fs[0].Rule != "readiness-max-age" || fs[0].Level != "warning" ||
+		!strings.Contains(fs[0].Message, "LAMEDUCK_CHECK_MAX_AGE=5s ≥ readinessProbe periodSeconds × failureThreshold = 4s") ||
+		!strings.Contains(fs[0].Fix, "well under 4s") {
+		t.Fatalf("MaxAge 5s against 2s × 2: findings %+v", fs)
+	}
+}
