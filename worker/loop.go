@@ -98,7 +98,7 @@ func (l *loop) run() {
 			continue
 		}
 		switch {
-		case ctx.Err() != nil:
+		case ctx.Err() != nil || w.lc.Phase() >= lameduck.PhaseDraining:
 			// Delivered as the drain began: never started, so it goes back
 			// at once for another runner.
 			l.handBack(job, 0, "delivered as the drain began; not started")

@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -530,5 +531,86 @@ func TestE2EWorkerDrainBoundHandsTheJobBack(t *testing.T) {
 	b.signal(syscall.SIGTERM)
 	if code, _ := b.waitExit(startTimeout); code != 0 {
 		t.Fatalf("exit %d", code)
+	}
+}
+
+// The README's "A runner in one minute", run as written (with a free probe
+// port, embedded-server port and store instead of the fixed ones), so it
+// cannot drift from what the command does.
+func TestReadmeRunnerBlock(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sec, ok := strings.Cut(string(b), "\n## A runner in one minute\n")
+	_, block, ok2 := strings.Cut(sec, "```sh\n")
+	block, _, ok3 := strings.Cut(block, "```")
+	if !ok || !ok2 || !ok3 {
+		t.Fatal(`README.md has no "## A runner in one minute" section with a sh block`)
+	}
+	lines := strings.Split(strings.TrimSpace(block), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("the runner block has %d lines; this test reads three", len(lines))
+	}
+	cmdOf := func(line string) []string {
+		c, _ := splitComment(line)
+		f := strings.Fields(c)
+		if len(f) < 4 || strings.Join(f[:3], " ") != "go run ./cmd/lameduck" {
+			t.Fatalf("README line %q does not run go run ./cmd/lameduck", line)
+		}
+		return f[3:]
+	}
+	addr := freeAddr(t)
+	local := []string{"--embedded-addr", addr}
+	p := startCmd(t, nil, append(append(cmdOf(lines[0]), "--log-format", "json", "--probe-addr", "127.0.0.1:0", "--store", t.TempDir()), local...)...)
+	p.listening()
+	enq := exec.Command(lameduckBin, append(cmdOf(lines[1]), local...)...)
+	enq.Env = childEnv(nil)
+	if out, err := enq.CombinedOutput(); err != nil || !strings.Contains(string(out), "enqueued 100 job(s) of 200ms") {
+		t.Fatalf("%v: %v\n%s", enq.Args, err, out)
+	}
+	p.waitLog(`"job started"`, jobsTimeout, func(l logLine) bool { return l.msg() == "demo-worker: job started" })
+	third, comment := splitComment(lines[2])
+	if !strings.Contains(comment, "200 ok twice") {
+		t.Fatalf("the third line's comment changed: %q", comment)
+	}
+	for _, c := range strings.Split(third, ";") {
+		switch c = strings.TrimSpace(c); {
+		case strings.HasPrefix(c, "curl -s localhost:9090/"):
+			p.want(strings.TrimPrefix(c, "curl -s localhost:9090"), 200, "ok")
+		case c == "kill -TERM $(pgrep -n -x lameduck)":
+			p.signal(syscall.SIGTERM)
+		default:
+			t.Fatalf("the third line runs %q, which this test does not know", c)
+		}
+	}
+	// Until the drain ends /readyz says draining (the job in flight is short,
+	// so the process may be gone before a probe: then the log tells).
+	for deadline := time.Now().Add(startTimeout); time.Now().Before(deadline); time.Sleep(pollEvery) {
+		r, err := p.do(context.Background(), p.client, "/readyz")
+		if err != nil || r.status() == "draining" {
+			break
+		}
+		if r.status() != "ok" {
+			t.Fatalf("GET /readyz = %s after the signal", r)
+		}
+	}
+	sig := p.waitLog(`"draining"`, startTimeout, msgContains("lameduck: draining"))
+	if code, _ := p.waitExit(startTimeout); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	// No new job after the signal, and "the job in flight finishes": every
+	// job started was done, none stopped.
+	// (A fetch that returned in the very instant of the signal may have
+	// logged its start a hair after the draining line: one at most.)
+	if late := p.logMatches(func(l logLine) bool {
+		return l.msg() == "demo-worker: job started" && l.at(t).After(sig.at(t))
+	}); len(late) > 1 {
+		t.Fatalf("%d jobs started after the signal", len(late))
+	}
+	for id, rs := range readLedger(t, p).runs {
+		if len(rs) != 1 || rs[0].outcome != "done" {
+			t.Fatalf("job %s: %+v; want done once", id, rs)
+		}
 	}
 }
