@@ -602,10 +602,13 @@ func TestSequenceDuringBootGoesFromStartingToDraining(t *testing.T) {
 	if got := h.lc.Phase(); got != lameduck.PhaseStarting {
 		t.Fatalf("phase during boot = %s", got)
 	}
+	// Outside serving /readyz does not even look at the path.
+	probeOf(t, h.lc, "/readyz/nope").status(t, 503, "starting")
 	h.lc.BeginShutdown("test")
 	if got := h.lc.Phase(); got != lameduck.PhaseDraining {
 		t.Fatalf("phase right after the start of the sequence during boot = %s, want draining", got)
 	}
+	probeOf(t, h.lc, "/readyz/nope").status(t, 503, "draining")
 	if err := h.wait(); err != nil {
 		t.Fatal(err)
 	}
