@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/lameduck/lameduck/cmd/lameduck/internal/rollout"
@@ -116,7 +118,14 @@ func runRollout(cmd *cobra.Command, o rollout.Options, format, htmlPath string) 
 		}
 		defer bar.Exit()
 	}
-	rep, err := rollout.Run(cmd.Context(), o)
+	// Ctrl-C or a SIGTERM to the tool stops the run and every replica it
+	// started, instead of leaving them behind.
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := rollout.Run(ctx, o)
+	if ctx.Err() != nil && err != nil {
+		return fmt.Errorf("rollout interrupted; every replica it started has stopped")
+	}
 	if err != nil {
 		if errors.Is(err, rollout.ErrSetup) {
 			return usageError{err}

@@ -166,6 +166,15 @@ func (ro *rollout) removalDelay() time.Duration {
 // command exits 2 on it.
 var ErrSetup = errors.New("rollout could not run")
 
+// setupError wraps err in ErrSetup, unless the run was interrupted (ctx
+// ended), which is not a setup problem.
+func setupError(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return fmt.Errorf("%w: %w", ErrSetup, err)
+}
+
 // Run performs the rollout and returns its report. It returns an error
 // wrapping ErrSetup when the replicas could not be started or a surge
 // replica never became ready (the report is then nil), and ctx's error if
@@ -173,7 +182,7 @@ var ErrSetup = errors.New("rollout could not run")
 // report. Every process it started has exited when it returns.
 func Run(ctx context.Context, opt Options) (*Report, error) {
 	if err := opt.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
+		return nil, setupError(ctx, err)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -187,7 +196,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	if ro.logDir == "" {
 		dir, err := os.MkdirTemp("", "lameduck-rollout-")
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrSetup, err)
+			return nil, setupError(ctx, err)
 		}
 		defer os.RemoveAll(dir)
 		ro.logDir = dir
@@ -210,7 +219,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	case ModeL7:
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrSetup, err)
+			return nil, setupError(ctx, err)
 		}
 		front := &http.Server{Handler: http.HandlerFunc(ro.serveL7), ReadHeaderTimeout: 10 * time.Second}
 		ro.wg.Go(func() { _ = front.Serve(ln) })
@@ -229,13 +238,13 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	for range opt.Replicas {
 		r, err := ro.startReplica(0)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrSetup, err)
+			return nil, setupError(ctx, err)
 		}
 		current = append(current, r)
 	}
 	for _, r := range current {
 		if err := ro.waitReady(ctx, r); err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrSetup, err)
+			return nil, setupError(ctx, err)
 		}
 	}
 
@@ -291,10 +300,10 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 		for i, old := range current {
 			surge, err := ro.startReplica(round)
 			if err != nil {
-				return nil, fmt.Errorf("%w: %w", ErrSetup, err)
+				return nil, setupError(ctx, err)
 			}
 			if err := ro.waitReady(ctx, surge); err != nil {
-				return nil, fmt.Errorf("%w: %w", ErrSetup, err)
+				return nil, setupError(ctx, err)
 			}
 			ro.terminate(old)
 			terminated = append(terminated, old)
