@@ -11,8 +11,10 @@ import (
 	"github.com/lameduck/lameduck/health"
 )
 
-// A critical check of the database: while MariaDB does not answer, /readyz
-// is 503 "failed" and names "db". timeout=2s bounds a dial.
+// A check of the database every replica shares, so not critical: while
+// MariaDB does not answer, /readyz is 200 "degraded" and names "db" instead
+// of emptying the Service (docs/probes-and-shutdown.md, "When a check should
+// be critical"). timeout=2s bounds a dial.
 func ExampleCheck() {
 	db, err := sql.Open("mysql", "app:secret@tcp(127.0.0.1:3306)/app?timeout=2s")
 	if err != nil {
@@ -22,7 +24,7 @@ func ExampleCheck() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if err := lc.AddCheck(ldmysql.Check(health.Check{Name: "db", Critical: true}, db)); err != nil {
+	if err := lc.AddCheck(ldmysql.Check(health.Check{Name: "db"}, db)); err != nil {
 		log.Fatal(err)
 	}
 	_ = lc.AddCloser("mysql", func(context.Context) error { return db.Close() })

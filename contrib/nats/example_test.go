@@ -12,11 +12,14 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// A critical check of the bus and of JetStream, against a NATS server
-// embedded in the process for the example. In a service, pass the check to
+// A check of the bus and of JetStream, against a NATS server embedded in
+// the process for the example. The bus is shared by every replica, so the
+// check is not critical: a lost bus makes readiness "degraded" (still 200)
+// instead of emptying the Service (docs/probes-and-shutdown.md, "When a
+// check should be critical"). In a service, pass the check to
 // Lifecycle.AddCheck instead of a Checker of its own:
 //
-//	lc.AddCheck(ldnats.CheckJetStream(health.Check{Name: "bus", Critical: true}, nc))
+//	lc.AddCheck(ldnats.CheckJetStream(health.Check{Name: "bus"}, nc))
 func ExampleCheckJetStream() {
 	dir, err := os.MkdirTemp("", "ldnats-example")
 	if err != nil {
@@ -41,7 +44,7 @@ func ExampleCheckJetStream() {
 	defer nc.Close()
 
 	c := health.NewChecker(health.CheckerOptions{})
-	if err := c.AddCheck(ldnats.CheckJetStream(health.Check{Name: "bus", Critical: true}, nc)); err != nil {
+	if err := c.AddCheck(ldnats.CheckJetStream(health.Check{Name: "bus"}, nc)); err != nil {
 		log.Fatal(err)
 	}
 	rep, err := c.Run(context.Background(), "", nil)
@@ -55,5 +58,5 @@ func ExampleCheckJetStream() {
 	fmt.Println(rep.Status, rep.Checks["bus"])
 	// Output:
 	// ok ok
-	// failed error: lameduck: nats: the connection is CLOSED, not CONNECTED (last server (none))
+	// degraded error: lameduck: nats: the connection is CLOSED, not CONNECTED (last server (none))
 }

@@ -11,9 +11,11 @@ import (
 	"github.com/lameduck/lameduck/health"
 )
 
-// A critical check of the database the pod cannot serve without: while
-// PostgreSQL does not answer, /readyz is 503 "failed" and names "db". The
-// pool is closed after the background join, so no write meets a closed
+// A check of the database every replica shares, so not critical: while
+// PostgreSQL does not answer, /readyz is 200 "degraded" and names "db",
+// instead of failing readiness on every pod at once and emptying the
+// Service (docs/probes-and-shutdown.md, "When a check should be critical").
+// The pool is closed after the background join, so no write meets a closed
 // pool.
 func ExampleCheck() {
 	pool, err := pgxpool.New(context.Background(), os.Getenv("DATABASE_URL")) // connects lazily
@@ -24,7 +26,7 @@ func ExampleCheck() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if err := lc.AddCheck(ldpgx.Check(health.Check{Name: "db", Critical: true}, pool)); err != nil {
+	if err := lc.AddCheck(ldpgx.Check(health.Check{Name: "db"}, pool)); err != nil {
 		log.Fatal(err)
 	}
 	_ = lc.AddCloser("postgres", func(context.Context) error { pool.Close(); return nil })
