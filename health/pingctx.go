@@ -3,6 +3,7 @@ package health
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -30,12 +31,22 @@ type pingCtx struct {
 	parent   context.Context // the launching probe's context; values only
 	deadline time.Time
 
-	mu       sync.Mutex
-	real     context.Context    // guarded by mu; nil until needed
-	cancel   context.CancelFunc // guarded by mu
-	values   context.Context    // guarded by mu: WithoutCancel(parent), made on the first Value
-	released bool               // guarded by mu: the ping has returned
+	// state is lazy until a real context is made, then made; released
+	// once the ping has returned. release of a lazy context is one
+	// compare-and-swap: no lock, as nothing needs canceling.
+	state atomic.Int32
+
+	mu     sync.Mutex
+	real   context.Context    // guarded by mu; nil until needed
+	cancel context.CancelFunc // guarded by mu
+	values context.Context    // guarded by mu: WithoutCancel(parent), made on the first Value
 }
+
+const (
+	ctxLazy int32 = iota
+	ctxMade
+	ctxReleased
+)
 
 func (c *pingCtx) init(parent context.Context, deadline time.Time) {
 	c.parent, c.deadline = parent, deadline
@@ -49,10 +60,7 @@ func (c *pingCtx) Done() <-chan struct{} { return c.get().Done() }
 // real context's error otherwise; asking after the deadline makes the real
 // context, so that Err non-nil always goes with Done closed.
 func (c *pingCtx) Err() error {
-	c.mu.Lock()
-	real, released := c.real, c.released
-	c.mu.Unlock()
-	if real == nil && !released && time.Now().Before(c.deadline) {
+	if c.state.Load() == ctxLazy && time.Now().Before(c.deadline) {
 		return nil
 	}
 	return c.get().Err()
@@ -80,7 +88,7 @@ func (c *pingCtx) get() context.Context {
 			c.values = context.WithoutCancel(c.parent)
 		}
 		c.real, c.cancel = context.WithDeadline(c.values, c.deadline)
-		if c.released {
+		if !c.state.CompareAndSwap(ctxLazy, ctxMade) { // released meanwhile
 			c.cancel()
 		}
 	}
@@ -90,8 +98,11 @@ func (c *pingCtx) get() context.Context {
 // release cancels the context once the ping has returned, stopping its
 // timer if it has one.
 func (c *pingCtx) release() {
+	if c.state.CompareAndSwap(ctxLazy, ctxReleased) {
+		return // never made: a context made from now on is canceled from the start
+	}
 	c.mu.Lock()
-	c.released = true
+	c.state.Store(ctxReleased)
 	cancel := c.cancel
 	c.mu.Unlock()
 	if cancel != nil {
