@@ -14,7 +14,7 @@ func demoServer(t *testing.T) string {
 	return "http"
 }
 
-// TestE2EFiber runs the net/http demo's end-to-end cases, unchanged,
+// TestE2EFiber runs the net/http demo's end-to-end cases (33 of 36), unchanged,
 // against `lameduck demo --server fiber`: the same binary, real signals and
 // real clients, the same assertions on answers, exit codes and the
 // process's log. Left out: GET /events, which the Fiber demo does not
@@ -47,6 +47,18 @@ func TestE2EFiber(t *testing.T) {
 		{"DefaultJoinWaitsForTheWrite", TestE2EDefaultJoinWaitsForTheWrite},
 		{"JoinNamesTheWriteThatOverran", TestE2EJoinNamesTheWriteThatOverran},
 		{"SlowRejectsBadDurations", TestE2ESlowRejectsBadDurations},
+		{"CheckMaxAgeBoundsPings", TestE2ECheckMaxAgeBoundsPings},
+		{"ChecksBadSpecsFailBeforeListening", TestE2EChecksBadSpecsFailBeforeListening},
+		{"ChecksConcurrentMaxNotSum", TestE2EChecksConcurrentMaxNotSum},
+		{"ChecksEveryMode", TestE2EChecksEveryMode},
+		{"ChecksProbeStormSharesPing", TestE2EChecksProbeStormSharesPing},
+		{"ChecksRealStdlib", TestE2EChecksRealStdlib},
+		{"ChecksSecretsRedacted", TestE2EChecksSecretsRedacted},
+		{"InvalidDurationsFailBeforeListening", TestE2EInvalidDurationsFailBeforeListening},
+		{"LoopStopsAtSignalAndLateLoopIsRefused", TestE2ELoopStopsAtSignalAndLateLoopIsRefused},
+		{"PreStopBeforeReady", TestE2EPreStopBeforeReady},
+		{"SecondSIGINTExitsWhenEnabled", TestE2ESecondSIGINTExitsWhenEnabled},
+		{"StartupDelay", TestE2EStartupDelay},
 		{"RollingRestartZeroFailures", TestE2ERollingRestartZeroFailures},
 		{"RolloutDemoDropsNothing", TestRolloutDemoDropsNothing},
 	} {
