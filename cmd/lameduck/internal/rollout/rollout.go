@@ -27,6 +27,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	vegeta "github.com/tsenart/vegeta/v12/lib"
@@ -264,11 +265,11 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	defer attacker.Stop()
 
 	total := opt.Rounds * opt.Replicas
-	done := 0
+	var done atomic.Int64 // restarts done; read by the progress ticker
 	progress := func() {
 		if opt.Progress != nil {
 			n, failed := rec.counts()
-			opt.Progress(done, total, n, failed)
+			opt.Progress(int(done.Load()), total, n, failed)
 		}
 	}
 	stopTicker := make(chan struct{})
@@ -308,7 +309,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 			ro.terminate(old)
 			terminated = append(terminated, old)
 			current[i] = surge
-			done++
+			done.Add(1)
 			progress()
 		}
 	}

@@ -1,13 +1,17 @@
 package rollout
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -15,7 +19,89 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain doubles as the replica of TestRunInProcess: started with
+// ROLLOUT_TEST_WINDOW set, the test binary is a small server instead.
+func TestMain(m *testing.M) {
+	if w := os.Getenv("ROLLOUT_TEST_WINDOW"); w != "" {
+		testServer(os.Args[len(os.Args)-1], w)
+		return
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// testServer serves GET /, POST /echo and /readyz on 127.0.0.1:port; at
+// SIGTERM /readyz turns 503, and after window the server shuts down.
+func testServer(port, window string) {
+	win, err := time.ParseDuration(window)
+	if err != nil {
+		os.Exit(3)
+	}
+	var draining atomic.Bool
+	mux := http.NewServeMux()
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if draining.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { _, _ = io.Copy(io.Discard, r.Body) })
+	srv := &http.Server{Addr: "127.0.0.1:" + port, Handler: mux}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM)
+	go func() {
+		<-sig
+		draining.Store(true)
+		time.Sleep(win)
+		_ = srv.Shutdown(context.Background())
+	}()
+	if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
+		os.Exit(1)
+	}
+}
+
+// TestRunInProcess runs the whole rollout under the race detector, with
+// this test binary as the replicas: a 3s window outlasts the at most
+// 600ms endpoint removal (no failure); no window at all fails requests.
+func TestRunInProcess(t *testing.T) {
+	for _, c := range []struct {
+		window string
+		fails  bool
+	}{{"3s", false}, {"0s", true}} {
+		t.Run("window="+c.window, func(t *testing.T) {
+			var mu sync.Mutex
+			lastDone := 0
+			opt := Options{Command: []string{os.Args[0], "{port}"}, Env: []string{"ROLLOUT_TEST_WINDOW=" + c.window},
+				Replicas: 2, Rounds: 1, Mode: ModeL7, Rate: 100, GetPath: "/", PostPath: "/echo",
+				ProbePath: "/readyz", ProbePeriod: 100 * time.Millisecond, ProbeFailures: 3, ProbeTimeout: time.Second,
+				RemovalMin: 500 * time.Millisecond, RemovalMax: 600 * time.Millisecond, Grace: 30 * time.Second,
+				StartTimeout: 20 * time.Second, Timeout: 5 * time.Second, Warmup: 200 * time.Millisecond, Cooldown: 200 * time.Millisecond,
+				Progress: func(done, total, requests, failed int) {
+					mu.Lock()
+					lastDone = done
+					mu.Unlock()
+				}}
+			rep, err := Run(context.Background(), opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.fails != (rep.Failed > 0) || rep.Requests == 0 {
+				var b strings.Builder
+				_ = rep.WriteText(&b)
+				t.Fatalf("window %s: %d of %d failed; want failures: %v\n%s", c.window, rep.Failed, rep.Requests, c.fails, b.String())
+			}
+			if c.fails && rep.Failures[KindRefused] == 0 {
+				t.Errorf("failures %v; want refused connections", rep.Failures)
+			}
+			mu.Lock()
+			if lastDone != 2 {
+				t.Errorf("progress saw %d restarts done; want 2", lastDone)
+			}
+			mu.Unlock()
+			if err := rep.WriteHTMLFile(t.TempDir() + "/r.html"); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
 
 func TestClassify(t *testing.T) {
 	for _, c := range []struct {
