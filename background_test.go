@@ -65,7 +65,13 @@ func TestWriteDuringTheWindowIsJoined(t *testing.T) {
 }
 
 func TestJoinBudgetNamesEachOverrunOnce(t *testing.T) {
-	h := started(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 10 * time.Second, JoinBudget: 500 * time.Millisecond})
+	var abandoned atomic.Int64 // what Config.OnTransition hears
+	h := started(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 10 * time.Second, JoinBudget: 500 * time.Millisecond,
+		OnTransition: func(tr lameduck.Transition) {
+			if tr.Kind == lameduck.TransitionAbandoned {
+				abandoned.Add(int64(tr.Count))
+			}
+		}})
 	release := make(chan struct{})
 	defer close(release)
 	h.lc.BeginShutdown("test")
@@ -85,6 +91,9 @@ func TestJoinBudgetNamesEachOverrunOnce(t *testing.T) {
 	// Work abandoned at exit is a failure the exit code must tell.
 	if err := h.wait(); !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "audit-row ×3, invite-email ×1") {
 		t.Fatalf("Run = %v; want an error naming the abandoned tasks", err)
+	}
+	if n := abandoned.Load(); n != 4 {
+		t.Errorf("OnTransition heard %d abandoned task(s), want 4", n)
 	}
 	logs := h.logs.String()
 	if n := strings.Count(logs, "join: 500ms spent; still running: audit-row ×3, invite-email ×1"); n != 1 {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -85,7 +86,13 @@ func TestTeardownCutsAtItsBudget(t *testing.T) {
 		{"less the join's tail", true, 2500 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 3 * time.Second, JoinBudget: 500 * time.Millisecond})
+			var cut atomic.Int64 // what Config.OnTransition hears
+			h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 3 * time.Second, JoinBudget: 500 * time.Millisecond,
+				OnTransition: func(tr lameduck.Transition) {
+					if tr.Kind == lameduck.TransitionCut {
+						cut.Add(int64(tr.Count))
+					}
+				}})
 			if tc.background {
 				done := make(chan struct{})
 				if err := h.lc.GoWrite("audit-row", 0, func(context.Context) error { close(done); return nil }); err != nil {
@@ -138,6 +145,9 @@ func TestTeardownCutsAtItsBudget(t *testing.T) {
 			want := "HTTP drain cut 1 in-flight request(s) after " + tc.httpEnd.String() + ": GET /stuck (age " + age.String() + ")"
 			if logs := h.logs.String(); !strings.Contains(logs, want) {
 				t.Fatalf("log does not name the cut request with its age (%q):\n%s", want, logs)
+			}
+			if n := cut.Load(); n != 1 {
+				t.Fatalf("OnTransition heard %d cut request(s), want 1", n)
 			}
 		})
 	}

@@ -220,13 +220,14 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.phaseDesc
 	ch <- c.inFlight
 	ch <- c.statusD
-	c.results.Describe(ch)
-	c.durations.Describe(ch)
-	c.probes.Describe(ch)
-	c.steps.Describe(ch)
-	c.cut.Describe(ch)
-	c.overruns.Describe(ch)
-	c.abandoned.Describe(ch)
+	for _, m := range c.metrics() {
+		m.Describe(ch)
+	}
+}
+
+// metrics are the series client_golang keeps for the Collector.
+func (c *Collector) metrics() []prometheus.Collector {
+	return []prometheus.Collector{c.results, c.durations, c.probes, c.steps, c.cut, c.overruns, c.abandoned}
 }
 
 // Collect sends the current value of every series, for
@@ -257,11 +258,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.statusD, prometheus.GaugeValue, v, name, strconv.FormatBool(st.critical), string(o))
 		}
 	}
-	c.results.Collect(ch)
-	c.durations.Collect(ch)
-	c.probes.Collect(ch)
-	c.steps.Collect(ch)
-	c.cut.Collect(ch)
-	c.overruns.Collect(ch)
-	c.abandoned.Collect(ch)
+	for _, m := range c.metrics() {
+		m.Collect(ch)
+	}
 }
