@@ -232,6 +232,30 @@ func waitDoneBy(t *testing.T, p *proc, n int) {
 	}
 }
 
+// waitInFlight waits until the worker's last job line is a start: a job is
+// in flight (for the rest of its duration).
+func waitInFlight(t *testing.T, p *proc) {
+	t.Helper()
+	deadline := time.Now().Add(jobsTimeout)
+	for {
+		p.mu.Lock()
+		last := ""
+		for _, l := range p.lines {
+			if m := l.msg(); m == "demo-worker: job started" || m == "demo-worker: job done" {
+				last = m
+			}
+		}
+		p.mu.Unlock()
+		if last == "demo-worker: job started" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no job in flight")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // check asserts, over the whole ledger: every job done exactly once; no
 // job ran twice at once; a job ran more than once only after an
 // interruption handed it back. It returns the number of such re-runs.
@@ -279,6 +303,7 @@ func TestE2EWorkerDrainLosesNoJob(t *testing.T) {
 				a := startWorker(t, url, q, env)
 				ids := enqueue(t, q, 50, 100*time.Millisecond, "--nats", url)
 				waitDoneBy(t, a, 15)
+				waitInFlight(t, a) // so that the drain has a job to finish or hand back
 				a.signal(syscall.SIGTERM)
 				r := a.waitLog(`"draining"`, startTimeout, msgContains("lameduck: draining"))
 				if !strings.Contains(r.msg(), "taking no new job") {
