@@ -97,6 +97,36 @@ func TestRenderedIsCurrent(t *testing.T) {
 	}
 }
 
+// TestNotes: the install notes show the arithmetic, and warn when an
+// explicit grace period is shorter than the sum.
+func TestNotes(t *testing.T) {
+	for _, c := range []struct{ values, want, not string }{
+		{``, "preStop 0s + window 5s + teardown 30s = 35s; terminationGracePeriodSeconds 45.", "WARNING"},
+		{"terminationGracePeriodSeconds: 20\n", "WARNING: 35s does not fit terminationGracePeriodSeconds 20", ""},
+	} {
+		chart, err := loader.Load("../lameduck-demo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		vals := map[string]any{}
+		if err := yaml.Unmarshal([]byte(c.values), &vals); err != nil {
+			t.Fatal(err)
+		}
+		top, err := chartutil.ToRenderValues(chart, vals, chartutil.ReleaseOptions{Name: "demo", Namespace: "default"}, chartutil.DefaultCapabilities)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files, err := engine.Render(chart, top)
+		if err != nil {
+			t.Fatal(err)
+		}
+		notes := files["lameduck-demo/templates/NOTES.txt"]
+		if !strings.Contains(notes, c.want) || (c.not != "" && strings.Contains(notes, c.not)) {
+			t.Errorf("values %q: notes\n%s\nwant %q, not %q", c.values, notes, c.want, c.not)
+		}
+	}
+}
+
 // TestTemplateErrors holds the chart's own refusals: a value the binary
 // would refuse never renders.
 func TestTemplateErrors(t *testing.T) {
