@@ -42,7 +42,7 @@ func newDemoCommand() *cobra.Command {
 		Short: "Run a demo service that answers the probes and drains on SIGTERM",
 		Long: `Run a demo HTTP service built on lameduck, on net/http or, with
 --server fiber, on a Fiber (gofiber/fiber v2) app driven by the same
-Lifecycle (every route below but /events).
+Lifecycle (every route below).
 
 Routes: GET / (a small JSON answer), POST /echo (answers with the size of the
 body it read), GET /ws (a WebSocket echo that closes
@@ -65,7 +65,7 @@ LAMEDUCK_SHUTDOWN_TEARDOWN, LAMEDUCK_ENV, LAMEDUCK_TERMINATION_GRACE, ...).`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.addr, "addr", ":8080", "listen address")
-	f.StringVar(&o.server, "server", "http", `the server that serves the routes: "http" (net/http) or "fiber" (gofiber/fiber v2, without /events)`)
+	f.StringVar(&o.server, "server", "http", `the server that serves the routes: "http" (net/http) or "fiber" (gofiber/fiber v2)`)
 	f.DurationVar(&o.startupDelay, "startup-delay", 0, "simulated boot work before the service is ready, such as 2s")
 	f.StringVar(&o.startupDial, "startup-dial", "", "boot work that needs HOST:PORT up (a database, say): a TCP dial, tried again with backoff until it answers or LAMEDUCK_STARTUP_TIMEOUT is spent")
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")

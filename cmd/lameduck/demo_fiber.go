@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"sync"
@@ -13,8 +14,7 @@ import (
 
 // addFiber serves the routes on a Fiber app (lameduck demo --server fiber),
 // so the same end-to-end tests and rollouts run against both servers.
-// Everything but GET /events is served; the probes are mounted by the
-// middleware lameduckfiber.New installs first.
+// The probes are mounted by the middleware lameduckfiber.New installs first.
 func (d *demo) addFiber(addr string) error {
 	app, err := lameduckfiber.New(d.lc, addr, fiber.Config{ReadTimeout: time.Minute, IdleTimeout: time.Minute})
 	if err != nil {
@@ -48,6 +48,19 @@ func (d *demo) addFiber(addr string) error {
 		return send(c, code, body)
 	})
 	app.Get("/ws", fiberws.New(d.fiberEcho))
+	app.Get("/events", func(c *fiber.Ctx) error {
+		c.Set(fiber.HeaderContentType, "text/event-stream")
+		c.Set(fiber.HeaderCacheControl, "no-store")
+		lameduckfiber.SendStream(d.lc, c, func(w *bufio.Writer) {
+			eventLoop(d.lc, nil, func(ev string) error {
+				if _, err := w.WriteString(ev); err != nil {
+					return err
+				}
+				return w.Flush() // fails once the client has left
+			})
+		})
+		return nil
+	})
 	return nil
 }
 

@@ -14,11 +14,10 @@ func demoServer(t *testing.T) string {
 	return "http"
 }
 
-// TestE2EFiber runs the net/http demo's end-to-end cases (33 of 36), unchanged,
+// TestE2EFiber runs the net/http demo's end-to-end cases (34 of 36), unchanged,
 // against `lameduck demo --server fiber`: the same binary, real signals and
 // real clients, the same assertions on answers, exit codes and the
-// process's log. Left out: GET /events, which the Fiber demo does not
-// serve; the h2c hand-off, as fasthttp speaks no HTTP/2; and
+// process's log. Left out: the h2c hand-off, as fasthttp speaks no HTTP/2; and
 // TestE2EPreStopHookThenSIGTERM, whose held request ends by its client
 // leaving: fasthttp never tells a running handler that its client has gone
 // (it does not read the connection while the handler runs), so that
@@ -59,6 +58,7 @@ func TestE2EFiber(t *testing.T) {
 		{"PreStopBeforeReady", TestE2EPreStopBeforeReady},
 		{"SecondSIGINTExitsWhenEnabled", TestE2ESecondSIGINTExitsWhenEnabled},
 		{"StartupDelay", TestE2EStartupDelay},
+		{"ServerSentEventsEndCleanly", TestE2EServerSentEventsEndCleanly},
 		{"RollingRestartZeroFailures", TestE2ERollingRestartZeroFailures},
 		{"RolloutDemoDropsNothing", TestRolloutDemoDropsNothing},
 	} {

@@ -8,7 +8,7 @@
 // The demo serves GET /, GET /slow?d=DURATION, POST /write, POST /loop,
 // GET /ws (a WebSocket echo) and GET /events (server-sent events) behind the
 // probes, and drains on SIGTERM exactly as a service built on lameduck
-// would; --server fiber serves the same routes (all but /events) on a
+// would; --server fiber serves the same routes on a
 // Fiber app through contrib/fiber. Every LAMEDUCK_* variable applies; see the README's configuration
 // table and `lameduck demo --help`.
 //

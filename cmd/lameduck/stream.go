@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"time"
@@ -54,22 +55,30 @@ func serveEvents(lc *lameduck.Lifecycle, w http.ResponseWriter, r *http.Request)
 	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")
+	eventLoop(lc, r.Context().Done(), func(ev string) error {
+		if _, err := io.WriteString(w, ev); err != nil {
+			return err
+		}
+		return rc.Flush()
+	})
+}
+
+// eventLoop is /events on any server: it sends an event every 100ms until
+// the window ends, then a final "bye" event; it returns then, when send
+// fails, or when done is closed (the client left).
+func eventLoop(lc *lameduck.Lifecycle, done <-chan struct{}, send func(event string) error) {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for n := 1; ; n++ {
-		if _, err := fmt.Fprintf(w, "id: %d\ndata: tick %d\n\n", n, n); err != nil {
-			return
-		}
-		if err := rc.Flush(); err != nil {
+		if err := send(fmt.Sprintf("id: %d\ndata: tick %d\n\n", n, n)); err != nil {
 			return
 		}
 		select {
 		case <-tick.C:
 		case <-lc.Drain():
-			fmt.Fprint(w, "event: bye\ndata: server shutting down; reconnect\n\n")
-			_ = rc.Flush()
+			_ = send("event: bye\ndata: server shutting down; reconnect\n\n")
 			return
-		case <-r.Context().Done(): // the client left
+		case <-done:
 			return
 		}
 	}

@@ -26,6 +26,7 @@
 package lameduckfasthttp
 
 import (
+	"bufio"
 	"net"
 	"unsafe"
 
@@ -136,11 +137,30 @@ func (m *Middleware) Begin(fc *fasthttp.RequestCtx, method, path string) (tr lam
 // stream is not counted in flight. ShutdownWithContext still waits for its
 // connection, and at the budget the Lifecycle closes it, counted in the
 // log's closed connections rather than named. Stream from the handler
-// itself, watching Lifecycle.Drain(), when the stream must be named.
+// with [Stream] instead, which counts it in flight until it has been written.
 func End(fc *fasthttp.RequestCtx, tr lameduck.Tracked) {
 	if !fc.Hijacked() || !tr.Hijacked(fc.Conn()) {
 		tr.End()
 	}
+}
+
+// Stream sets fn as fc's streamed response body (RequestCtx.SetBodyStreamWriter)
+// and counts the stream as a request in flight, under the request's method
+// and path, until fn has returned: the teardown waits for it, the idle drain
+// counts it as traffic, and the budget names it if it has to cut it, as for
+// a net/http handler that streams. fn runs in a goroutine of fasthttp's,
+// after the handler returned; it should end the stream when lc.Drain() is
+// closed (a final event, then return) and return when a Flush fails (the
+// client left). Stream is for a request the middleware admitted; in reject
+// mode, or without the middleware's admission, the stream is still written
+// but not counted.
+func Stream(lc *lameduck.Lifecycle, fc *fasthttp.RequestCtx, fn func(w *bufio.Writer)) {
+	// Copies: the strings outlive the handler.
+	tr, _ := lc.TrackRequest(string(fc.Method()), string(fc.Path()), false)
+	fc.SetBodyStreamWriter(func(w *bufio.Writer) {
+		defer tr.End()
+		fn(w)
+	})
 }
 
 // unsafeString returns b as a string without copying; b must not change

@@ -28,6 +28,7 @@
 package lameduckfiber
 
 import (
+	"bufio"
 	"net"
 
 	"github.com/gofiber/fiber/v2"
@@ -114,4 +115,14 @@ func Middleware(lc *lameduck.Lifecycle) fiber.Handler {
 		defer lameduckfasthttp.End(fc, tr)
 		return c.Next()
 	}
+}
+
+// SendStream streams the response body from fn (RequestCtx.SetBodyStreamWriter)
+// and counts the stream as a request in flight until fn has returned, so the
+// teardown waits for it and names it if the budget cuts it: server-sent
+// events, say. fn runs after the handler returned; it should end the stream
+// when lc.Drain() is closed and return when a Flush fails (the client left).
+// See lameduckfasthttp.Stream.
+func SendStream(lc *lameduck.Lifecycle, c *fiber.Ctx, fn func(w *bufio.Writer)) {
+	lameduckfasthttp.Stream(lc, c.Context(), fn)
 }

@@ -1,6 +1,7 @@
 package lameduckfiber_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -462,5 +463,45 @@ func BenchmarkMiddleware(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// TestSendStreamIsTracked: a body streamed after the handler returned is a
+// request in flight until the stream ends; the teardown waits for it.
+func TestSendStreamIsTracked(t *testing.T) {
+	var r *rig
+	r = newRig(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 5 * time.Second}, false, func(app *fiber.App) {
+		app.Get("/events", func(c *fiber.Ctx) error {
+			lameduckfiber.SendStream(r.lc, c, func(w *bufio.Writer) {
+				w.WriteString("data: hello\n\n")
+				if w.Flush() != nil {
+					return
+				}
+				<-r.lc.Drain()
+				w.WriteString("event: bye\n\n")
+			})
+			return nil
+		})
+	})
+	r.start()
+	resp, err := client(t).Get(r.base + "/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	if line, _ := br.ReadString('\n'); line != "data: hello\n" {
+		t.Fatalf("first line %q", line)
+	}
+	if got := r.lc.InFlight(); len(got) != 1 || got[0].Path != "/events" {
+		t.Fatalf("InFlight while streaming = %+v; want GET /events", got)
+	}
+	lameducktest.EndWindow(t, r.lc, r.clk)
+	rest, err := io.ReadAll(br)
+	if err != nil || !strings.HasSuffix(string(rest), "event: bye\n\n") {
+		t.Fatalf("the stream ended with %q, %v; want the final event", rest, err)
+	}
+	if err := r.wait(); err != nil {
+		t.Fatal(err)
 	}
 }

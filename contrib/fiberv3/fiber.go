@@ -32,6 +32,7 @@
 package lameduckfiberv3
 
 import (
+	"bufio"
 	"net"
 
 	"github.com/gofiber/fiber/v3"
@@ -121,4 +122,14 @@ func Middleware(lc *lameduck.Lifecycle) fiber.Handler {
 		defer lameduckfasthttp.End(fc, tr)
 		return c.Next()
 	}
+}
+
+// SendStream streams the response body from fn (RequestCtx.SetBodyStreamWriter)
+// and counts the stream as a request in flight until fn has returned, so the
+// teardown waits for it and names it if the budget cuts it: server-sent
+// events, say. fn runs after the handler returned; it should end the stream
+// when lc.Drain() is closed and return when a Flush fails (the client left).
+// See lameduckfasthttp.Stream.
+func SendStream(lc *lameduck.Lifecycle, c fiber.Ctx, fn func(w *bufio.Writer)) {
+	lameduckfasthttp.Stream(lc, c.RequestCtx(), fn)
 }
