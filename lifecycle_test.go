@@ -125,9 +125,9 @@ func TestTeardownCutsAtItsBudget(t *testing.T) {
 			h.clock.Advance(1500 * time.Millisecond) // the request is 1.5s old at the signal
 			h.endWindow(time.Second)
 			h.timers(1) // the HTTP drain's timer
-			if n := h.clock.Advance(tc.httpEnd - time.Nanosecond); n != 0 {
-				t.Fatalf("%d timer(s) fired before the budget was spent", n)
-			}
+			// Other timers (the accept grace) may fire in this span: what
+			// must not happen is Run returning.
+			h.clock.Advance(tc.httpEnd - time.Nanosecond)
 			select {
 			case err := <-h.done:
 				t.Fatalf("Run returned %v before the budget was spent", err)

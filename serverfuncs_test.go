@@ -158,9 +158,7 @@ func TestServerFuncsCutAtTheBudgetAndNamed(t *testing.T) {
 	recv(t, entered, "entered")
 	h.endWindow(time.Second)
 	h.timers(1) // the HTTP drain's timer
-	if n := h.clock.Advance(3*time.Second - time.Nanosecond); n != 0 {
-		t.Fatalf("%d timer(s) fired before the budget was spent", n)
-	}
+	h.clock.Advance(3*time.Second - time.Nanosecond) // other timers (the accept grace) may fire
 	select {
 	case err := <-h.done:
 		t.Fatalf("Run returned %v before the budget was spent", err)
