@@ -157,7 +157,7 @@ func TestServerFuncsCutAtTheBudgetAndNamed(t *testing.T) {
 	}()
 	recv(t, entered, "entered")
 	h.endWindow(time.Second)
-	h.timers(1) // the HTTP drain's timer
+	h.timers(1)                                      // the HTTP drain's timer
 	h.clock.Advance(3*time.Second - time.Nanosecond) // other timers (the accept grace) may fire
 	select {
 	case err := <-h.done:
