@@ -25,7 +25,7 @@ func (w *discardWriter) WriteHeader(int)             {}
 // the body and the results come from a pool, the checks' contexts are made
 // only if a check asks for Done. (Outside -race, which allocates on its
 // own.)
-func TestServeReadinessHealthyProbeAllocations(t *testing.T) {
+func TestServeReadinessHealthyProbeAllocs(t *testing.T) {
 	c := health.NewChecker(health.CheckerOptions{Logger: quiet()})
 	for _, name := range []string{"db", "cache", "queue"} {
 		mustAdd(t, c, health.Check{Name: name, Func: func(context.Context) error { return nil }})
