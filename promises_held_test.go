@@ -692,7 +692,7 @@ func TestDrainHooksNeverPastTheHTTPDrainsEnd(t *testing.T) {
 	h.endWindow(time.Second)
 	recv(t, entered, "the hook to run")
 	await(t, h.lc.Events().HTTPDrained) // nothing in flight: its deadline's timer is stopped
-	h.timers(1)                          // the hook's deadline
+	h.timers(1)                         // the hook's deadline
 	h.clock.Advance(3 * time.Second)
 	err := h.wait()
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), `"dispatcher"`) {
