@@ -113,8 +113,9 @@ func (h *probeHandler) isProbePath(p string) bool {
 //     PreStop, or without a token (the hook is then served on the
 //     ProbeAddr listener alone), the path is not a probe path.
 //
-// Every body also carries "version", "commit", "phase" and Config.Fields.
-// Methods other than GET and HEAD get 405. Other paths get 404. Servers
+// Every body but a refused /prestop's (a bare {"status":"unauthorized"})
+// also carries "version", "commit", "phase" and Config.Fields. Methods
+// other than GET and HEAD get 405. Other paths get 404. Servers
 // registered with AddServer already serve these paths; ProbeHandler is for
 // mounting them elsewhere.
 //
