@@ -25,7 +25,7 @@ type Source interface {
 // once, after the handler has returned (or without running it, when the
 // job must go back).
 type Job interface {
-	// ID names the job in logs and probe bodies.
+	// ID names the job in logs.
 	ID() string
 	// Ack tells the queue the job is done: it is not delivered again.
 	Ack(ctx context.Context) error
