@@ -2,6 +2,7 @@ package lameduck_test
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -70,5 +71,43 @@ func TestOnTransition(t *testing.T) {
 	}
 	if !slices.Equal(checks, []string{"db=ok"}) {
 		t.Errorf("checks %v, want [db=ok]", checks)
+	}
+}
+
+// nullWriter is a ResponseWriter that keeps nothing, so a benchmark counts
+// the probe handler's own work.
+type nullWriter struct{ h http.Header }
+
+func (w *nullWriter) Header() http.Header         { return w.h }
+func (w *nullWriter) Write(b []byte) (int, error) { return len(b), nil }
+func (w *nullWriter) WriteHeader(int)             {}
+
+// A liveness probe with and without Config.OnTransition: unset, the probe
+// handler is not wrapped; set, the wrapper and the Transition cost little.
+func BenchmarkLivenessProbeOnTransition(b *testing.B) {
+	for _, hooked := range []bool{false, true} {
+		name := "unset"
+		if hooked {
+			name = "set"
+		}
+		b.Run(name, func(b *testing.B) {
+			cfg := lameduck.Config{LookupEnv: func(string) (string, bool) { return "", false },
+				Logger: slog.New(slog.DiscardHandler)}
+			if hooked {
+				cfg.OnTransition = func(lameduck.Transition) {}
+			}
+			lc, err := lameduck.New(cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			h := lc.ProbeHandler()
+			req := httptest.NewRequest("GET", "/healthz", nil)
+			w := &nullWriter{h: http.Header{}}
+			b.ReportAllocs()
+			for b.Loop() {
+				clear(w.h)
+				h.ServeHTTP(w, req)
+			}
+		})
 	}
 }
