@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lameduck/lameduck"
+	"github.com/lameduck/lameduck/health"
 )
 
 // census lists every goroutine lameduck itself starts, by the function that
@@ -71,6 +72,12 @@ func TestCensus(t *testing.T) {
 	write := make(chan struct{})
 	h.lc.GoWrite("audit-row", time.Minute, func(context.Context) error { <-write; return nil })
 	h.lc.GoLoop("lease", func(ctx context.Context) error { <-ctx.Done(); return nil })
+	// A check with Refresh: serving starts its refresh loop, a GoLoop the
+	// signal stops and the join waits for.
+	if err := h.lc.AddCheck(health.Check{Name: "db", MaxAge: time.Hour, Refresh: true,
+		Func: func(context.Context) error { return nil }}); err != nil {
+		t.Fatal(err)
+	}
 	req := make(chan struct{})
 	inReq := make(chan struct{})
 	base := h.serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { close(inReq); <-req }))
@@ -79,6 +86,7 @@ func TestCensus(t *testing.T) {
 	look() // booting, with a write and a loop running
 	close(boot)
 	await(t, h.lc.Events().StartupDone)
+	look() // serving: the refresh loop runs
 	go func() {
 		if resp, err := client(t).Get(base + "/"); err == nil {
 			resp.Body.Close()
