@@ -25,7 +25,7 @@
 // The fasthttp half (the tracking, the refusals, the probes) is
 // contrib/fasthttp's Middleware. Handlers that stream (server-sent events,
 // WebSockets) watch Lifecycle.Drain() to finish when the lame-duck window
-// ends. fasthttp closes RequestCtx.Done() when the teardown starts and never
+// ends; a streamed body goes through [SendStream] to be counted in flight. fasthttp closes RequestCtx.Done() when the teardown starts and never
 // tells a running handler that its client left: a handler whose work the
 // drain should wait for must not treat Done() as a cancellation. See the
 // operations guide, docs/probes-and-shutdown.md, for the sequence.
