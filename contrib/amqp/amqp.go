@@ -81,6 +81,11 @@ func ping(ctx context.Context, conn *amqp.Connection) error {
 // the probe's deadline. cfg is passed to amqp.DialConfig; its Dial, if set,
 // is replaced.
 //
+// Because the connection is the check's own, a ping that is still waiting
+// for the broker when the probe's deadline passes closes it: the ping
+// returns, the probe reports "timeout", and the next probe redials; a
+// broker that accepts and never answers costs no captive goroutine.
+//
 // Use it when the application's own connection is not at hand, or to check
 // the broker independently of it. Call the returned close function after
 // the last probe (Lifecycle.AddCloser): it closes the connection, and
@@ -146,8 +151,23 @@ func (d *dialed) ping(ctx context.Context) error {
 		d.conn = conn
 		d.mu.Unlock()
 	}
-	return ping(ctx, conn)
+	// The connection is the check's own: when the probe's deadline passes
+	// with the ping still waiting for the broker, close it (the close
+	// handshake bounded by closeWait), which ends the wait, so the ping
+	// honours its context; the next probe redials.
+	stop := context.AfterFunc(ctx, func() { _ = conn.CloseDeadline(time.Now().Add(closeWait)) })
+	err := ping(ctx, conn)
+	stop()
+	if err != nil && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
 }
+
+// closeWait bounds the AMQP close handshake of a connection DialCheck
+// closes because a ping outlived its deadline: short, so the ping returns
+// well within the health engine's 100ms of slack and is not held captive.
+const closeWait = 20 * time.Millisecond
 
 func (d *dialed) close() error {
 	d.mu.Lock()
