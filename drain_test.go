@@ -555,15 +555,30 @@ func TestServeErrorDuringTheSequenceIsReturned(t *testing.T) {
 
 func TestSilentConnectionsDoNotHoldTheDrain(t *testing.T) {
 	h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 10 * time.Second})
-	base := h.serve(okHandler)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan struct{}, 1)
+	srv := &http.Server{Handler: okHandler, ConnState: func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			accepted <- struct{}{}
+		}
+	}}
+	if err := h.lc.AddServer(srv, ln); err != nil {
+		t.Fatal(err)
+	}
 	h.run()
 	await(t, h.lc.Events().StartupDone)
-	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	conn, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
 	fmt.Fprint(conn, "GET /api HTTP/1.1\r\nHost: x\r\n") // half a header, then silence
+	// The server has the connection before the sequence starts (a dial
+	// returns once the kernel has it, before the server's Accept).
+	recv(t, accepted, "the server to accept the connection")
 	h.endWindow(time.Second)
 	h.timers(2) // the HTTP drain's deadline and the accept grace
 	h.clock.Advance(250 * time.Millisecond)
