@@ -252,9 +252,7 @@ func TestDrainLikeHTTP(t *testing.T) {
 		}
 		unary <- err
 	}()
-	for len(lc.InFlight()) < 2 { // the stream and the unary call are tracked
-		time.Sleep(time.Millisecond)
-	}
+	inFlight(t, lc, 2) // the stream and the unary call
 	lc.BeginShutdown("SIGTERM")
 	var streamErr error
 	for streamErr == nil {
@@ -285,9 +283,7 @@ func TestCutAtTheBudget(t *testing.T) {
 		_, err := testpb.NewTestServiceClient(s.cc).UnaryCall(context.Background(), &testpb.SimpleRequest{ResponseSize: -1})
 		unary <- err
 	}()
-	for len(lc.InFlight()) < 1 {
-		time.Sleep(time.Millisecond)
-	}
+	inFlight(t, lc, 1)
 	lc.BeginShutdown("SIGTERM")
 	if err := <-unary; status.Code(err) != codes.Unavailable {
 		t.Fatalf("the call cut at the budget: %v, want Unavailable", err)
@@ -297,6 +293,16 @@ func TestCutAtTheBudget(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "/grpc.testing.TestService/UnaryCall") {
 		t.Fatalf("the cut call is not named:\n%s", logs)
+	}
+}
+
+// inFlight waits until n requests are tracked in flight (10s at most).
+func inFlight(t *testing.T, lc *lameduck.Lifecycle, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); len(lc.InFlight()) < n; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d request(s) in flight after 10s, want %d", len(lc.InFlight()), n)
+		}
 	}
 }
 
