@@ -52,7 +52,7 @@ type checkState struct {
 // probe) and run by one goroutine of the Checker's, one after another,
 // while each returns at once; the probe hands those still waiting to
 // goroutines of their own as soon as that goroutine blocks (see
-// [Checker.launch]).
+// launch).
 type flight struct {
 	cs       *checkState
 	ctx      pingCtx   // the Func's context: deadline start+timeout
@@ -134,7 +134,7 @@ const goexitValue = "runtime.Goexit called by the check"
 // arrive is a probe's arrival at the check, at now (the probe's start).
 // It returns the flight to wait on: one in flight to join, or a new one,
 // taken from *batch (made with room for room flights on first use) and not
-// yet running (see [Checker.launch]); or a result to report at once
+// yet running (see launch); or a result to report at once
 // (answered): "stalled" when the check is captive, or, with MaxAge and
 // reuse, the last verdict when no ping is in flight and it is younger than
 // MaxAge.
