@@ -6,10 +6,10 @@ import (
 )
 
 // docs/probes-and-shutdown.md, Configuration: "A bad value stops New before
-// anything is bound: one ERROR line (several problems are joined with
-// newlines in it) and exit 1"; the README: "an unknown LAMEDUCK_* name ends
-// the process with exit code 1 before it listens". Exit 1 exactly, not any
-// non-zero code.
+// anything is bound, with exit 1 … as one record whose errors member is an
+// array with --log-format json"; the README: "an unknown LAMEDUCK_* name
+// ends the process with exit code 1 before it listens". Exit 1 exactly, not
+// any non-zero code, and every problem in the one record.
 func TestE2EBadSettingsExitOneBeforeListening(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
