@@ -68,7 +68,7 @@ func rolloutJSON(t *testing.T, args ...string) (rolloutReport, int) {
 
 // fastProbes are the balancer settings of every test: a readiness poll
 // every 500ms, out after two failures.
-var fastProbes = []string{"--probe-period", "500ms", "--probe-failures", "2", "--probe-timeout", "2s", "--warmup", "500ms", "--cooldown", "500ms"}
+var fastProbes = []string{"--probe-period", "500ms", "--probe-failures", "2", "--probe-timeout", "2s", "--warmup", "500ms", "--cooldown", "500ms", "--timeout", "30s"}
 
 // TestRolloutDemoDropsNothing is the promise of the whole project, in CI:
 // three replicas of the demo, restarted twice each under a few hundred

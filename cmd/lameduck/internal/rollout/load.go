@@ -88,6 +88,10 @@ type sample struct {
 type recorder struct {
 	next  http.RoundTripper
 	since func() time.Duration
+	// stopped is set just before the attacker is stopped: a request it
+	// then cancels in flight ended because the load ended, not because a
+	// replica failed it, and is not recorded.
+	stopped atomic.Bool
 
 	mu      sync.Mutex // guards samples
 	samples []sample
@@ -120,6 +124,8 @@ func (rec *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
 		s.Replica = de.replica
 	}
 	switch {
+	case err != nil && rec.stopped.Load() && errors.Is(err, context.Canceled):
+		return resp, err // cancelled by the end of the load: no sample
 	case err != nil:
 		s.Kind, s.Error = classify(err), err.Error()
 	default:

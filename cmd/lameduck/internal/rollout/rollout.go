@@ -327,6 +327,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	if err := sleepCtx(ctx, opt.Cooldown); err != nil {
 		return nil, err
 	}
+	rec.stopped.Store(true)
 	attacker.Stop()
 	loadEnd := ro.since()
 	<-metricsDone // the attacker closes results once its last request has ended

@@ -61,6 +61,8 @@ func testServer(port, window string) {
 // TestRunInProcess runs the whole rollout under the race detector, with
 // this test binary as the replicas: a 3s window outlasts the at most
 // 600ms endpoint removal (no failure); no window at all fails requests.
+// The request timeout is generous (30s): under -race on a loaded 2-core
+// machine an answer may take seconds, and a slow answer is no dropped one.
 func TestRunInProcess(t *testing.T) {
 	for _, c := range []struct {
 		window string
@@ -73,7 +75,7 @@ func TestRunInProcess(t *testing.T) {
 				Replicas: 2, Rounds: 1, Mode: ModeL7, Rate: 100, GetPath: "/", PostPath: "/echo",
 				ProbePath: "/readyz", ProbePeriod: 100 * time.Millisecond, ProbeFailures: 3, ProbeTimeout: time.Second,
 				RemovalMin: 500 * time.Millisecond, RemovalMax: 600 * time.Millisecond, Grace: 30 * time.Second,
-				StartTimeout: 20 * time.Second, Timeout: 5 * time.Second, Warmup: 200 * time.Millisecond, Cooldown: 200 * time.Millisecond,
+				StartTimeout: 20 * time.Second, Timeout: 30 * time.Second, Warmup: 200 * time.Millisecond, Cooldown: 200 * time.Millisecond,
 				Progress: func(done, total, requests, failed int) {
 					mu.Lock()
 					lastDone = done
