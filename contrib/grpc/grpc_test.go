@@ -228,6 +228,47 @@ func TestHealthThroughThePhases(t *testing.T) {
 	}
 }
 
+// The health service follows the probe paths the Lifecycle was configured
+// with, and SetServing false is honoured for "" and "readiness" as for any
+// registered service.
+func TestHealthFollowsRenamedPathsAndSetServing(t *testing.T) {
+	logs := &syncBuffer{}
+	lc, err := lameduck.New(lameduck.Config{ShutdownDelay: 100 * time.Millisecond, ShutdownTeardown: 5 * time.Second, IgnoreSignals: true,
+		LookupEnv: func(k string) (string, bool) {
+			v, ok := map[string]string{"LAMEDUCK_READINESS_PATH": "/ready", "LAMEDUCK_LIVENESS_PATHS": "/live"}[k]
+			return v, ok
+		},
+		Logger: slog.New(slog.NewTextHandler(io.MultiWriter(logs, t.Output()), nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := serve(t, lc, logs)
+	runErr := make(chan error, 1)
+	go func() { runErr <- lc.Run(context.Background()) }()
+	select {
+	case <-lc.Events().StartupDone.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("never serving")
+	}
+	wantStatus(t, s.cc, "serving, renamed paths", map[string]healthpb.HealthCheckResponse_ServingStatus{
+		"": serving, "readiness": serving, "liveness": serving, testSvc: serving})
+	for _, svc := range []string{"", "readiness"} {
+		s.srv.Health().SetServing(svc, false)
+		wantStatus(t, s.cc, "SetServing("+svc+", false)", map[string]healthpb.HealthCheckResponse_ServingStatus{svc: notServing, "liveness": serving})
+		s.srv.Health().SetServing(svc, true)
+		wantStatus(t, s.cc, "SetServing("+svc+", true)", map[string]healthpb.HealthCheckResponse_ServingStatus{svc: serving})
+	}
+	lc.BeginShutdown("test")
+	select {
+	case err := <-runErr:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run did not return")
+	}
+}
+
 // SIGTERM with RPCs in flight: a slow unary call completes, a server
 // stream ends with Unavailable at the window's end, and the drain is
 // clean.

@@ -1,6 +1,7 @@
 package ldgrpc
 
 import (
+	"cmp"
 	"context"
 	"net/http"
 	"sync"
@@ -103,11 +104,21 @@ func (h *Health) known(service string) (known, down bool) {
 
 // status answers for service; ok false means unknown.
 func (h *Health) status(ctx context.Context, service string) (healthpb.HealthCheckResponse_ServingStatus, bool) {
-	path := lameduck.PathReadiness
+	// The paths the Lifecycle was configured with (LAMEDUCK_READINESS_PATH,
+	// LAMEDUCK_LIVENESS_PATHS), not the defaults: gRPC and HTTP health
+	// must never disagree.
+	cfg := h.lc.Config()
+	path := cmp.Or(cfg.ReadinessPath, lameduck.PathReadiness)
 	switch service {
 	case ServiceLiveness:
 		path = lameduck.PathLiveness
+		if len(cfg.LivenessPaths) > 0 {
+			path = cfg.LivenessPaths[0]
+		}
 	case "", ServiceReadiness:
+		if _, down := h.known(service); down && h.lc.Phase() == lameduck.PhaseServing {
+			return healthpb.HealthCheckResponse_NOT_SERVING, true
+		}
 	default:
 		known, down := h.known(service)
 		if !known {
