@@ -42,18 +42,21 @@ func (e *Event) At() (time.Time, bool) {
 	return time.Time{}, false
 }
 
-// fire records at and closes the channel; it reports whether this call was
-// the one that fired it.
+// fire records at, reports the event (Config.OnTransition) and then closes
+// the channel; it reports whether this call was the one that fired it. The
+// report comes before the close, so a goroutine that waits on Done and fires
+// the next event cannot report it first: OnTransition hears the events in
+// order even when they fire on different goroutines.
 func (e *Event) fire(at time.Time) bool {
 	fired := false
 	e.once.Do(func() {
 		e.at.Store(&at)
+		if e.on != nil {
+			e.on(e, at)
+		}
 		close(e.ch)
 		fired = true
 	})
-	if fired && e.on != nil {
-		e.on(e, at)
-	}
 	return fired
 }
 
