@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"strings"
 )
 
 // What the middleware does with a request, by the Lifecycle's state.
@@ -145,7 +146,9 @@ func (l *Lifecycle) admit(path string, upgrade bool) Verdict {
 // that outlives the teardown budget is named in the log by method, path and
 // age, exactly as a request on an *http.Server registered with AddServer.
 // method and path are read until End (and copied only if the request is
-// named), so they may alias a buffer the server reuses after End.
+// named), so they may alias a buffer the server reuses after End; a request
+// whose connection is hijacked outlives its handler, and Tracked.Hijacked
+// copies them then.
 //
 // upgrade reports whether the request asks to switch protocols (an Upgrade
 // header: a WebSocket); it is read only from the shutdown signal on
@@ -184,7 +187,10 @@ func (t Tracked) End() {
 // care, as a WebSocket's does after its upgrade: from now on the idle drain
 // no longer waits for it (a WebSocket that sends no KeepAlive does not hold
 // the window), it is named "hijacked" if the teardown budget cuts it, and
-// the teardown closes conn then.
+// the teardown closes conn then. It copies the request's method and path,
+// which may alias buffers its server reuses once the handler has returned
+// (Fiber's pooled Ctx): the session outlives them. Call it before the
+// handler returns.
 //
 // When conn is a connection accepted on a listener that the Lifecycle
 // handed to ServerFuncs.Serve (as fasthttp's RequestCtx.Conn is for a Fiber
@@ -196,8 +202,11 @@ func (t Tracked) Hijacked(conn net.Conn) bool {
 	if rec == nil {
 		return false
 	}
+	// The owner goroutine alone writes method and path: read them unlocked.
+	method, path := strings.Clone(rec.method), strings.Clone(rec.path)
 	s := rec.shard
 	s.mu.Lock()
+	rec.method, rec.path = method, path
 	rec.hijacked, rec.conn = true, conn
 	s.mu.Unlock()
 	c, ok := conn.(*extConn)

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/lameduck/lameduck"
 )
@@ -280,11 +281,16 @@ func TestServerFuncsHijackedEndsWithItsConnection(t *testing.T) {
 			defer conn.Close()
 			fmt.Fprintf(conn, "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: x-test\r\n\r\n")
 			sc := <-hijacked
-			// A second, direct use of the API on the hijacked connection.
-			tr, _ := h.lc.TrackRequest("GET", "/ws2", false)
+			// A second, direct use of the API on the hijacked connection,
+			// with method and path aliasing a buffer that the server
+			// reuses once the handler has returned (as Fiber's pooled Ctx
+			// does): Hijacked copies them.
+			reqBuf := []byte("GET /ws2")
+			tr, _ := h.lc.TrackRequest(unsafe.String(&reqBuf[0], 3), unsafe.String(&reqBuf[4], 4), false)
 			if !tr.Hijacked(sc) {
 				t.Fatal("Hijacked = false for a connection accepted on the Lifecycle's listener")
 			}
+			copy(reqBuf, "PUT /abc")
 			if got := h.lc.InFlight(); len(got) != 1 || !got[0].Hijacked || got[0].Path != "/ws2" {
 				t.Fatalf("InFlight = %+v; want /ws2, hijacked", got)
 			}

@@ -27,7 +27,10 @@ package lameduckfasthttp
 
 import (
 	"bufio"
+	"bytes"
 	"net"
+	"net/url"
+	"strings"
 	"unsafe"
 
 	"github.com/lameduck/lameduck"
@@ -78,7 +81,7 @@ func New(lc *lameduck.Lifecycle) *Middleware {
 // first is not tracked.
 func (m *Middleware) Handler(next fasthttp.RequestHandler) fasthttp.RequestHandler {
 	return func(fc *fasthttp.RequestCtx) {
-		tr, answered := m.Begin(fc, unsafeString(fc.Method()), unsafeString(fc.Path()))
+		tr, answered := m.Begin(fc)
 		if answered {
 			return
 		}
@@ -87,10 +90,10 @@ func (m *Middleware) Handler(next fasthttp.RequestHandler) fasthttp.RequestHandl
 	}
 }
 
-// Begin starts one request, as Lifecycle.TrackRequest decides it; method
-// and path are the request's, and may alias fasthttp's buffers. It reports
-// answered when it has answered the request itself, and the caller must
-// then neither serve it nor call End:
+// Begin starts one request, as Lifecycle.TrackRequest decides it, under
+// its method and the path net/http's Request.URL.Path would hold (see
+// [Path]). It reports answered when it has answered the request itself,
+// and the caller must then neither serve it nor call End:
 //
 //   - a probe path (unless Config.ProbeAddr gives the probes their own
 //     listener): answered by lc.ProbeHandler() through fasthttpadaptor, the
@@ -104,9 +107,9 @@ func (m *Middleware) Handler(next fasthttp.RequestHandler) fasthttp.RequestHandl
 // close from the signal on (RequestCtx.SetConnectionClose), and the caller
 // serves it, then calls End. Begin allocates nothing for a request it
 // tracks.
-func (m *Middleware) Begin(fc *fasthttp.RequestCtx, method, path string) (tr lameduck.Tracked, answered bool) {
+func (m *Middleware) Begin(fc *fasthttp.RequestCtx) (tr lameduck.Tracked, answered bool) {
 	upgrade := m.lc.Phase() >= lameduck.PhaseDraining && len(fc.Request.Header.Peek(fasthttp.HeaderUpgrade)) > 0
-	tr, v := m.lc.TrackRequest(method, path, upgrade)
+	tr, v := m.lc.TrackRequest(unsafeString(fc.Method()), Path(fc), upgrade)
 	switch {
 	case v.Probe:
 		m.probes(fc)
@@ -130,7 +133,9 @@ func (m *Middleware) Begin(fc *fasthttp.RequestCtx, method, path string) (tr lam
 // (RequestCtx.Hijack: a WebSocket upgrade), the request stays in flight
 // until that connection closes, so the teardown waits for the session and
 // names it "hijacked" if it has to cut it; the idle drain does not wait for
-// it. End allocates nothing for a request that was not hijacked.
+// it. Its method and path are copied then (Tracked.Hijacked), since fasthttp
+// and Fiber reuse their request buffers for the connection's next request
+// or another one. End allocates nothing for a request that was not hijacked.
 //
 // End does not see a response body that fasthttp writes after the handlers
 // returned (RequestCtx.SetBodyStreamWriter, Fiber's SendStream): such a
@@ -156,11 +161,37 @@ func End(fc *fasthttp.RequestCtx, tr lameduck.Tracked) {
 // but not counted.
 func Stream(lc *lameduck.Lifecycle, fc *fasthttp.RequestCtx, fn func(w *bufio.Writer)) {
 	// Copies: the strings outlive the handler.
-	tr, _ := lc.TrackRequest(string(fc.Method()), string(fc.Path()), false)
+	tr, _ := lc.TrackRequest(string(fc.Method()), strings.Clone(Path(fc)), false)
 	fc.SetBodyStreamWriter(func(w *bufio.Writer) {
 		defer tr.End()
 		fn(w)
 	})
+}
+
+// Path returns fc's request path as net/http's Request.URL.Path holds it:
+// the path of the request target, percent-decoded (RFC 3986, section 2.1),
+// neither cleaned nor lower-cased, so that the probe paths and the names in
+// the log are the same on fasthttp as on net/http: /readyz%2Fdb is the
+// readiness of the check "db" on both, //readyz is a probe on neither.
+// (fasthttp's RequestCtx.Path also cleans the path: /a/../readyz would be
+// a probe there and not on net/http; Fiber's Ctx.Path is not decoded unless
+// Config.UnescapePath is set.)
+//
+// A path without a '%' is returned without copying: it aliases fasthttp's
+// buffer and is valid until the handler returns. A path with one is
+// decoded into a new string; one with a malformed escape, which net/http
+// refuses with 400 Bad Request before any handler sees it, is returned as
+// it came.
+func Path(fc *fasthttp.RequestCtx) string {
+	raw := fc.URI().PathOriginal()
+	if bytes.IndexByte(raw, '%') < 0 {
+		return unsafeString(raw)
+	}
+	p, err := url.PathUnescape(string(raw))
+	if err != nil {
+		return string(raw)
+	}
+	return p
 }
 
 // unsafeString returns b as a string without copying; b must not change

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -207,5 +208,32 @@ func BenchmarkHandler(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// TestPathIsNetHTTPs: Path is, for each request target, the path that
+// net/http's server puts in Request.URL.Path (it parses the target with
+// url.ParseRequestURI): percent-decoded, neither cleaned nor lower-cased.
+func TestPathIsNetHTTPs(t *testing.T) {
+	for _, target := range []string{
+		"/readyz", "/readyz%2Fdb", "/%72eadyz", "//readyz", "/a/../readyz", "/./readyz", "/readyz/",
+		"/ReadyZ", "/a+b%20c", "/readyz?verbose=%2F", "http://example.com/readyz%2Fdb?x=1",
+	} {
+		u, err := url.ParseRequestURI(target)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var fc fasthttp.RequestCtx // as fasthttp's server reads a request: a Host header
+		fc.Request.Header.SetHost("example.com")
+		fc.Request.SetRequestURI(target)
+		if got := lameduckfasthttp.Path(&fc); got != u.Path {
+			t.Errorf("Path(%q) = %q; net/http's URL.Path is %q", target, got, u.Path)
+		}
+	}
+	// A malformed escape, which net/http answers 400 itself, is kept.
+	var fc fasthttp.RequestCtx
+	fc.Request.SetRequestURI("/readyz%zz")
+	if got := lameduckfasthttp.Path(&fc); got != "/readyz%zz" {
+		t.Errorf("Path(/readyz%%zz) = %q; want it as it came", got)
 	}
 }

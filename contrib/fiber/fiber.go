@@ -108,7 +108,7 @@ func Middleware(lc *lameduck.Lifecycle) fiber.Handler {
 	m := lameduckfasthttp.New(lc)
 	return func(c *fiber.Ctx) error {
 		fc := c.Context()
-		tr, answered := m.Begin(fc, c.Method(), c.Path())
+		tr, answered := m.Begin(fc)
 		if answered {
 			return nil
 		}

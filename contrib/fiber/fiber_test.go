@@ -174,6 +174,8 @@ func TestProbesAreByteIdenticalToNetHTTP(t *testing.T) {
 		{"GET", "/readyz?exclude=nope", nil}, {"GET", "/readyz/db", nil}, {"GET", "/readyz/cache", nil},
 		{"GET", "/readyz/nope", nil}, {"GET", "/readyz/nope?verbose", nil}, {"GET", "/readyz", healthJSON},
 		{"HEAD", "/prestop", nil},
+		// The path is the one net/http's Request.URL.Path holds: decoded.
+		{"GET", "/readyz%2Fdb", nil}, {"GET", "/readyz%2Fcache?verbose", nil}, {"GET", "/%72eadyz", nil},
 	}
 	compare := func(phase string) {
 		t.Helper()
@@ -379,6 +381,57 @@ func TestWebSocketsOnFiber(t *testing.T) {
 	if err := r.wait(); err != nil {
 		t.Fatalf("Run = %v; the WebSocket closed cleanly", err)
 	}
+}
+
+// TestHijackedRequestKeepsItsName: a WebSocket stays in flight after Fiber
+// has put its Ctx back in the pool, and requests for other paths reuse
+// that Ctx's path buffer; the WebSocket is still named GET /ws, not by
+// the bytes of a later path.
+func TestHijackedRequestKeepsItsName(t *testing.T) {
+	var r *rig
+	r = newRig(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 5 * time.Second}, false, func(app *fiber.App) {
+		app.Get("/ws", fiberws.New(func(c *fiberws.Conn) {
+			<-r.lc.Drain()
+			_ = c.WriteControl(fiberws.CloseMessage,
+				fiberws.FormatCloseMessage(fiberws.CloseGoingAway, "draining"), time.Now().Add(time.Second))
+		}))
+		app.Get("/*", func(c *fiber.Ctx) error { return c.SendString("ok") })
+	})
+	r.start()
+	ctx := context.Background()
+	ws, _, err := websocket.Dial(ctx, strings.Replace(r.base, "http", "ws", 1)+"/ws", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.CloseNow()
+	waitInFlight(t, r.lc, 1)
+	c := client(t)
+	for i := range 40 {
+		do(t, c, "GET", r.base+[]string{"/zq", "/abcdefgh"}[i%2], nil)
+	}
+	if got := r.lc.InFlight(); len(got) != 1 || !got[0].Hijacked || got[0].Method != "GET" || got[0].Path != "/ws" {
+		t.Fatalf("InFlight after other requests = %+v; want GET /ws, hijacked", got)
+	}
+	lameducktest.EndWindow(t, r.lc, r.clk)
+	if _, _, err := ws.Read(ctx); websocket.CloseStatus(err) != websocket.StatusGoingAway {
+		t.Fatalf("the WebSocket ended with %v; want a 1001 close frame", err)
+	}
+	if err := r.wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitInFlight waits (up to a generous bound) until exactly n requests are
+// in flight, all hijacked.
+func waitInFlight(t *testing.T, lc *lameduck.Lifecycle, n int) {
+	t.Helper()
+	var got []lameduck.InFlightRequest
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if got = lc.InFlight(); len(got) == n && (n == 0 || got[n-1].Hijacked) {
+			return
+		}
+	}
+	t.Fatalf("InFlight = %+v; want %d hijacked", got, n)
 }
 
 // TestHandlerRunsWithoutTheMiddleware: a Fiber app without requests in

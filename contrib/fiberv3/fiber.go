@@ -115,7 +115,7 @@ func Middleware(lc *lameduck.Lifecycle) fiber.Handler {
 	m := lameduckfasthttp.New(lc)
 	return func(c fiber.Ctx) error {
 		fc := c.RequestCtx()
-		tr, answered := m.Begin(fc, c.Method(), c.Path())
+		tr, answered := m.Begin(fc)
 		if answered {
 			return nil
 		}

@@ -171,6 +171,8 @@ func TestProbesAreByteIdenticalToNetHTTP(t *testing.T) {
 		{"GET", "/readyz?exclude=nope", nil}, {"GET", "/readyz/db", nil}, {"GET", "/readyz/cache", nil},
 		{"GET", "/readyz/nope", nil}, {"GET", "/readyz/nope?verbose", nil}, {"GET", "/readyz", healthJSON},
 		{"HEAD", "/prestop", nil},
+		// The path is the one net/http's Request.URL.Path holds: decoded.
+		{"GET", "/readyz%2Fdb", nil}, {"GET", "/readyz%2Fcache?verbose", nil}, {"GET", "/%72eadyz", nil},
 	}
 	compare := func(phase string) {
 		t.Helper()
@@ -376,6 +378,53 @@ func TestUpgradesOnFiber(t *testing.T) {
 	}
 	if err := r.wait(); err != nil {
 		t.Fatalf("Run = %v; the upgraded connection closed cleanly", err)
+	}
+}
+
+// TestHijackedRequestKeepsItsName: an upgraded connection stays in flight
+// after Fiber has put its Ctx back in the pool, and requests for other
+// paths reuse that Ctx's buffers; the connection is still named GET /ws.
+func TestHijackedRequestKeepsItsName(t *testing.T) {
+	var r *rig
+	r = newRig(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 5 * time.Second}, false, func(app *fiber.App) {
+		app.Get("/ws", func(c fiber.Ctx) error {
+			c.Status(fiber.StatusSwitchingProtocols)
+			c.Set(fiber.HeaderUpgrade, "x-test")
+			c.Set(fiber.HeaderConnection, "Upgrade")
+			c.RequestCtx().Hijack(func(conn net.Conn) {
+				<-r.lc.Drain()
+				conn.Write([]byte("bye\n"))
+			})
+			return nil
+		})
+		app.Get("/*", func(c fiber.Ctx) error { return c.SendString("ok") })
+	})
+	r.start()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(r.base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	io.WriteString(conn, "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: x-test\r\n\r\n")
+	var got []lameduck.InFlightRequest
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if got = r.lc.InFlight(); len(got) == 1 && got[0].Hijacked {
+			break
+		}
+	}
+	c := client(t)
+	for i := range 40 {
+		do(t, c, "GET", r.base+[]string{"/zq", "/abcdefgh"}[i%2], nil)
+	}
+	if got = r.lc.InFlight(); len(got) != 1 || !got[0].Hijacked || got[0].Method != "GET" || got[0].Path != "/ws" {
+		t.Fatalf("InFlight after other requests = %+v; want GET /ws, hijacked", got)
+	}
+	lameducktest.EndWindow(t, r.lc, r.clk)
+	if b, _ := io.ReadAll(conn); !strings.HasSuffix(string(b), "bye\n") {
+		t.Fatalf("the upgraded connection read %q; want its handler's goodbye, then EOF", b)
+	}
+	if err := r.wait(); err != nil {
+		t.Fatal(err)
 	}
 }
 
