@@ -20,8 +20,10 @@
 //	/readyz   200 ok, 200 degraded, 503 failed              the Lifecycle's readiness checks, otherwise
 //	/readyz   503 {"status":"draining","busy":true}         from the signal on; busy while a job runs
 //
-// A cycle is a fetch that returned (a job, nothing, or an error) or a job
-// that ended. Every body carries version and commit.
+// A cycle is a fetch that returned (a job, nothing, or an error), a job
+// that ended, or, while the runner is superseded and fetches nothing on
+// purpose, each pause of one fetch wait. Every body carries version and
+// commit.
 //
 // # Drain
 //
@@ -38,11 +40,14 @@
 // # Rollout epochs
 //
 // LAMEDUCK_EPOCH is the runner's generation, rendered into its pod
-// template. An [EpochSource] reports the newest epoch in the fleet; a
-// runner whose epoch is older is superseded: readiness 503, and every job
-// delivered to it is handed back with a delay (LAMEDUCK_EPOCH_MISMATCH_DELAY,
-// default 2m) so the newer fleet takes it. A job in flight when the fleet
-// moves on finishes where it is, so no job runs twice at once.
+// template. An [EpochSource] reports the newest epoch among the runners
+// alive now; a runner whose epoch is older is superseded: readiness 503,
+// and its loops stop fetching, so the newer fleet gets every job at once. A
+// job delivered to it as it became superseded is handed back, once, with a
+// delay (LAMEDUCK_EPOCH_MISMATCH_DELAY, default 2m). A job in flight when
+// the fleet moves on finishes where it is, so no job runs twice at once.
+// When the newer runners are gone (a rollback) the newest epoch falls back
+// and the older runners fetch again.
 // [StaticEpochs] is the source that never changes; lameduck's demo worker
 // has one on NATS JetStream key-value.
 //

@@ -9,14 +9,23 @@ import (
 // (docs/runners.md, "Rollout epochs"). Each runner carries the epoch of its
 // pod template (Config.Epoch, LAMEDUCK_EPOCH); a runner whose epoch is
 // older than the newest one is superseded: its readiness is 503
-// "superseded" and every job delivered to it is handed back, delayed by
-// Config.EpochMismatchDelay, so that the newer fleet takes it.
+// "superseded", its loops stop fetching, and a job delivered to one of them
+// before it stopped is handed back, delayed by Config.EpochMismatchDelay, so
+// that the newer fleet takes it.
+//
+// The newest epoch is the newest among the runners alive now, not the
+// newest ever seen: after a rollback (the newer runners gone) the answer
+// falls back, and the older runners take jobs again. A source should stop
+// counting a runner that exits or stops answering (the demo worker's
+// key-value source ignores a runner that missed three polls), and a
+// runner that is draining, which takes no new job.
 //
 // Implementations must be safe for concurrent use.
 type EpochSource interface {
 	// Newest publishes mine, this runner's epoch, and returns the newest
-	// epoch of the fleet, mine included: at least mine. On an error the
-	// worker keeps its last answer and logs the failure once.
+	// epoch of the runners alive now, mine included: at least mine. It may
+	// be lower than an earlier answer (a rollback). On an error the worker
+	// keeps its last answer and logs the failure once.
 	Newest(ctx context.Context, mine uint64) (uint64, error)
 }
 
@@ -37,6 +46,14 @@ const DefaultEpochPoll = 10 * time.Second
 
 // isSuperseded reports whether a newer epoch than this runner's is known.
 func (w *Worker) isSuperseded() bool { return w.newest.Load() > w.cfg.Epoch }
+
+// supersededNow reports whether this runner is superseded, and a channel
+// closed when that changes, read together so no change is missed.
+func (w *Worker) supersededNow() (bool, <-chan struct{}) {
+	w.epochMu.Lock()
+	defer w.epochMu.Unlock()
+	return w.isSuperseded(), w.epochMoved
+}
 
 // pollLoop asks the epoch source every poll interval until Run returns.
 func (w *Worker) pollLoop() {
@@ -70,12 +87,19 @@ func (w *Worker) pollEpoch(ctx context.Context) {
 		w.epochFailing = false
 		w.log.Info("lameduck: worker: epoch source reachable again", "newest_epoch", n)
 	}
-	if n > w.newest.Load() {
-		w.newest.Store(n)
+	w.newest.Store(max(n, w.cfg.Epoch)) // may fall: the newest runners are gone (a rollback)
+	sup := w.isSuperseded()
+	if sup == w.superseded.Load() {
+		return
 	}
-	if sup := w.isSuperseded(); sup != w.superseded.Load() {
-		w.superseded.Store(sup)
-		w.log.Warn("lameduck: worker: superseded — a newer rollout epoch exists; /readyz now 503 superseded, every job delivered is handed back",
+	w.superseded.Store(sup)
+	close(w.epochMoved) // wakes the loops idling while superseded
+	w.epochMoved = make(chan struct{})
+	if sup {
+		w.log.Warn("lameduck: worker: superseded — a newer rollout epoch exists; /readyz now 503 superseded, the loops stop fetching, a job already delivered is handed back",
 			"epoch", w.cfg.Epoch, "newest_epoch", w.newest.Load(), "mismatch_delay", w.cfg.EpochMismatchDelay.String())
+		return
 	}
+	w.log.Info("lameduck: worker: no longer superseded — no live runner has a newer epoch (a rollback); the loops fetch again",
+		"epoch", w.cfg.Epoch, "newest_epoch", w.newest.Load())
 }

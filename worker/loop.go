@@ -86,6 +86,15 @@ func (l *loop) run() {
 	l.began = w.clock.Now()
 	l.mu.Unlock()
 	for ctx.Err() == nil {
+		if sup, moved := w.supersededNow(); sup {
+			// Superseded: compete for no job, or the old fleet would win
+			// every fetch against the new one and delay each job. The loop
+			// is idle on purpose; each pause of one fetch wait counts as a
+			// cycle, so liveness stays 200 while it idles.
+			l.cycle()
+			l.pause(ctx, moved)
+			continue
+		}
 		job, err := l.fetch(ctx)
 		l.cycle()
 		if err != nil {
@@ -103,11 +112,25 @@ func (l *loop) run() {
 			// at once for another runner.
 			l.handBack(job, 0, "delivered as the drain began; not started")
 		case w.isSuperseded():
+			// Delivered as the runner was superseded (the fetch was under
+			// way): handed back once; the loop fetches no more.
 			d := w.cfg.EpochMismatchDelay
 			l.handBack(job, d, fmt.Sprintf("superseded: epoch %d < newest %d; not started, redelivery delayed %s", w.cfg.Epoch, w.newest.Load(), d))
 		default:
 			l.runJob(job)
 		}
+	}
+}
+
+// pause waits one fetch wait on the worker's clock, or until the epoch
+// moves or the drain begins.
+func (l *loop) pause(ctx context.Context, moved <-chan struct{}) {
+	t := l.w.clock.NewTimer(l.FetchWait)
+	defer t.Stop()
+	select {
+	case <-t.C():
+	case <-moved:
+	case <-ctx.Done():
 	}
 }
 

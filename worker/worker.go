@@ -107,11 +107,12 @@ type Worker struct {
 	poll   time.Duration
 	floor  time.Duration
 
-	newest     atomic.Uint64 // newest epoch known in the fleet; only grows
+	newest     atomic.Uint64 // newest epoch of the live fleet, as last answered; falls after a rollback
 	superseded atomic.Bool   // newest > cfg.Epoch, as last logged
 
-	epochMu      sync.Mutex // serialises pollEpoch's logging
-	epochFailing bool       // guarded by epochMu: the last question failed
+	epochMu      sync.Mutex    // serialises pollEpoch's logging and epochMoved's swap
+	epochFailing bool          // guarded by epochMu: the last question failed
+	epochMoved   chan struct{} // guarded by epochMu: closed (and replaced) when superseded changes
 
 	fetchCtx  context.Context // cancelled at the signal: no new job
 	stopFetch context.CancelFunc
@@ -155,6 +156,8 @@ func New(cfg Config) (*Worker, error) {
 		poll:   cfg.EpochPoll,
 		floor:  cfg.LivenessFloor,
 		exited: make(chan struct{}),
+
+		epochMoved: make(chan struct{}),
 	}
 	if w.epochs == nil {
 		w.epochs = StaticEpochs(0)

@@ -256,27 +256,101 @@ func (e *epochs) Newest(_ context.Context, mine uint64) (uint64, error) {
 	return max(e.last, mine), nil
 }
 
-func TestSupersededHandsJobsBackUnstarted(t *testing.T) {
+// advanceIdle moves the fake clock by d, n times, each once the worker's
+// timers (the epoch poller's and the idle loop's pause) are armed again.
+func (h *harness) advanceIdle(n int, d time.Duration, timers int) {
+	h.t.Helper()
+	for range n {
+		ctx, cancel := context.WithTimeout(context.Background(), guard)
+		err := h.clock.WaitForTimers(ctx, timers)
+		cancel()
+		if err != nil {
+			h.t.Fatalf("the worker's timers were never armed: %v", err)
+		}
+		h.clock.Advance(d)
+	}
+}
+
+// noFetch fails when the loop has begun a fetch since the last one seen.
+func noFetch(t *testing.T, s *fakeSource, when string) {
+	t.Helper()
+	select {
+	case <-s.fetches:
+		t.Fatalf("the loop fetched %s", when)
+	default:
+	}
+}
+
+// A runner superseded from its start competes for no job: it never
+// fetches, so the newer fleet gets them all; it turns started, and stays
+// alive however long it idles.
+func TestSupersededAtBootFetchesNothingAndStaysAlive(t *testing.T) {
 	src, hd := newSource(), newHandler()
 	cfg := worker.Config{Epochs: worker.StaticEpochs(5)}
-	h := serving(t, cfg, map[string]string{"LAMEDUCK_EPOCH": "4", "LAMEDUCK_EPOCH_MISMATCH_DELAY": "90s"}, src, hd)
+	h := newHarness(t, cfg, map[string]string{"LAMEDUCK_EPOCH": "4"})
+	if err := h.w.AddLoop(worker.Loop{Name: "jobs", Source: src, Handle: hd.Handle, FetchWait: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	h.run()
+	h.awaitEvent(h.w.Lifecycle().Events().StartupDone)
 	body := h.expect("/readyz", 503, "superseded")
 	if body["epoch"] != float64(4) || body["newest_epoch"] != float64(5) {
 		t.Fatalf("body %v: want epoch 4, newest 5", body)
 	}
+	h.expect("/startupz", 200, "ok")
+	// Ten minutes idle, five times the 2m liveness threshold: alive, and not
+	// one fetch.
+	h.advanceIdle(20, 30*time.Second, 2)
+	noFetch(t, src, "while superseded")
 	h.expect("/healthz", 200, "ok")
-	j := newJob("job-9")
-	src.jobs <- j
-	if got := j.outcome(t); got != "back 1m30s" {
-		t.Fatalf("job ended %q; want handed back with the mismatch delay", got)
-	}
-	if _, ran := hd.calls.Load("job-9"); ran {
-		t.Fatal("a superseded runner ran the job")
-	}
+
 	// The newest runner is not superseded.
 	src2, hd2 := newSource(), newHandler()
 	h2 := serving(t, cfg, map[string]string{"LAMEDUCK_EPOCH": "5"}, src2, hd2)
 	h2.expect("/readyz", 200, "ok")
+}
+
+// A runner superseded while a fetch is under way hands the job that fetch
+// delivers back once, delayed, and fetches no more; when the newer runners
+// are gone (a rollback) it is no longer superseded and fetches again.
+func TestSupersededHandsBackOnceStopsFetchingAndRollsBack(t *testing.T) {
+	src, hd := newSource(), newHandler()
+	e := &epochs{newest: make(chan uint64, 1)}
+	h := serving(t, worker.Config{Epochs: e, EpochPoll: time.Second},
+		map[string]string{"LAMEDUCK_EPOCH": "2", "LAMEDUCK_EPOCH_MISMATCH_DELAY": "90s"}, src, hd)
+	h.expect("/readyz", 200, "ok")
+	e.newest <- 3 // an epoch-3 runner came up
+	h.nextPoll()
+	waitFor(t, func() bool { c, _ := h.probe("/readyz"); return c == 503 })
+	h.expect("/readyz", 503, "superseded")
+
+	j := newJob("job-1") // delivered to the fetch under way
+	src.jobs <- j
+	if got := j.outcome(t); got != "back 1m30s" {
+		t.Fatalf("job ended %q; want handed back with the mismatch delay", got)
+	}
+	if _, ran := hd.calls.Load("job-1"); ran {
+		t.Fatal("a superseded runner ran the job")
+	}
+	h.advanceIdle(10, 30*time.Second, 2) // 5m: past the 2m liveness threshold
+	noFetch(t, src, "after handing the job back, while superseded")
+	h.expect("/healthz", 200, "ok")
+	h.expect("/readyz", 503, "superseded")
+
+	e.newest <- 2 // the epoch-3 runners are gone: a rollback
+	h.nextPoll()
+	awaitFetch(t, src)
+	h.expect("/readyz", 200, "ok")
+	if !strings.Contains(h.logs.String(), "no longer superseded") {
+		t.Fatal("the rollback was not logged")
+	}
+	j2 := newJob("job-2")
+	src.jobs <- j2
+	hd.awaitStart(t)
+	hd.release <- nil
+	if got := j2.outcome(t); got != "ack" {
+		t.Fatalf("job after the rollback ended %q; want ack", got)
+	}
 }
 
 func TestEpochBumpWhileServingAndAnUnreachableStore(t *testing.T) {
