@@ -208,7 +208,12 @@ func runDemoWorker(ctx context.Context, o workerOptions) error {
 	})
 	if err == nil {
 		if o.epochSource == "kv" {
-			epochs, err = newKVEpochs(cctx, js, o.queue)
+			var kve *kvEpochs
+			kve, err = newKVEpochs(cctx, js, o.queue, o.epochPoll, lc.Events().ShutdownInitiated.Fired)
+			if err == nil { // runs before the connection's closer: closers run in reverse
+				epochs = kve
+				err = lc.AddCloser("epoch key", kve.retire)
+			}
 		} else {
 			epochs = worker.StaticEpochs(0)
 		}

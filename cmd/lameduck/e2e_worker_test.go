@@ -90,7 +90,11 @@ func uniqueQueue(t *testing.T, url string) string {
 		defer cancel()
 		_ = js.DeleteStream(ctx, demoStream(q))
 		if kv, err := js.KeyValue(ctx, epochBucket); err == nil {
-			_ = kv.Purge(ctx, q)
+			if keys, err := kv.ListKeysFiltered(ctx, q+".*"); err == nil {
+				for k := range keys.Keys() {
+					_ = kv.Purge(ctx, k)
+				}
+			}
 		}
 	})
 	return q
@@ -385,6 +389,26 @@ func TestE2EWorkerStalledLoopFailsLiveness(t *testing.T) {
 	}
 }
 
+// waitReadyz waits until p's /readyz answers status, failing when it
+// answers anything but from or status, or after startTimeout.
+func waitReadyz(t *testing.T, p *proc, from, status string) reply {
+	t.Helper()
+	deadline := time.Now().Add(startTimeout)
+	for {
+		r := p.get("/readyz")
+		if r.status() == status {
+			return r
+		}
+		if r.status() != from || time.Now().After(deadline) {
+			t.Fatalf("GET /readyz = %s; want %q until %q", r, from, status)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A rollout: the new epoch's runner gets every job at once while the old
+// one, superseded, competes for none; a rollback: with the new runner gone,
+// the old one is no longer superseded and takes the jobs.
 func TestE2EWorkerEpochBumpSupersedesTheOldFleet(t *testing.T) {
 	url := privateJetStream(t)
 	q := uniqueQueue(t, url)
@@ -396,67 +420,75 @@ func TestE2EWorkerEpochBumpSupersedesTheOldFleet(t *testing.T) {
 	// A runner of the next epoch publishes it: the old one is superseded.
 	env["LAMEDUCK_EPOCH"] = "2"
 	next := startWorker(t, url, q, env)
-	deadline := time.Now().Add(startTimeout)
-	for r := old.get("/readyz"); r.status() != "superseded"; r = old.get("/readyz") {
-		if r.code != 200 || time.Now().After(deadline) {
-			t.Fatalf("old worker GET /readyz = %s; want 200 until 503 superseded", r)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	r := old.want("/readyz", 503, "superseded")
+	r := waitReadyz(t, old, "ok", "superseded")
 	if r.body["epoch"] != float64(1) || r.body["newest_epoch"] != float64(2) {
 		t.Fatalf("old worker GET /readyz = %s", r)
 	}
 	old.want("/healthz", 200, "ok")
 	next.want("/readyz", 200, "ok")
 
-	// With the new runner gone, every job reaches the old one: each is
-	// handed back unstarted, with the mismatch delay.
-	next.signal(syscall.SIGTERM)
-	if code, _ := next.waitExit(startTimeout); code != 0 {
-		t.Fatalf("the new worker exited %d", code)
-	}
-	ids := enqueue(t, q, 5, 50*time.Millisecond, "--nats", url)
-	deadline = time.Now().Add(jobsTimeout)
-	for {
-		lg := readLedger(t, old)
-		back := 0
-		for _, id := range ids {
-			if len(lg.handedBk[id]) > 0 {
-				back++
-			}
-		}
-		if back == len(ids) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d jobs handed back by the superseded worker", back, len(ids))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	lg := readLedger(t, old)
+	// The new runner does every job; the old one runs none and hands back
+	// at most one (delivered to the fetch under way as it was superseded).
+	ids := enqueue(t, q, 30, 100*time.Millisecond, "--nats", url)
+	waitDone(t, ids, old, next)
+	lg := readLedger(t, old, next)
+	handedBack := 0
 	for _, id := range ids {
-		if len(lg.runs[id]) != 0 {
-			t.Fatalf("the superseded worker ran job %s", id)
+		for _, run := range lg.runs[id] {
+			if run.proc == 0 {
+				t.Fatalf("the superseded worker ran job %s", id)
+			}
 		}
 		for _, why := range lg.handedBk[id] {
 			if !strings.Contains(why, "superseded: epoch 1 < newest 2") || !strings.Contains(why, "delayed 1s") {
 				t.Fatalf("job %s handed back because %q", id, why)
 			}
+			handedBack++
 		}
 	}
-	// A runner of the new epoch takes them.
-	next2 := startWorker(t, url, q, env)
-	waitDone(t, ids, old, next, next2)
-	all := append(append([]string(nil), first...), ids...)
-	if dups := readLedger(t, old, next, next2).check(t, all); dups != 0 {
+	if handedBack > 1 {
+		t.Fatalf("the superseded worker handed back %d of %d jobs; want at most 1: it competed for work", handedBack, len(ids))
+	}
+	old.want("/healthz", 200, "ok")
+
+	// A rollback: the epoch-2 runner is gone, so epoch 1 is the newest alive.
+	next.signal(syscall.SIGTERM)
+	if code, _ := next.waitExit(startTimeout); code != 0 {
+		t.Fatalf("the new worker exited %d", code)
+	}
+	r = waitReadyz(t, old, "superseded", "ok")
+	back := enqueue(t, q, 5, 50*time.Millisecond, "--nats", url)
+	waitDone(t, back, old)
+	all := append(append(append([]string(nil), first...), ids...), back...)
+	if dups := readLedger(t, old, next).check(t, all); dups != 0 {
 		t.Fatalf("%d re-runs", dups)
 	}
-	for _, p := range []*proc{old, next2} {
-		p.signal(syscall.SIGTERM)
-		if code, _ := p.waitExit(startTimeout); code != 0 {
-			t.Fatalf("exit %d", code)
-		}
+	if _, ok := old.findLog(msgContains("no longer superseded")); !ok {
+		t.Fatal("the old worker did not log the rollback")
+	}
+	old.signal(syscall.SIGTERM)
+	if code, _ := old.waitExit(startTimeout); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+}
+
+// A runner killed without a drain (SIGKILL: its key is never deleted)
+// stops counting after three of its polls: the older runner left alone is
+// no longer superseded.
+func TestE2EWorkerKilledNewerRunnerStopsSuperseding(t *testing.T) {
+	url := privateJetStream(t)
+	q := uniqueQueue(t, url)
+	old := startWorker(t, url, q, map[string]string{"LAMEDUCK_EPOCH": "1"})
+	next := startWorker(t, url, q, map[string]string{"LAMEDUCK_EPOCH": "2"})
+	waitReadyz(t, old, "ok", "superseded")
+	next.signal(syscall.SIGKILL)
+	next.waitExit(startTimeout)
+	waitReadyz(t, old, "superseded", "ok")
+	ids := enqueue(t, q, 3, 50*time.Millisecond, "--nats", url)
+	waitDone(t, ids, old)
+	old.signal(syscall.SIGTERM)
+	if code, _ := old.waitExit(startTimeout); code != 0 {
+		t.Fatalf("exit %d", code)
 	}
 }
 

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,7 +22,7 @@ import (
 
 // The demo worker's JetStream names, for the queue named q ("demo"): stream
 // LAMEDUCK_<q>, subject lameduck.<q>.jobs, durable consumer <q>-worker, and
-// key <q> of the epochs bucket.
+// keys <q>.<runner id> of the epochs bucket.
 func demoStream(q string) string   { return "LAMEDUCK_" + q }
 func demoSubject(q string) string  { return "lameduck." + q + ".jobs" }
 func demoConsumer(q string) string { return q + "-worker" }
@@ -209,49 +211,124 @@ func (j *natsJob) HandBack(ctx context.Context, delay time.Duration) error {
 	return j.nc.FlushWithContext(ctx)
 }
 
-// kvEpochs is a worker.EpochSource on a JetStream key-value bucket: each
-// runner publishes its epoch into one key with compare-and-set, so the key
-// holds the newest epoch any runner has published.
+// kvEpochs is a worker.EpochSource on a JetStream key-value bucket that
+// counts only the runners alive now (docs/runners.md, "Rollout epochs").
+// Each runner owns one key, <queue>.<random id>, holding its epoch and its
+// poll interval, and puts it again at every poll. An entry is stale when it
+// was last put more than staleFactor of its runner's polls before this
+// runner's own put, both timestamps the server's (no clock skew between
+// pods): a runner killed without a drain stops counting after three polls,
+// and the first runner to notice deletes its key. A runner deletes its own
+// key as it begins to drain (it takes no new job, so it must supersede no
+// one) and again at exit. The newest epoch is the max over fresh entries, so
+// after a rollback it falls back to the older fleet's.
 type kvEpochs struct {
-	kv  jetstream.KeyValue
-	key string
+	kv       jetstream.KeyValue
+	queue    string
+	key      string        // this runner's: <queue>.<id>
+	poll     time.Duration // this runner's poll interval, published with its epoch
+	draining func() bool   // true from the signal on
+
+	mu      sync.Mutex
+	last    uint64 // guarded by mu: the last answer
+	retired bool   // guarded by mu: the key is deleted for good
 }
 
-func newKVEpochs(ctx context.Context, js jetstream.JetStream, key string) (*kvEpochs, error) {
+// staleFactor is how many of its polls a runner may miss before its entry
+// stops counting.
+const staleFactor = 3
+
+// epochEntry is the JSON value of a runner's key: {"epoch":2,"poll":"10s"}.
+type epochEntry struct {
+	Epoch uint64 `json:"epoch"`
+	Poll  string `json:"poll"`
+}
+
+func newKVEpochs(ctx context.Context, js jetstream.JetStream, queue string, poll time.Duration, draining func() bool) (*kvEpochs, error) {
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: epochBucket, Storage: jetstream.FileStorage})
 	if err != nil {
 		return nil, fmt.Errorf("JetStream key-value bucket %s: %w", epochBucket, err)
 	}
-	return &kvEpochs{kv: kv, key: key}, nil
+	var id [8]byte
+	if _, err := rand.Read(id[:]); err != nil {
+		return nil, err
+	}
+	return &kvEpochs{kv: kv, queue: queue, key: queue + "." + hex.EncodeToString(id[:]), poll: poll, draining: draining}, nil
 }
 
-// Newest publishes mine when it is newer than the stored epoch and returns
-// the newest.
+// Newest puts this runner's entry and returns the newest epoch among the
+// fresh entries of its queue (at least mine). From the signal on it deletes
+// the entry instead and returns its last answer.
 func (k *kvEpochs) Newest(ctx context.Context, mine uint64) (uint64, error) {
-	val := []byte(strconv.FormatUint(mine, 10))
-	for range 5 { // compare-and-set races with other runners
-		e, err := k.kv.Get(ctx, k.key)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			if _, err := k.kv.Create(ctx, k.key, val); err == nil {
-				return mine, nil
-			} else if !errors.Is(err, jetstream.ErrKeyExists) {
-				return 0, err
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.retired || k.draining() {
+		return max(k.last, mine), k.retireLocked(ctx)
+	}
+	val, err := json.Marshal(epochEntry{Epoch: mine, Poll: k.poll.String()})
+	if err != nil {
+		return 0, err
+	}
+	if _, err := k.kv.Put(ctx, k.key, val); err != nil {
+		return 0, err
+	}
+	wt, err := k.kv.Watch(ctx, k.queue+".*", jetstream.IgnoreDeletes())
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = wt.Stop() }()
+	var entries []jetstream.KeyValueEntry
+	var now time.Time // the server's time of this runner's put
+	for done := false; !done; {
+		select {
+		case e := <-wt.Updates():
+			if e == nil {
+				done = true
+				break
 			}
-			continue
-		}
-		if err != nil {
-			return 0, err
-		}
-		cur, err := strconv.ParseUint(string(e.Value()), 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("key %s/%s holds %q, not an epoch", epochBucket, k.key, e.Value())
-		}
-		if cur >= mine {
-			return cur, nil
-		}
-		if _, err := k.kv.Update(ctx, k.key, val, e.Revision()); err == nil {
-			return mine, nil
+			entries = append(entries, e)
+			if e.Key() == k.key {
+				now = e.Created()
+			}
+		case <-ctx.Done():
+			return 0, ctx.Err()
 		}
 	}
-	return 0, errors.New("the newest epoch kept changing under five compare-and-set tries")
+	newest := mine
+	for _, e := range entries {
+		var v epochEntry
+		if err := json.Unmarshal(e.Value(), &v); err != nil {
+			return 0, fmt.Errorf("key %s/%s holds %q, not an epoch entry", epochBucket, e.Key(), e.Value())
+		}
+		poll, err := time.ParseDuration(v.Poll)
+		if err != nil || poll <= 0 {
+			return 0, fmt.Errorf("key %s/%s holds poll %q, not a positive duration", epochBucket, e.Key(), v.Poll)
+		}
+		if !now.IsZero() && now.Sub(e.Created()) > staleFactor*poll {
+			_ = k.kv.Delete(ctx, e.Key(), jetstream.LastRevision(e.Revision())) // unless it was put again meanwhile
+			continue
+		}
+		newest = max(newest, v.Epoch)
+	}
+	k.last = newest
+	return newest, nil
+}
+
+// retire deletes this runner's key for good: at exit, so the runners left
+// stop counting it at once.
+func (k *kvEpochs) retire(ctx context.Context) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.retireLocked(ctx)
+}
+
+func (k *kvEpochs) retireLocked(ctx context.Context) error {
+	if k.retired {
+		return nil
+	}
+	if err := k.kv.Delete(ctx, k.key); err != nil {
+		return fmt.Errorf("delete epoch key %s/%s: %w", epochBucket, k.key, err)
+	}
+	k.retired = true
+	return nil
 }
