@@ -2,6 +2,7 @@ package lameduck
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"time"
 )
@@ -180,8 +181,19 @@ func (b Budget) WithPreStop(d time.Duration) Budget {
 	return b
 }
 
-// total is the sum the grace period must hold: preStop + window + teardown.
-func (b Budget) total() time.Duration { return b.PreStop + b.Window + b.Teardown }
+// total is the sum the grace period must hold: preStop + window + teardown,
+// saturated at the largest time.Duration (a manifest's preStop sleep can be
+// centuries long) rather than wrapped to a negative sum that would fit.
+func (b Budget) total() time.Duration {
+	t := b.PreStop
+	for _, d := range []time.Duration{b.Window, b.Teardown} {
+		if d > math.MaxInt64-t {
+			return math.MaxInt64
+		}
+		t += d
+	}
+	return t
+}
 
 // Sum returns the addition, such as
 // "preStop 0s + delay 5s + teardown 22s = 27s" (the window is "idle drain

@@ -2,6 +2,7 @@ package lameduck_test
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -151,5 +152,10 @@ func TestBudgetWithPreStop(t *testing.T) {
 	}
 	if got := b.WithPreStop(0).Against(40 * time.Second); !got.Fits || got.Total != 27*time.Second {
 		t.Errorf("without the sleep, against 40s: %+v", got)
+	}
+	// A sleep near the largest time.Duration: the sum saturates rather than
+	// wrapping to a negative total that fits.
+	if got := b.WithPreStop(math.MaxInt64 - time.Second); got.Fits || got.Total != math.MaxInt64 {
+		t.Errorf("with a preStop sleep of MaxInt64 − 1s: %+v; want a saturated total that does not fit", got)
 	}
 }
