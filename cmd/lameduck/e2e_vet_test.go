@@ -92,6 +92,9 @@ func TestVetBrokenFixtures(t *testing.T) {
 		{"testdata/vet/startup.yaml", []string{"startup-probe", "startup-probe"}},
 		{"testdata/vet/prestop.yaml", []string{"grace-period", "prestop-hook", "prestop-sleep"}},
 		{"testdata/vet/runner.yaml", []string{"grace-env", "liveness-path", "runner-grace"}},
+		{"testdata/vet/grpc.yaml", []string{"liveness-path", "liveness-path", "readiness-path", "readiness-timeout"}},
+		{"testdata/vet/sleep.yaml", []string{"grace-period", "grace-period", "grace-period", "prestop-sleep", "prestop-sleep", "prestop-sleep", "prestop-sleep"}},
+		{"testdata/vet/overflow.yaml", []string{"grace-period", "prestop-sleep"}},
 	} {
 		ids, code := vetRules(t, c.path)
 		if code != 1 || !slices.Equal(ids, c.want) {
@@ -112,6 +115,17 @@ func TestVetGraceFinding(t *testing.T) {
 	for _, w := range want {
 		if !strings.Contains(out, w) {
 			t.Errorf("exit %d; output lacks %q:\n%s", code, w, out)
+		}
+	}
+}
+
+// TestVetHelpNamesEveryRule: `lameduck vet --help` lists each rule id.
+func TestVetHelpNamesEveryRule(t *testing.T) {
+	out, _, code := vetRun(t, "", "--help")
+	for _, id := range []string{"lameduck-setting", "grace-period", "runner-grace", "grace-env", "liveness-path",
+		"readiness-path", "readiness-timeout", "readiness-max-age", "startup-probe", "prestop-sleep", "prestop-hook"} {
+		if !strings.Contains(out, id) {
+			t.Errorf("exit %d: --help lacks the rule %s:\n%s", code, id, out)
 		}
 	}
 }

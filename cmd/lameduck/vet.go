@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/lameduck/lameduck/cmd/lameduck/internal/vet"
 	"github.com/spf13/cobra"
@@ -23,9 +24,7 @@ inside a pod (the same parser, defaults and errors), and the grace
 arithmetic is the one its startup log prints:
   preStop sleep + lame-duck window + teardown ≤ terminationGracePeriodSeconds
 
-Rules (docs/vet.md): lameduck-setting, grace-period, runner-grace, grace-env,
-liveness-path, readiness-path, readiness-timeout, startup-probe,
-prestop-sleep, prestop-hook.
+Rules (docs/vet.md): ` + ruleIDs() + `.
 
 Exit code: 0 when clean, 1 with findings, 2 when the input cannot be read.
 
@@ -74,4 +73,27 @@ Examples:
 	f.StringArrayVar(&opt.Runners, "runner", nil, "check the container with this name as a runner (package worker; repeatable)")
 	f.StringVar(&format, "format", "text", "output: text, json or sarif")
 	return cmd
+}
+
+// ruleIDs lists vet's rule ids for the help text, from vet.Rules itself,
+// in lines of at most 72 characters after the first.
+func ruleIDs() string {
+	var b strings.Builder
+	line := len("Rules (docs/vet.md): ")
+	for i, r := range vet.Rules {
+		if i > 0 {
+			b.WriteString(",")
+			line++
+			if line+1+len(r.ID) > 72 {
+				b.WriteString("\n")
+				line = 0
+			} else {
+				b.WriteString(" ")
+				line++
+			}
+		}
+		b.WriteString(r.ID)
+		line += len(r.ID)
+	}
+	return b.String()
 }

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"path"
 	"regexp"
 	"slices"
 	"strconv"
@@ -40,9 +41,9 @@ var Rules = []Rule{
 		"https://kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/#pod-termination"},
 	{"grace-env", "LAMEDUCK_TERMINATION_GRACE must equal terminationGracePeriodSeconds", "warning",
 		"docs/probes-and-shutdown.md#sizing-terminationgraceperiodseconds"},
-	{"liveness-path", "liveness must not run dependency checks (/readyz) nor drain (/prestop); a runner's is not a TCP check", "error",
+	{"liveness-path", "liveness must not run dependency checks (/readyz, a gRPC service but liveness) nor drain (/prestop); a runner's is not a TCP check", "error",
 		"https://kubernetes.io/docs/tasks/configure-pod-container/configure-liveness-readiness-startup-probes/"},
-	{"readiness-path", "readiness must be an HTTP GET of /readyz", "error",
+	{"readiness-path", "readiness must be an HTTP GET of /readyz, or a gRPC probe of a service but liveness", "error",
 		"https://kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/#container-probes"},
 	{"readiness-timeout", "readiness timeoutSeconds must exceed the check deadline with room", "error",
 		"https://kubernetes.io/docs/tasks/configure-pod-container/configure-liveness-readiness-startup-probes/#configure-probes"},
@@ -173,28 +174,96 @@ func valueSource(v *corev1.EnvVarSource) string {
 	return "a field"
 }
 
-// sleepArg finds the seconds of a `sleep N` in an exec hook.
-var sleepArg = regexp.MustCompile(`(?:^|[\s/;&|])sleep\s+([0-9]+(?:\.[0-9]+)?)s?\b`)
+// shellToken splits an exec hook's command (a shell script or an argv)
+// into words and the shell's command separators.
+var shellToken = regexp.MustCompile("[^\\s;&|()'\"`]+|[;&|()\n]")
 
-// preStopTime returns the time the preStop hook spends before SIGTERM: an
-// exec sleep's seconds, a sleep action's seconds, or 0 for an HTTP hook
-// (GET /prestop is the window itself) and for no hook. execSleep reports an
-// exec hook that runs sleep.
-func preStopTime(c corev1.Container) (d time.Duration, execSleep bool, hook *corev1.LifecycleHandler) {
+// sleepOperand is one operand of GNU coreutils sleep: a non-negative number
+// (a fraction and an exponent allowed) or "inf"/"infinity", with an optional
+// unit s, m, h or d (`info coreutils sleep`; busybox's sleep takes the same).
+var sleepOperand = regexp.MustCompile(`^(?i)((?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:e[+-]?[0-9]+)?|inf|infinity)([smhd]?)$`)
+
+var sleepUnit = map[string]float64{"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+// preStop is what a container's preStop hook does before SIGTERM.
+type preStop struct {
+	hook *corev1.LifecycleHandler // nil when there is none
+	// d is the time spent before SIGTERM: an exec sleep's operands summed
+	// (every sleep of the script), a sleep action's seconds, or 0 for an
+	// HTTP hook (GET /prestop is the window itself) and for no hook.
+	d time.Duration
+	// execSleep reports an exec hook that runs sleep.
+	execSleep bool
+	// forever reports a sleep that never returns within a time.Duration
+	// (`sleep infinity`, or more than about 292 years).
+	forever bool
+	// unknown reports a sleep operand vet cannot read (`sleep $DELAY`):
+	// d counts only the operands it could.
+	unknown bool
+}
+
+// sleepTime returns the seconds of the sleep commands of an exec hook's
+// command, summed as GNU sleep sums its operands.
+func sleepTime(command []string) (p preStop) {
+	toks := shellToken.FindAllString(strings.Join(command, " "), -1)
+	var secs float64
+	for i := 0; i < len(toks); i++ {
+		if path.Base(toks[i]) != "sleep" {
+			continue
+		}
+		p.execSleep = true
+		for i++; i < len(toks) && !strings.ContainsAny(toks[i], ";&|()\n"); i++ {
+			m := sleepOperand.FindStringSubmatch(toks[i])
+			if m == nil {
+				p.unknown = true
+				continue
+			}
+			f, err := strconv.ParseFloat(m[1], 64)
+			if err != nil && !errors.Is(err, strconv.ErrRange) {
+				p.unknown = true
+				continue
+			}
+			secs += f * sleepUnit[strings.ToLower(m[2])]
+		}
+	}
+	p.d, p.forever = secondsToDuration(secs)
+	return p
+}
+
+// secondsToDuration converts seconds to a time.Duration, reporting the
+// seconds that do not fit in one (more than about 292 years, or infinite):
+// the duration is then the largest there is.
+func secondsToDuration(secs float64) (time.Duration, bool) {
+	if ns := secs * float64(time.Second); ns < math.MaxInt64 {
+		return time.Duration(ns), false
+	}
+	return math.MaxInt64, true
+}
+
+// preStopTime reads c's preStop hook.
+func preStopTime(c corev1.Container) preStop {
 	if c.Lifecycle == nil || c.Lifecycle.PreStop == nil {
-		return 0, false, nil
+		return preStop{}
 	}
 	h := c.Lifecycle.PreStop
+	var p preStop
 	switch {
 	case h.Exec != nil:
-		if m := sleepArg.FindStringSubmatch(strings.Join(h.Exec.Command, " ")); m != nil {
-			f, _ := strconv.ParseFloat(m[1], 64)
-			return time.Duration(f * float64(time.Second)), true, h
-		}
+		p = sleepTime(h.Exec.Command)
 	case h.Sleep != nil:
-		return time.Duration(h.Sleep.Seconds) * time.Second, false, h
+		p.d, p.forever = secondsToDuration(float64(max(h.Sleep.Seconds, 0)))
 	}
-	return 0, false, h
+	p.hook = h
+	return p
+}
+
+// hookText names a preStop hook that sleeps: "runs `sleep infinity`" or
+// "sleeps N seconds".
+func hookText(h *corev1.LifecycleHandler) string {
+	if h.Exec != nil {
+		return "runs `" + strings.Join(h.Exec.Command, " ") + "`, which"
+	}
+	return fmt.Sprintf("sleeps %d seconds, which", h.Sleep.Seconds)
 }
 
 // fixSeconds is the budget's fix, with the grace period in the seconds a
@@ -206,12 +275,24 @@ func fixSeconds(b lameduck.Budget) string {
 	return fmt.Sprintf("%s (terminationGracePeriodSeconds: %d)", b.Fix(), int64(math.Ceil(b.Total.Seconds())))
 }
 
-// graceOf returns the pod's terminationGracePeriodSeconds, 30 when unset.
-func graceOf(spec *corev1.PodSpec) time.Duration {
+// graceOf returns the pod's terminationGracePeriodSeconds (30 when unset)
+// as a duration, the largest there is when the seconds do not fit in one,
+// and as the seconds the manifest says.
+func graceOf(spec *corev1.PodSpec) (time.Duration, int64) {
 	if spec.TerminationGracePeriodSeconds == nil {
-		return 30 * time.Second
+		return 30 * time.Second, 30
 	}
-	return time.Duration(*spec.TerminationGracePeriodSeconds) * time.Second
+	secs := *spec.TerminationGracePeriodSeconds
+	d, _ := secondsToDuration(float64(secs))
+	return d, secs
+}
+
+// probeSpan returns initialDelaySeconds + periodSeconds × failureThreshold
+// of a probe, with Kubernetes' defaults for unset fields, computed in 64
+// bits and saturated at the largest time.Duration.
+func probeSpan(initialDelay, period, failures int32) time.Duration {
+	d, _ := secondsToDuration(float64(int64(initialDelay) + int64(nz(period, defaultPeriod))*int64(nz(failures, defaultFailures))))
+	return d
 }
 
 func nz(v, def int32) int32 {
@@ -244,25 +325,30 @@ func checkContainer(o *Object, c corev1.Container, opt Options) []Finding {
 	rc := res.Config
 
 	// The grace arithmetic.
-	grace := graceOf(&o.Spec)
-	pre, execSleep, hook := preStopTime(c)
-	b := res.Budget().WithPreStop(pre).Against(grace)
-	if !b.Fits {
-		id := "grace-period"
-		if runner {
-			id = "runner-grace"
-		}
-		graceText := fmt.Sprintf("terminationGracePeriodSeconds %d", int64(grace/time.Second))
-		if o.Spec.TerminationGracePeriodSeconds == nil {
-			graceText += " (unset: Kubernetes' default)"
-		}
-		add(id, fmt.Sprintf("%s > %s: the kubelet SIGKILLs the pod mid-teardown", b.Sum(), graceText),
+	grace, graceSecs := graceOf(&o.Spec)
+	graceText := fmt.Sprintf("terminationGracePeriodSeconds %d", graceSecs)
+	if o.Spec.TerminationGracePeriodSeconds == nil {
+		graceText += " (unset: Kubernetes' default)"
+	}
+	graceID := "grace-period"
+	if runner {
+		graceID = "runner-grace"
+	}
+	ps := preStopTime(c)
+	if ps.forever {
+		// The kubelet waits for the hook until the grace period is spent,
+		// then sends SIGTERM with a one-off 2s extension before SIGKILL.
+		add(graceID, fmt.Sprintf("preStop %s never returns: the kubelet sends SIGTERM only when %s is spent, and SIGKILL 2s later, so the grace period can never hold the window and the teardown",
+			hookText(ps.hook), graceText),
+			"bound the preStop sleep (its time counts against terminationGracePeriodSeconds), or use preStop httpGet /prestop, whose wait is the window itself")
+	} else if b := res.Budget().WithPreStop(ps.d).Against(grace); !b.Fits {
+		add(graceID, fmt.Sprintf("%s > %s: the kubelet SIGKILLs the pod mid-teardown", b.Sum(), graceText),
 			fixSeconds(b))
 	}
 	if rc.TerminationGrace > 0 && rc.TerminationGrace != grace {
 		add("grace-env", fmt.Sprintf("%sTERMINATION_GRACE=%s but terminationGracePeriodSeconds is %d: the startup log checks the wrong number, and a default teardown is derived from it",
-			rc.EnvPrefix, rc.TerminationGrace, int64(grace/time.Second)),
-			fmt.Sprintf("template both from one value: %sTERMINATION_GRACE=%ds", rc.EnvPrefix, int64(grace/time.Second)))
+			rc.EnvPrefix, rc.TerminationGrace, graceSecs),
+			fmt.Sprintf("template both from one value: %sTERMINATION_GRACE=%ds", rc.EnvPrefix, graceSecs))
 	}
 
 	// Probes.
@@ -275,7 +361,7 @@ func checkContainer(o *Object, c corev1.Container, opt Options) []Finding {
 		case p.Exec != nil:
 			return "exec"
 		case p.GRPC != nil:
-			return "grpc"
+			return fmt.Sprintf("grpc service %q", grpcService(p.GRPC))
 		}
 		return "no handler"
 	}
@@ -287,20 +373,37 @@ func checkContainer(o *Object, c corev1.Container, opt Options) []Finding {
 				"point livenessProbe at "+live+", which runs no check and stays 200 through the drain")
 		case lp.HTTPGet != nil && atPath(lp.HTTPGet.Path, rc.PreStopPath, false):
 			add("liveness-path", "livenessProbe is httpGet "+lp.HTTPGet.Path+", which starts the shutdown", "point livenessProbe at "+live)
+		case lp.GRPC != nil && grpcService(lp.GRPC) != grpcLiveness:
+			add("liveness-path", fmt.Sprintf("livenessProbe is %s, which answers like %s: NOT_SERVING while a critical check fails and from the shutdown signal on, so the kubelet restarts every pod in an outage and kills a draining one",
+				probeSummary(lp), rc.ReadinessPath),
+				fmt.Sprintf("set livenessProbe.grpc.service: %s, which answers like %s and stays SERVING through the drain", grpcLiveness, live))
 		case runner && lp.TCPSocket != nil:
 			add("liveness-path", "a runner's livenessProbe is a tcpSocket check, which passes while the consume loop is wedged",
 				"use httpGet "+live+" on the probe port (LAMEDUCK_PROBE_ADDR, :9090), which reports the consume loop")
 		}
 	}
-	if rp := c.ReadinessProbe; rp == nil || rp.HTTPGet == nil || !atPath(rp.HTTPGet.Path, rc.ReadinessPath, false) {
-		what := "no readinessProbe"
-		if rp != nil {
-			what = "readinessProbe is " + probeSummary(rp)
+	rp := c.ReadinessProbe
+	// readinessLike: the probe asks lameduck's readiness (/readyz, or a gRPC
+	// service other than "liveness"), so it runs the checks.
+	readinessLike := rp != nil && (rp.HTTPGet != nil && atPath(rp.HTTPGet.Path, rc.ReadinessPath, false) ||
+		rp.GRPC != nil && grpcService(rp.GRPC) != grpcLiveness)
+	if !readinessLike {
+		fix := "add readinessProbe: httpGet " + rc.ReadinessPath + " (starting, failed and draining are 503 there)"
+		switch {
+		case rp == nil:
+			add("readiness-path", "no readinessProbe: the pod is marked ready as soon as it listens, and the drain's 503 is never seen", fix)
+		case rp.GRPC != nil:
+			add("readiness-path", fmt.Sprintf("readinessProbe is %s, which answers like %s: SERVING as soon as the process listens, while a critical dependency is down and through the drain", probeSummary(rp), live),
+				`set readinessProbe.grpc.service: readiness (or "", or a registered service's name), which answers like `+rc.ReadinessPath)
+		case rp.HTTPGet != nil && !servedPath(rp.HTTPGet.Path, rc):
+			add("readiness-path", fmt.Sprintf("readinessProbe is httpGet %s, a path lameduck does not answer (its readiness path is %s, %sREADINESS_PATH): the probe gets 404 and the pod never becomes ready",
+				rp.HTTPGet.Path, rc.ReadinessPath, rc.EnvPrefix),
+				"point readinessProbe at httpGet "+rc.ReadinessPath)
+		default:
+			add("readiness-path", "readinessProbe is "+probeSummary(rp)+": the pod is marked ready as soon as it listens, and the drain's 503 is never seen", fix)
 		}
-		add("readiness-path", what+": the pod is marked ready as soon as it listens, and the drain's 503 is never seen",
-			"add readinessProbe: httpGet "+rc.ReadinessPath+" (starting, failed and draining are 503 there)")
 	}
-	if rp := c.ReadinessProbe; rp != nil && rp.HTTPGet != nil && !runner {
+	if readinessLike && !runner {
 		timeout := time.Duration(nz(rp.TimeoutSeconds, defaultTimeout)) * time.Second
 		want := rc.CheckTimeout + checkTimeoutRoom
 		if timeout < want {
@@ -313,11 +416,15 @@ func checkContainer(o *Object, c corev1.Container, opt Options) []Finding {
 	// A result reused for CHECK_MAX_AGE delays the detection of an outage by
 	// up to that long: it must stay under the time the readiness probe was
 	// sized to take a failing pod out in.
-	if rp := c.ReadinessProbe; rp != nil && rp.HTTPGet != nil && !runner && rc.CheckMaxAge > 0 {
-		detect := time.Duration(nz(rp.PeriodSeconds, defaultPeriod)*nz(rp.FailureThreshold, defaultFailures)) * time.Second
+	if readinessLike && !runner && rc.CheckMaxAge > 0 {
+		detect := probeSpan(0, rp.PeriodSeconds, rp.FailureThreshold)
 		if rc.CheckMaxAge >= detect {
+			late := rc.CheckMaxAge + detect
+			if late < 0 { // both are positive: it wrapped
+				late = math.MaxInt64
+			}
 			add("readiness-max-age", fmt.Sprintf("%sCHECK_MAX_AGE=%s ≥ readinessProbe periodSeconds × failureThreshold = %s: a failing dependency is reported up to %s late, so the pod leaves the endpoints up to %s after the outage began instead of %s",
-				rc.EnvPrefix, rc.CheckMaxAge, detect, rc.CheckMaxAge, rc.CheckMaxAge+detect, detect),
+				rc.EnvPrefix, rc.CheckMaxAge, detect, rc.CheckMaxAge, late, detect),
 				fmt.Sprintf("lower %sCHECK_MAX_AGE well under %s (a third of it: %s), or raise the probe's failureThreshold", rc.EnvPrefix, detect, (detect/3).Round(time.Second)))
 		}
 	}
@@ -326,7 +433,7 @@ func checkContainer(o *Object, c corev1.Container, opt Options) []Finding {
 	if boot := rc.StartupTimeout; boot > 0 && res.Sources["STARTUP_TIMEOUT"] != "" && !strings.HasPrefix(res.Sources["STARTUP_TIMEOUT"], "default") {
 		if sp := c.StartupProbe; sp == nil {
 			if lp := c.LivenessProbe; lp != nil {
-				allow := time.Duration(lp.InitialDelaySeconds+nz(lp.PeriodSeconds, defaultPeriod)*nz(lp.FailureThreshold, defaultFailures)) * time.Second
+				allow := probeSpan(lp.InitialDelaySeconds, lp.PeriodSeconds, lp.FailureThreshold)
 				if allow < boot {
 					add("startup-probe", fmt.Sprintf("boot may take %s (%sSTARTUP_TIMEOUT) but with no startupProbe liveness fails after %s (initialDelaySeconds + periodSeconds × failureThreshold): a CrashLoop that reads like an application bug",
 						boot, rc.EnvPrefix, allow),
@@ -334,7 +441,7 @@ func checkContainer(o *Object, c corev1.Container, opt Options) []Finding {
 				}
 			}
 		} else {
-			allow := time.Duration(sp.InitialDelaySeconds+nz(sp.PeriodSeconds, defaultPeriod)*nz(sp.FailureThreshold, defaultFailures)) * time.Second
+			allow := probeSpan(sp.InitialDelaySeconds, sp.PeriodSeconds, sp.FailureThreshold)
 			if allow < boot {
 				add("startup-probe", fmt.Sprintf("startupProbe allows %s (initialDelaySeconds + periodSeconds × failureThreshold) but boot may take %s (%sSTARTUP_TIMEOUT): the kubelet kills the pod first",
 					allow, boot, rc.EnvPrefix),
@@ -343,11 +450,19 @@ func checkContainer(o *Object, c corev1.Container, opt Options) []Finding {
 		}
 	}
 	// The preStop hook.
-	if execSleep {
-		add("prestop-sleep", fmt.Sprintf("preStop runs `%s` (%s before SIGTERM): a distroless or scratch image has no shell nor sleep, the hook fails (FailedPreStopHook) with no pause at all, and /readyz stays 200 while it sleeps",
-			strings.Join(hook.Exec.Command, " "), pre),
+	if ps.execSleep {
+		long := ps.d.String() + " before SIGTERM"
+		switch {
+		case ps.forever:
+			long = "never returning"
+		case ps.unknown:
+			long = "at least " + ps.d.String() + " before SIGTERM, with an operand vet cannot read"
+		}
+		add("prestop-sleep", fmt.Sprintf("preStop runs `%s` (%s): a distroless or scratch image has no shell nor sleep, the hook fails (FailedPreStopHook) with no pause at all, and /readyz stays 200 while it sleeps",
+			strings.Join(ps.hook.Exec.Command, " "), long),
 			fmt.Sprintf("use preStop httpGet /prestop with a %sPRESTOP_TOKEN from a Secret (or %sPRESTOP=true with the probes on %sPROBE_ADDR): it flips readiness at once and its wait is the window, not added to it", rc.EnvPrefix, rc.EnvPrefix, rc.EnvPrefix))
 	}
+	hook := ps.hook
 	if hook != nil && hook.HTTPGet != nil && atPath(hook.HTTPGet.Path, rc.PreStopPath, false) {
 		switch {
 		case !rc.PreStop:
@@ -361,6 +476,28 @@ func checkContainer(o *Object, c corev1.Container, opt Options) []Finding {
 		}
 	}
 	return out
+}
+
+// grpcLiveness is the gRPC health service name that answers like the
+// liveness path (docs/grpc.md); every other name lameduck answers
+// ("", "readiness", each registered service) answers like the readiness
+// path, and vet takes an unknown name as one of the registered services.
+const grpcLiveness = "liveness"
+
+// grpcService returns the service name a gRPC probe asks ("" when unset).
+func grpcService(g *corev1.GRPCAction) string {
+	if g.Service == nil {
+		return ""
+	}
+	return *g.Service
+}
+
+// servedPath reports whether lameduck answers a probe's path: the
+// readiness path and its sub-paths, a liveness path, the startup path or
+// the preStop path.
+func servedPath(path string, rc lameduck.Config) bool {
+	return atPath(path, rc.ReadinessPath, true) || atPath(path, rc.StartupPath, false) || atPath(path, rc.PreStopPath, false) ||
+		slices.ContainsFunc(rc.LivenessPaths, func(l string) bool { return atPath(path, l, false) })
 }
 
 // atPath reports whether a probe's path (which may carry a query) is base,

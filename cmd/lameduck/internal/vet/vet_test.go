@@ -1,6 +1,8 @@
 package vet
 
 import (
+	"math"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -26,22 +28,44 @@ func TestPreStopTime(t *testing.T) {
 	hook := func(h corev1.LifecycleHandler) corev1.Container {
 		return corev1.Container{Lifecycle: &corev1.Lifecycle{PreStop: &h}}
 	}
+	exec := func(cmd ...string) corev1.Container {
+		return hook(corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: cmd}})
+	}
 	for _, c := range []struct {
-		c     corev1.Container
-		want  time.Duration
-		sleep bool
+		c                       corev1.Container
+		want                    time.Duration
+		sleep, forever, unknown bool
 	}{
-		{corev1.Container{}, 0, false},
-		{hook(corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"sleep", "5"}}}), 5 * time.Second, true},
-		{hook(corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"/bin/sh", "-c", "echo bye; sleep 2.5"}}}), 2500 * time.Millisecond, true},
-		{hook(corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"/bin/sleep", "7"}}}), 7 * time.Second, true},
-		{hook(corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"nginx", "-s", "quit"}}}), 0, false},
-		{hook(corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: 4}}), 4 * time.Second, false},
-		{hook(corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/prestop"}}), 0, false},
+		{corev1.Container{}, 0, false, false, false},
+		{exec("sleep", "5"), 5 * time.Second, true, false, false},
+		{exec("/bin/sh", "-c", "echo bye; sleep 2.5"), 2500 * time.Millisecond, true, false, false},
+		{exec("/bin/sleep", "7"), 7 * time.Second, true, false, false},
+		{exec("nginx", "-s", "quit"), 0, false, false, false},
+		// GNU sleep's units, fractions, and operands summed.
+		{exec("sleep", "1m"), time.Minute, true, false, false},
+		{exec("sleep", "0.5m"), 30 * time.Second, true, false, false},
+		{exec("sleep", "1h"), time.Hour, true, false, false},
+		{exec("sleep", "1d"), 24 * time.Hour, true, false, false},
+		{exec("sleep", "5s"), 5 * time.Second, true, false, false},
+		{exec("sleep", ".5"), 500 * time.Millisecond, true, false, false},
+		{exec("sleep", "1e1"), 10 * time.Second, true, false, false},
+		{exec("sleep", "1m", "30s"), 90 * time.Second, true, false, false},
+		{exec("/bin/sh", "-c", "sleep 1m 5 && kill -TERM 1"), 65 * time.Second, true, false, false},
+		{exec("/bin/sh", "-c", "sleep 5; nginx -s quit; sleep 3"), 8 * time.Second, true, false, false},
+		{exec("sh", "-c", "sleep \"10\""), 10 * time.Second, true, false, false},
+		{exec("sleep", "infinity"), math.MaxInt64, true, true, false},
+		{exec("sleep", "inf"), math.MaxInt64, true, true, false},
+		{exec("sleep", "99999999999999999999"), math.MaxInt64, true, true, false},
+		{exec("sleep", "1e400"), math.MaxInt64, true, true, false},
+		{exec("/bin/sh", "-c", "sleep $DELAY"), 0, true, false, true},
+		{hook(corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: 4}}), 4 * time.Second, false, false, false},
+		{hook(corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: math.MaxInt64}}), math.MaxInt64, false, true, false},
+		{hook(corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/prestop"}}), 0, false, false, false},
 	} {
-		d, sleep, _ := preStopTime(c.c)
-		if d != c.want || sleep != c.sleep {
-			t.Errorf("%+v: %s, exec sleep %v; want %s, %v", c.c.Lifecycle, d, sleep, c.want, c.sleep)
+		p := preStopTime(c.c)
+		if p.d != c.want || p.execSleep != c.sleep || p.forever != c.forever || p.unknown != c.unknown {
+			t.Errorf("%+v: %s, exec sleep %v, forever %v, unknown %v; want %s, %v, %v, %v",
+				c.c.Lifecycle, p.d, p.execSleep, p.forever, p.unknown, c.want, c.sleep, c.forever, c.unknown)
 		}
 	}
 }
@@ -139,5 +163,124 @@ func TestReadinessMaxAge(t *testing.T) {
 		!strings.Contains(fs[0].Message, "LAMEDUCK_CHECK_MAX_AGE=5s ≥ readinessProbe periodSeconds × failureThreshold = 4s") ||
 		!strings.Contains(fs[0].Fix, "well under 4s") {
 		t.Fatalf("MaxAge 5s against 2s × 2: findings %+v", fs)
+	}
+}
+
+// gRPC probes: liveness must ask "liveness"; readiness any other name
+// (docs/grpc.md), and a readiness answer runs the checks, so its timeout
+// and CHECK_MAX_AGE rules apply.
+func TestGRPCProbes(t *testing.T) {
+	grace := int64(30)
+	svc := func(s string) *string { return &s }
+	pod := func(live, ready *string, env ...corev1.EnvVar) Object {
+		return Object{Kind: "Pod", Name: "p", Spec: corev1.PodSpec{TerminationGracePeriodSeconds: &grace, Containers: []corev1.Container{{
+			Name:           "app",
+			Env:            append([]corev1.EnvVar{{Name: "LAMEDUCK_TERMINATION_GRACE", Value: "30s"}}, env...),
+			LivenessProbe:  &corev1.Probe{ProbeHandler: corev1.ProbeHandler{GRPC: &corev1.GRPCAction{Port: 9000, Service: live}}},
+			ReadinessProbe: &corev1.Probe{TimeoutSeconds: 3, ProbeHandler: corev1.ProbeHandler{GRPC: &corev1.GRPCAction{Port: 9000, Service: ready}}},
+		}}}}
+	}
+	rules := func(fs []Finding) (ids []string) {
+		for _, f := range fs {
+			ids = append(ids, f.Rule)
+		}
+		return ids
+	}
+	for _, c := range []struct {
+		live, ready *string
+		want        string
+	}{
+		{svc("liveness"), svc("readiness"), ""},
+		{svc("liveness"), nil, ""},
+		{svc("liveness"), svc(""), ""},
+		{svc("liveness"), svc("lameduck.demo.Demo"), ""},
+		{nil, svc("readiness"), "liveness-path"},
+		{svc(""), svc("readiness"), "liveness-path"},
+		{svc("readiness"), svc("readiness"), "liveness-path"},
+		{svc("lameduck.demo.Demo"), svc("readiness"), "liveness-path"},
+		{svc("liveness"), svc("liveness"), "readiness-path"},
+	} {
+		fs, _ := Check([]Object{pod(c.live, c.ready)}, Options{})
+		if got := strings.Join(rules(fs), " "); got != c.want {
+			t.Errorf("liveness %v, readiness %v: rules %q; want %q (%+v)", c.live, c.ready, got, c.want, fs)
+		}
+	}
+	fs, _ := Check([]Object{pod(svc(""), svc("readiness"))}, Options{})
+	if len(fs) != 1 || !strings.Contains(fs[0].Message, "NOT_SERVING") || !strings.Contains(fs[0].Fix, "grpc.service: liveness") {
+		t.Errorf("liveness on service \"\": %+v", fs)
+	}
+	fs, _ = Check([]Object{pod(svc("liveness"), svc("readiness"), corev1.EnvVar{Name: "LAMEDUCK_CHECK_TIMEOUT", Value: "5s"},
+		corev1.EnvVar{Name: "LAMEDUCK_CHECK_MAX_AGE", Value: "1m"})}, Options{})
+	if got := strings.Join(rules(fs), " "); got != "readiness-timeout readiness-max-age" {
+		t.Errorf("gRPC readiness with a 5s check deadline and a 1m max age: rules %q; want readiness-timeout readiness-max-age", got)
+	}
+}
+
+// A readiness probe on a path lameduck does not answer gets 404: the pod
+// is never ready, not ready as soon as it listens.
+func TestReadinessOnAnUnservedPath(t *testing.T) {
+	grace := int64(30)
+	pod := func(path string) Object {
+		return Object{Kind: "Pod", Name: "p", Spec: corev1.PodSpec{TerminationGracePeriodSeconds: &grace, Containers: []corev1.Container{{
+			Name: "app",
+			Env:  []corev1.EnvVar{{Name: "LAMEDUCK_TERMINATION_GRACE", Value: "30s"}, {Name: "LAMEDUCK_READINESS_PATH", Value: "/ready"}},
+			ReadinessProbe: &corev1.Probe{TimeoutSeconds: 3,
+				ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path}}},
+		}}}}
+	}
+	fs, _ := Check([]Object{pod("/readyz")}, Options{})
+	if len(fs) != 1 || fs[0].Rule != "readiness-path" || !strings.Contains(fs[0].Message, "404") ||
+		!strings.Contains(fs[0].Message, "never becomes ready") || strings.Contains(fs[0].Message, "as soon as it listens") ||
+		!strings.Contains(fs[0].Fix, "httpGet /ready") {
+		t.Errorf("readiness on /readyz with LAMEDUCK_READINESS_PATH=/ready: %+v", fs)
+	}
+	fs, _ = Check([]Object{pod("/healthz")}, Options{})
+	if len(fs) != 1 || fs[0].Rule != "readiness-path" || !strings.Contains(fs[0].Message, "as soon as it listens") {
+		t.Errorf("readiness on /healthz: %+v", fs)
+	}
+}
+
+var negative = regexp.MustCompile(`-[0-9]`)
+
+// Numbers too large for a time.Duration or an int32 product saturate: no
+// negative time, no wrapped sum.
+func TestHugeNumbersSaturate(t *testing.T) {
+	pod := func(grace int64, c corev1.Container) Object {
+		c.Name = "app"
+		c.Env = append(c.Env, corev1.EnvVar{Name: "LAMEDUCK_ENV", Value: "kubernetes"})
+		if c.ReadinessProbe == nil {
+			c.ReadinessProbe = &corev1.Probe{TimeoutSeconds: 3, ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz"}}}
+		}
+		return Object{Kind: "Pod", Name: "p", Spec: corev1.PodSpec{TerminationGracePeriodSeconds: &grace, Containers: []corev1.Container{c}}}
+	}
+	if fs, _ := Check([]Object{pod(10000000000, corev1.Container{})}, Options{}); len(fs) != 0 {
+		t.Errorf("terminationGracePeriodSeconds 10000000000: %+v; want none", fs)
+	}
+	long := corev1.Container{Env: []corev1.EnvVar{{Name: "LAMEDUCK_CHECK_MAX_AGE", Value: "1h"}},
+		ReadinessProbe: &corev1.Probe{TimeoutSeconds: 3, PeriodSeconds: math.MaxInt32, FailureThreshold: 2,
+			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz"}}}}
+	if fs, _ := Check([]Object{pod(30, long)}, Options{}); len(fs) != 0 {
+		t.Errorf("periodSeconds 2147483647 × failureThreshold 2 against a 1h max age: %+v; want none", fs)
+	}
+	boot := corev1.Container{Env: []corev1.EnvVar{{Name: "LAMEDUCK_STARTUP_TIMEOUT", Value: "1h"}},
+		StartupProbe: &corev1.Probe{PeriodSeconds: math.MaxInt32, FailureThreshold: math.MaxInt32,
+			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/startupz"}}}}
+	if fs, _ := Check([]Object{pod(30, boot)}, Options{}); len(fs) != 0 {
+		t.Errorf("a startup probe of 2147483647² seconds against a 1h boot: %+v; want none", fs)
+	}
+	sleepy := corev1.Container{Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{
+		Exec: &corev1.ExecAction{Command: []string{"sleep", "99999999999999999999"}}}}}
+	fs, _ := Check([]Object{pod(30, sleepy)}, Options{})
+	if len(fs) != 2 || fs[0].Rule != "grace-period" || !strings.Contains(fs[0].Message, "never returns") ||
+		fs[1].Rule != "prestop-sleep" || negative.MatchString(fs[0].Message+fs[1].Message) {
+		t.Errorf("sleep 99999999999999999999: %+v", fs)
+	}
+	// A sleep that fits a time.Duration, added to the window and the
+	// teardown, saturates instead of wrapping to a negative sum that fits.
+	centuries := corev1.Container{Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{
+		Exec: &corev1.ExecAction{Command: []string{"sleep", "9223372030"}}}}}
+	fs, _ = Check([]Object{pod(30, centuries)}, Options{})
+	if len(fs) != 2 || fs[0].Rule != "grace-period" || negative.MatchString(fs[0].Message) {
+		t.Errorf("sleep 106751d in a grace period of 10000000000s: %+v", fs)
 	}
 }
