@@ -213,6 +213,9 @@ func sleepTime(command []string) (p preStop) {
 		}
 		p.execSleep = true
 		for i++; i < len(toks) && !strings.ContainsAny(toks[i], ";&|()\n"); i++ {
+			if strings.ContainsAny(toks[i], "<>") { // a redirection: 2>/dev/null
+				continue
+			}
 			m := sleepOperand.FindStringSubmatch(toks[i])
 			if m == nil {
 				p.unknown = true

@@ -58,6 +58,7 @@ func TestPreStopTime(t *testing.T) {
 		{exec("sleep", "99999999999999999999"), math.MaxInt64, true, true, false},
 		{exec("sleep", "1e400"), math.MaxInt64, true, true, false},
 		{exec("/bin/sh", "-c", "sleep $DELAY"), 0, true, false, true},
+		{exec("/bin/sh", "-c", "sleep 5 >/dev/null 2>&1; kill 1"), 5 * time.Second, true, false, false},
 		{hook(corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: 4}}), 4 * time.Second, false, false, false},
 		{hook(corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: math.MaxInt64}}), math.MaxInt64, false, true, false},
 		{hook(corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/prestop"}}), 0, false, false, false},
