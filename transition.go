@@ -102,7 +102,11 @@ func (l *Lifecycle) eventFired(e *Event, at time.Time) {
 	default:
 		p = PhaseStopping
 	}
-	l.transition(Transition{Kind: TransitionEvent, At: at, Phase: p, Event: e})
+	// Phases only move forward: StartupDone may fire just after the
+	// sequence started on another goroutine (the boot ended as the signal
+	// came); its report then carries the later phase, so a phase gauge fed
+	// by the reports never goes backwards.
+	l.transition(Transition{Kind: TransitionEvent, At: at, Phase: max(p, l.Phase()), Event: e})
 }
 
 // countProbes wraps the probe handler so that every answer is reported as
