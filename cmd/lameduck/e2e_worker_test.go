@@ -567,7 +567,7 @@ func TestE2EWorkerDrainBoundHandsTheJobBack(t *testing.T) {
 	ids := enqueue(t, q, 1, 4*time.Second, "--nats", url)
 	a.waitLog(`"job started"`, jobsTimeout, func(l logLine) bool { return l.msg() == "demo-worker: job started" })
 	a.signal(syscall.SIGTERM)
-	a.want("/readyz", 503, "draining")
+	a.waitDraining(startTimeout) // the signal is seen when the process gets to it
 	cut := a.waitLog(`"drain bound"`, startTimeout, msgContains("lameduck: worker: drain bound 1s reached: cancelling job "+ids[0]+" of loop jobs (age "))
 	if age, err := time.ParseDuration(cut.rec["age"].(string)); err != nil || age < time.Second {
 		t.Fatalf("cut line %s: want the job's age, at least the 1s bound", cut.raw)
