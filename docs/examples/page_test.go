@@ -73,7 +73,7 @@ func TestReadmeSnippetCompiles(t *testing.T) {
 	body := string(block[1][len(imports[0]):])
 	// What the snippet takes from the surrounding program, and the
 	// standard-library packages it uses without listing them.
-	std := []string{"context", "database/sql", "errors", "log", "log/slog", "net/http", "os"}
+	std := []string{"context", "database/sql", "errors", "log", "log/slog", "net/http", "os", "time"}
 	src := "package main\n\nimport (\n" + string(imports[1])
 	for _, p := range std {
 		if !strings.Contains(string(imports[1]), `"`+p+`"`) {
