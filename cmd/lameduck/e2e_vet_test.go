@@ -181,6 +181,8 @@ func TestVetUnreadableInput(t *testing.T) {
 		{"", []string{"testdata/vet/no-such-file.yaml"}},
 		{"kind: Deployment\nspec: [not, a, spec]\n", []string{"-"}},
 		{"\tnot yaml: [", nil},
+		{"", []string{"-"}}, // a failed `helm template … |` hands over nothing
+		{"---\n# only a comment\n", nil},
 	} {
 		_, stderr, code := vetRun(t, c.stdin, c.args...)
 		if code != 2 || !strings.Contains(stderr, "lameduck:") {

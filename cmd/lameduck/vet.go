@@ -26,7 +26,8 @@ arithmetic is the one its startup log prints:
 
 Rules (docs/vet.md): ` + ruleIDs() + `.
 
-Exit code: 0 when clean, 1 with findings, 2 when the input cannot be read.
+Exit code: 0 when clean, 1 with findings, 2 when the input cannot be read
+or holds no YAML document at all (a failed helm template upstream).
 
 Examples:
   helm template deploy/helm/lameduck-demo | lameduck vet -
@@ -44,6 +45,12 @@ Examples:
 			objs, docs, err := vet.ReadInputs(args, cmd.InOrStdin())
 			if err != nil {
 				return usageError{err}
+			}
+			if docs == 0 {
+				// An empty input is never clean: it is what a failed
+				// `helm template … | lameduck vet -` hands over, and a CI
+				// gate without pipefail would pass on it.
+				return usageError{fmt.Errorf("lameduck: vet read no YAML document from %s; check the command that produced the input (helm template's own error, an empty directory)", strings.Join(args, ", "))}
 			}
 			findings, checked := vet.Check(objs, opt)
 			sum := vet.Summary{Documents: docs, Workloads: len(objs), Containers: checked, Findings: len(findings)}
