@@ -125,5 +125,3 @@ replace github.com/lameduck/lameduck/contrib/pgx => ../../contrib/pgx
 replace github.com/lameduck/lameduck/contrib/prometheus => ../../contrib/prometheus
 
 replace github.com/lameduck/lameduck/contrib/redis => ../../contrib/redis
-
-replace github.com/lameduck/lameduck/contrib/internal => ../../contrib/internal

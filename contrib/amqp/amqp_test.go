@@ -8,7 +8,7 @@ import (
 	"time"
 
 	ldamqp "github.com/lameduck/lameduck/contrib/amqp"
-	"github.com/lameduck/lameduck/contrib/internal/contribtest"
+	"github.com/lameduck/lameduck/internal/contribtest"
 	"github.com/lameduck/lameduck/health"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.uber.org/goleak"

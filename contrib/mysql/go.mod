@@ -7,10 +7,7 @@ replace github.com/lameduck/lameduck => ../..
 require (
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/lameduck/lameduck v0.0.0
-	github.com/lameduck/lameduck/contrib/internal v0.0.0
 	go.uber.org/goleak v1.3.0
 )
 
 require filippo.io/edwards25519 v1.2.0 // indirect
-
-replace github.com/lameduck/lameduck/contrib/internal => ../internal

@@ -9,7 +9,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/lameduck/lameduck/checks"
-	"github.com/lameduck/lameduck/contrib/internal/contribtest"
+	"github.com/lameduck/lameduck/internal/contribtest"
 	ldmysql "github.com/lameduck/lameduck/contrib/mysql"
 	"github.com/lameduck/lameduck/health"
 	"go.uber.org/goleak"

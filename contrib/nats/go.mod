@@ -6,7 +6,6 @@ replace github.com/lameduck/lameduck => ../..
 
 require (
 	github.com/lameduck/lameduck v0.0.0
-	github.com/lameduck/lameduck/contrib/internal v0.0.0
 	github.com/nats-io/nats-server/v2 v2.15.3
 	github.com/nats-io/nats.go v1.55.0
 	go.uber.org/goleak v1.3.0
@@ -24,5 +23,3 @@ require (
 	golang.org/x/sys v0.50.0 // indirect
 	golang.org/x/time v0.16.0 // indirect
 )
-
-replace github.com/lameduck/lameduck/contrib/internal => ../internal

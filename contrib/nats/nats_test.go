@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lameduck/lameduck/contrib/internal/contribtest"
+	"github.com/lameduck/lameduck/internal/contribtest"
 	ldnats "github.com/lameduck/lameduck/contrib/nats"
 	"github.com/lameduck/lameduck/health"
 	"github.com/nats-io/nats-server/v2/server"

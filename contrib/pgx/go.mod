@@ -7,7 +7,6 @@ replace github.com/lameduck/lameduck => ../..
 require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/lameduck/lameduck v0.0.0
-	github.com/lameduck/lameduck/contrib/internal v0.0.0
 	go.uber.org/goleak v1.3.0
 )
 
@@ -18,5 +17,3 @@ require (
 	golang.org/x/sync v0.22.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
 )
-
-replace github.com/lameduck/lameduck/contrib/internal => ../internal

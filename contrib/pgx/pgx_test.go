@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib"
 	"github.com/lameduck/lameduck/checks"
-	"github.com/lameduck/lameduck/contrib/internal/contribtest"
+	"github.com/lameduck/lameduck/internal/contribtest"
 	ldpgx "github.com/lameduck/lameduck/contrib/pgx"
 	"github.com/lameduck/lameduck/health"
 	"go.uber.org/goleak"

@@ -6,7 +6,6 @@ replace github.com/lameduck/lameduck => ../..
 
 require (
 	github.com/lameduck/lameduck v0.0.0
-	github.com/lameduck/lameduck/contrib/internal v0.0.0
 	github.com/redis/go-redis/v9 v9.23.0
 	go.uber.org/goleak v1.3.0
 )
@@ -16,5 +15,3 @@ require (
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 )
-
-replace github.com/lameduck/lameduck/contrib/internal => ../internal

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lameduck/lameduck/contrib/internal/contribtest"
+	"github.com/lameduck/lameduck/internal/contribtest"
 	ldredis "github.com/lameduck/lameduck/contrib/redis"
 	"github.com/lameduck/lameduck/health"
 	"github.com/redis/go-redis/v9"

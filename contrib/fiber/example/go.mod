@@ -5,7 +5,6 @@ go 1.26.0
 replace (
 	github.com/lameduck/lameduck => ../../..
 	github.com/lameduck/lameduck/contrib/fiber => ..
-	github.com/lameduck/lameduck/contrib/internal => ../../internal
 )
 
 require (
@@ -13,7 +12,6 @@ require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/lameduck/lameduck v0.0.0
 	github.com/lameduck/lameduck/contrib/fiber v0.0.0
-	github.com/lameduck/lameduck/contrib/internal v0.0.0-00010101000000-000000000000
 	go.uber.org/goleak v1.3.0
 )
 

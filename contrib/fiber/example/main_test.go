@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lameduck/lameduck/contrib/internal/contribtest"
+	"github.com/lameduck/lameduck/internal/contribtest"
 	"go.uber.org/goleak"
 )
 
