@@ -8,8 +8,8 @@ import (
 	"time"
 
 	ldamqp "github.com/lameduck/lameduck/contrib/amqp"
-	"github.com/lameduck/lameduck/internal/contribtest"
 	"github.com/lameduck/lameduck/health"
+	"github.com/lameduck/lameduck/internal/contribtest"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.uber.org/goleak"
 )

@@ -9,9 +9,9 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/lameduck/lameduck/checks"
-	"github.com/lameduck/lameduck/internal/contribtest"
 	ldmysql "github.com/lameduck/lameduck/contrib/mysql"
 	"github.com/lameduck/lameduck/health"
+	"github.com/lameduck/lameduck/internal/contribtest"
 	"go.uber.org/goleak"
 )
 

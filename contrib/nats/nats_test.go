@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lameduck/lameduck/internal/contribtest"
 	ldnats "github.com/lameduck/lameduck/contrib/nats"
 	"github.com/lameduck/lameduck/health"
+	"github.com/lameduck/lameduck/internal/contribtest"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"go.uber.org/goleak"

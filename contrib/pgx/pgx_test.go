@@ -11,9 +11,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib"
 	"github.com/lameduck/lameduck/checks"
-	"github.com/lameduck/lameduck/internal/contribtest"
 	ldpgx "github.com/lameduck/lameduck/contrib/pgx"
 	"github.com/lameduck/lameduck/health"
+	"github.com/lameduck/lameduck/internal/contribtest"
 	"go.uber.org/goleak"
 )
 

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lameduck/lameduck/internal/contribtest"
 	ldredis "github.com/lameduck/lameduck/contrib/redis"
 	"github.com/lameduck/lameduck/health"
+	"github.com/lameduck/lameduck/internal/contribtest"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 )
