@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -222,17 +223,41 @@ func (l *Lifecycle) withTimeout(parent context.Context, d time.Duration) (contex
 	// The timer is stopped however the context ends (its cancel func, or
 	// the parent's end), so an injected clock never keeps a dead deadline
 	// pending.
-	ctx, cancel := context.WithCancelCause(parent)
+	inner, cancel := context.WithCancelCause(parent)
+	ctx := &clockDeadlineCtx{Context: inner, at: l.clock.Now().Add(d)}
 	t := l.clock.NewTimer(d)
 	go func() {
 		select {
 		case <-t.C():
+			ctx.expired.Store(true)
 			cancel(context.DeadlineExceeded)
-		case <-ctx.Done():
+		case <-inner.Done():
 			t.Stop()
 		}
 	}()
 	return ctx, func() { t.Stop(); cancel(context.Canceled) }
+}
+
+// clockDeadlineCtx is a context whose deadline is kept by an injected
+// clock. It answers as context.WithTimeout's does, so code under test sees
+// what it sees in production: Deadline reports the deadline, and Err is
+// context.DeadlineExceeded once the clock has reached it (a hook returning
+// ctx.Err() at its deadline is an overrun on either clock). Contexts
+// derived from it learn of its end through Done and take that Err.
+type clockDeadlineCtx struct {
+	context.Context
+	at      time.Time
+	expired atomic.Bool // set before the context is cancelled
+}
+
+func (c *clockDeadlineCtx) Deadline() (time.Time, bool) { return c.at, true }
+
+func (c *clockDeadlineCtx) Err() error {
+	err := c.Context.Err()
+	if err != nil && c.expired.Load() && errors.Is(context.Cause(c.Context), context.DeadlineExceeded) {
+		return context.DeadlineExceeded
+	}
+	return err
 }
 
 // join waits for every background task, up to budget, then refuses all new
