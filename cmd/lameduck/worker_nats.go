@@ -104,7 +104,14 @@ func connect(ctx context.Context, url, q string) (*nats.Conn, jetstream.JetStrea
 	})
 	if err != nil {
 		nc.Close()
-		return nil, nil, nil, fmt.Errorf("JetStream stream %s at %s: %w (is JetStream enabled?)", demoStream(q), url, err)
+		hint := "is JetStream enabled on that server?"
+		if strings.Contains(err.Error(), "subjects overlap") {
+			// A stream of another demo version (or another program) already
+			// takes the subject, in this server or the embedded one's store.
+			hint = "another stream there already takes subject " + demoSubject(q) +
+				"; use another --queue, start the embedded server on a fresh --store DIR, or delete that stream"
+		}
+		return nil, nil, nil, fmt.Errorf("JetStream stream %s at %s: %w (%s)", demoStream(q), url, err, hint)
 	}
 	return nc, js, st, nil
 }
