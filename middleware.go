@@ -204,11 +204,10 @@ func (t Tracked) Hijacked(conn net.Conn) bool {
 	}
 	// The owner goroutine alone writes method and path: read them unlocked.
 	method, path := strings.Clone(rec.method), strings.Clone(rec.path)
-	s := rec.shard
-	s.mu.Lock()
+	rec.hold() // in flight until End: a reader may be copying its fields
 	rec.method, rec.path = method, path
 	rec.hijacked, rec.conn = true, conn
-	s.mu.Unlock()
+	rec.release()
 	c, ok := conn.(*extConn)
 	if !ok {
 		return false

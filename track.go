@@ -4,11 +4,14 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 )
 
 // tracker records the application requests in flight on the registered
@@ -16,75 +19,131 @@ import (
 // and name what it cut (method, path, age), and the idle drain can tell when
 // the pod's traffic has stopped (DrainIdle).
 //
-// Its hot path (begin/end, on every request) allocates nothing and writes no
-// shared counter: records come from a sync.Pool, which keeps them per P, and
-// each record belongs for life to one of several sharded intrusive lists, so
-// concurrent requests rarely meet on one lock or one cache line. On the
+// Its hot path (begin/end, on every request) allocates nothing, takes no
+// lock and makes two atomic writes: one that publishes the request's record
+// as in flight, one that frees it. Records come from a sync.Pool, which keeps
+// them per P, so a request writes memory its processor wrote last; every
+// record ever made is listed, by a weak pointer, in a registry that the cold
+// paths (snapshot, activity, inflight) walk, and that a record joins once,
+// when it is made. A reader that wants a record's fields holds it (an atomic
+// state, see reqRecord) for the few nanoseconds it copies them; end waits for
+// that hold to pass, so a reader never sees a record half rewritten and a
+// TrackRequest caller's strings stay valid while they are copied. On the
 // system clock, while serving, it reads no clock per request: arrivals are
 // stamped from a coarse clock (see arrival), to within coarseTick;
 // completions are stamped only from the shutdown signal on, when the idle
 // drain needs them, and from then on every stamp reads the clock. begin and
 // end are safe for concurrent use; no lock is held across a callback or I/O.
 type tracker struct {
-	clock     Clock
-	sys       bool          // clock is the system clock: read it the cheap way
-	base      time.Time     // offsets below are durations since base
-	next      atomic.Uint32 // spreads new records over the shards
-	pool      sync.Pool
-	shards    [trackShards]trackShard
-	stampEnds atomic.Bool   // completions move the idle clock (set at the signal)
-	touched   atomic.Int64  // offset of the last KeepAlive; 0 if none
-	anyHijack atomic.Bool   // some connection was hijacked: end() must forget it
-	hijacked  sync.Map      // net.Conn → struct{}: connections hijacked and not yet ended
-	fresh     sync.Map      // net.Conn → struct{}: accepted, no request read yet (StateNew)
-	nFresh    atomic.Int64  // entries in fresh
-	ended     chan struct{} // a request ended while stamping; capacity 1, never closed
+	clock Clock
+	sys   bool      // clock is the system clock: read it the cheap way
+	base  time.Time // offsets below are durations since base
+	pool  sync.Pool
 
-	// The coarse clock: an offset refreshed every coarseTick by a timer
-	// that runs only while requests keep arriving (see arrival).
-	coarse      atomic.Int64  // offset of the last refresh
-	ticking     atomic.Bool   // the timer is armed and coarse is fresh
-	tickMu      sync.Mutex    // guards tick
-	tick        *time.Timer   // made on first use; its func is refresh
-	lastArrived atomic.Uint64 // arrivals counted at the last refresh
+	regMu    sync.Mutex
+	reg      []weak.Pointer[reqRecord] // guarded by regMu: every record made and not yet collected
+	regPrune int                       // guarded by regMu: the length at which reg drops collected records
+
+	_         [64]byte     // the fields below are read on every request and written rarely
+	stampEnds atomic.Bool  // completions move the idle clock (set at the signal)
+	anyHijack atomic.Bool  // some connection was hijacked: end() must forget it
+	ticking   atomic.Bool  // the coarse clock's timer is armed and coarse is fresh
+	arrived   atomic.Bool  // a request arrived since the coarse clock's last refresh
+	coarse    atomic.Int64 // the coarse clock: offset of its last refresh
+	lastMove  atomic.Int64 // offset of the latest arrival (or, once stamping, completion); 0 if none
+	_         [64]byte
+
+	touched  atomic.Int64  // offset of the last KeepAlive; 0 if none
+	hijacked sync.Map      // net.Conn → struct{}: connections hijacked and not yet ended
+	fresh    sync.Map      // net.Conn → struct{}: accepted, no request read yet (StateNew)
+	nFresh   atomic.Int64  // entries in fresh
+	ended    chan struct{} // a request ended while stamping; capacity 1, never closed
+
+	// The coarse clock's timer, which runs only while requests keep
+	// arriving (see arrival).
+	tickMu sync.Mutex  // guards tick
+	tick   *time.Timer // made on first use; its func is refresh
 }
-
-const trackShards = 16
 
 // coarseTick bounds how stale an arrival's stamp may be while serving: an
 // in-flight request's Age and the idle drain's last pre-signal arrival are
 // exact to within it. It is far below any idle window (seconds).
 const coarseTick = 10 * time.Millisecond
 
-type trackShard struct {
-	mu       sync.Mutex
-	head     *reqRecord    // guarded by mu
-	n        int64         // records linked; guarded by mu
-	last     time.Duration // offset of the last arrival (or, once stamping, completion); guarded by mu
-	arrivals uint64        // requests begun; guarded by mu
-	_        [88]byte      // 128 bytes: no two shards share a cache line (or an adjacent-line prefetch pair)
+// A reqRecord's state.
+const (
+	recFree uint32 = iota // in the pool or on its way there: no reader reads its fields
+	recBusy               // a request in flight: its fields are set
+	recHeld               // in flight, and a reader (or Hijacked) is reading or editing its fields
+)
+
+// reqRecord is one request in flight. Its owner (the request's goroutine)
+// writes its fields while it is free, then publishes it (state recBusy);
+// from then on only a holder (recHeld) reads or changes them, until end
+// frees it again, which waits for any hold to pass.
+type reqRecord struct {
+	state    atomic.Uint32
+	method   string
+	path     string
+	start    time.Duration // offset of the arrival
+	req      *http.Request // for the connection, on the cold paths only; nil for TrackRequest
+	hijacked bool          // Tracked.Hijacked: its connection left the server's care
+	conn     net.Conn      // the hijacked connection of a TrackRequest record
+	t        *tracker      // immutable
 }
 
-// reqRecord is one request in flight. Its fields are written before it is
-// linked and cleared after it is unlinked, both under the shard's lock.
-type reqRecord struct {
-	method, path string
-	start        time.Duration // offset of the arrival
-	req          *http.Request // for the connection, on the cold paths only; nil for TrackRequest
-	hijacked     bool          // Tracked.Hijacked: its connection left the server's care
-	conn         net.Conn      // the hijacked connection of a TrackRequest record
-	prev, next   *reqRecord
-	shard        *trackShard
-	t            *tracker // immutable
+// hold takes rec for reading or editing its fields and reports true, or
+// reports false when rec is not in flight. Release the hold with release.
+func (rec *reqRecord) hold() bool {
+	for {
+		switch rec.state.Load() {
+		case recFree:
+			return false
+		case recBusy:
+			if rec.state.CompareAndSwap(recBusy, recHeld) {
+				return true
+			}
+		default:
+			runtime.Gosched() // another holder copies a few fields
+		}
+	}
 }
+
+func (rec *reqRecord) release() { rec.state.Store(recBusy) }
 
 func newTracker(c Clock) *tracker {
 	_, sys := c.(systemClock)
-	t := &tracker{clock: c, sys: sys, base: c.Now(), ended: make(chan struct{}, 1)}
-	t.pool.New = func() any {
-		return &reqRecord{shard: &t.shards[t.next.Add(1)%trackShards], t: t}
-	}
+	t := &tracker{clock: c, sys: sys, base: c.Now(), ended: make(chan struct{}, 1), regPrune: 64}
+	t.pool.New = t.newRecord
 	return t
+}
+
+// newRecord makes a record and lists it in the registry, dropping from it
+// the records the collector has taken (the pool lets idle ones go) whenever
+// it has doubled since the last time.
+func (t *tracker) newRecord() any {
+	rec := &reqRecord{t: t}
+	w := weak.Make(rec)
+	t.regMu.Lock()
+	if len(t.reg) >= t.regPrune {
+		t.reg = slices.DeleteFunc(t.reg, func(w weak.Pointer[reqRecord]) bool { return w.Value() == nil })
+		t.regPrune = max(64, 2*len(t.reg))
+	}
+	t.reg = append(t.reg, w)
+	t.regMu.Unlock()
+	return rec
+}
+
+// each calls f for every record in the registry that is still alive,
+// with the registry locked (f must not make a record).
+func (t *tracker) each(f func(rec *reqRecord)) {
+	t.regMu.Lock()
+	defer t.regMu.Unlock()
+	for _, w := range t.reg {
+		if rec := w.Value(); rec != nil {
+			f(rec)
+		}
+	}
 }
 
 // now returns the clock's time as an offset from base. On the system clock
@@ -97,7 +156,8 @@ func (t *tracker) now() time.Duration {
 	return t.clock.Now().Sub(t.base)
 }
 
-// arrival returns the time stamp of a request arriving now.
+// arrival returns the time stamp of a request arriving now, and notes that
+// traffic moved.
 //
 // On an injected clock, and from the shutdown signal on, it reads the
 // clock. On the system clock while serving it reads the coarse clock
@@ -107,24 +167,42 @@ func (t *tracker) now() time.Duration {
 // has seen none, so an idle server runs no timer. The first request after
 // such a pause reads the clock itself and starts the timer again.
 func (t *tracker) arrival() time.Duration {
-	if !t.sys || t.stampEnds.Load() {
-		return t.now()
-	}
-	if t.ticking.Load() {
-		return time.Duration(t.coarse.Load())
-	}
-	now := t.now()
-	if t.ticking.CompareAndSwap(false, true) {
-		t.coarse.Store(int64(now))
-		t.tickMu.Lock()
-		if t.tick == nil {
-			t.tick = time.AfterFunc(coarseTick, t.refresh)
-		} else {
-			t.tick.Reset(coarseTick)
+	var now time.Duration
+	switch {
+	case !t.sys || t.stampEnds.Load():
+		now = t.now()
+	case t.ticking.Load():
+		now = time.Duration(t.coarse.Load())
+	default:
+		now = t.now()
+		if t.ticking.CompareAndSwap(false, true) {
+			t.coarse.Store(int64(now))
+			t.tickMu.Lock()
+			if t.tick == nil {
+				t.tick = time.AfterFunc(coarseTick, t.refresh)
+			} else {
+				t.tick.Reset(coarseTick)
+			}
+			t.tickMu.Unlock()
 		}
-		t.tickMu.Unlock()
 	}
+	// Both written at most once per coarse tick while serving: a write per
+	// request would cost as much as the rest of the tracking.
+	if !t.arrived.Load() {
+		t.arrived.Store(true)
+	}
+	t.moved(now)
 	return now
+}
+
+// moved raises lastMove to off, unless it is there already.
+func (t *tracker) moved(off time.Duration) {
+	for {
+		last := t.lastMove.Load()
+		if int64(off) <= last || t.lastMove.CompareAndSwap(last, int64(off)) {
+			return
+		}
+	}
 }
 
 // refresh is the coarse clock's timer: it reads the clock, and arms itself
@@ -132,14 +210,7 @@ func (t *tracker) arrival() time.Duration {
 // come: from then on every stamp reads the clock).
 func (t *tracker) refresh() {
 	t.coarse.Store(int64(t.now()))
-	var arrived uint64
-	for i := range t.shards {
-		s := &t.shards[i]
-		s.mu.Lock()
-		arrived += s.arrivals
-		s.mu.Unlock()
-	}
-	if arrived != t.lastArrived.Swap(arrived) && !t.stampEnds.Load() {
+	if t.arrived.Swap(false) && !t.stampEnds.Load() {
 		t.tickMu.Lock()
 		t.tick.Reset(coarseTick)
 		t.tickMu.Unlock()
@@ -153,19 +224,7 @@ func (t *tracker) refresh() {
 func (t *tracker) begin(method, path string, r *http.Request) *reqRecord {
 	rec := t.pool.Get().(*reqRecord)
 	rec.method, rec.path, rec.start, rec.req = method, path, t.arrival(), r
-	s := rec.shard
-	s.mu.Lock()
-	rec.next = s.head
-	if s.head != nil {
-		s.head.prev = rec
-	}
-	s.head = rec
-	s.n++
-	s.arrivals++
-	if rec.start > s.last {
-		s.last = rec.start
-	}
-	s.mu.Unlock()
+	rec.state.Store(recBusy) // publish: readers see the fields written above
 	return rec
 }
 
@@ -174,27 +233,16 @@ func (t *tracker) end(rec *reqRecord) {
 	if rec.req != nil && t.anyHijack.Load() {
 		t.forgetHijack(rec.req)
 	}
-	var now time.Duration
 	stamp := t.stampEnds.Load()
 	if stamp {
-		now = t.now()
+		// Before the record is freed: a waiter that sees nothing in flight
+		// sees this completion too.
+		t.moved(t.now())
 	}
-	s := rec.shard
-	s.mu.Lock()
-	s.n--
-	if rec.prev != nil {
-		rec.prev.next = rec.next
-	} else {
-		s.head = rec.next
+	for !rec.state.CompareAndSwap(recBusy, recFree) {
+		runtime.Gosched() // a reader copies its fields; it is done in nanoseconds
 	}
-	if rec.next != nil {
-		rec.next.prev = rec.prev
-	}
-	if stamp && now > s.last {
-		s.last = now
-	}
-	s.mu.Unlock()
-	*rec = reqRecord{shard: s, t: t}
+	rec.method, rec.path, rec.req, rec.conn, rec.hijacked = "", "", nil, nil, false
 	t.pool.Put(rec)
 	if stamp {
 		t.wake()
@@ -337,21 +385,20 @@ type InFlightRequest struct {
 func (t *tracker) snapshot() []InFlightRequest {
 	now := t.now()
 	var out []InFlightRequest
-	for i := range t.shards {
-		s := &t.shards[i]
-		s.mu.Lock()
-		for r := s.head; r != nil; r = r.next {
-			conn := r.conn
-			if conn == nil {
-				conn = connOf(r.req)
-			}
-			// Clone: a TrackRequest caller's strings may alias a buffer
-			// that its server reuses once the request has ended.
-			out = append(out, InFlightRequest{Method: strings.Clone(r.method), Path: strings.Clone(r.path),
-				Age: now - r.start, Hijacked: r.hijacked || t.isHijacked(r.req), conn: conn})
+	t.each(func(r *reqRecord) {
+		if !r.hold() {
+			return
 		}
-		s.mu.Unlock()
-	}
+		conn := r.conn
+		if conn == nil {
+			conn = connOf(r.req)
+		}
+		// Clone: a TrackRequest caller's strings may alias a buffer
+		// that its server reuses once the request has ended.
+		out = append(out, InFlightRequest{Method: strings.Clone(r.method), Path: strings.Clone(r.path),
+			Age: now - r.start, Hijacked: r.hijacked || t.isHijacked(r.req), conn: conn})
+		r.release()
+	})
 	sort.Slice(out, func(i, j int) bool { return out[i].Age > out[j].Age })
 	return out
 }
@@ -359,12 +406,11 @@ func (t *tracker) snapshot() []InFlightRequest {
 // inflight returns how many requests are in flight.
 func (t *tracker) inflight() int64 {
 	var n int64
-	for i := range t.shards {
-		s := &t.shards[i]
-		s.mu.Lock()
-		n += s.n
-		s.mu.Unlock()
-	}
+	t.each(func(r *reqRecord) {
+		if r.state.Load() != recFree {
+			n++
+		}
+	})
 	return n
 }
 
@@ -373,19 +419,16 @@ func (t *tracker) inflight() int64 {
 // KeepAlive does not hold the idle drain), and when traffic last moved: the
 // latest arrival, completion (from the signal on) or KeepAlive.
 func (t *tracker) activity() (busy int, last time.Time) {
-	var off time.Duration
-	for i := range t.shards {
-		s := &t.shards[i]
-		s.mu.Lock()
-		for r := s.head; r != nil; r = r.next {
-			if !r.hijacked && !t.isHijacked(r.req) {
-				busy++
-			}
+	t.each(func(r *reqRecord) {
+		if !r.hold() {
+			return
 		}
-		off = max(off, s.last)
-		s.mu.Unlock()
-	}
-	off = max(off, time.Duration(t.touched.Load()))
+		if !r.hijacked && !t.isHijacked(r.req) {
+			busy++
+		}
+		r.release()
+	})
+	off := max(time.Duration(t.lastMove.Load()), time.Duration(t.touched.Load()))
 	if off == 0 {
 		return busy, time.Time{} // no traffic at all
 	}

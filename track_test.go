@@ -1,8 +1,10 @@
 package lameduck_test
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 
@@ -110,4 +112,48 @@ func BenchmarkHandler(b *testing.B) {
 		_, h := trackedHandler(b, okHandler)
 		run(b, h)
 	})
+}
+
+// Readers (InFlight) run while requests begin and end on every processor:
+// each entry they list is one whole request, never the method of one and
+// the path of another, and never more requests than can be in flight.
+// Under -race this also holds the record's hold protocol to the memory
+// model.
+func TestInFlightConsistentWhileRequestsChurn(t *testing.T) {
+	const workers, each = 4, 2000
+	lc, h := trackedHandler(t, okHandler)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			method, path := fmt.Sprintf("M%d", w), fmt.Sprintf("/w%d", w)
+			req := httptest.NewRequest(method, path, nil)
+			for range each {
+				h.ServeHTTP(nopWriter{http.Header{}}, req)
+			}
+		})
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	reads := 0
+	for {
+		got := lc.InFlight()
+		reads++
+		if len(got) > workers {
+			t.Fatalf("InFlight listed %d requests; at most %d can be in flight", len(got), workers)
+		}
+		for _, r := range got {
+			if r.Path != "/w"+strings.TrimPrefix(r.Method, "M") || r.Age < 0 {
+				t.Fatalf("InFlight listed a torn request: %+v", r)
+			}
+		}
+		select {
+		case <-done:
+			if got := lc.InFlight(); len(got) != 0 {
+				t.Fatalf("after every request ended InFlight = %+v", got)
+			}
+			t.Logf("%d reads during %d requests", reads, workers*each)
+			return
+		default:
+		}
+	}
 }
