@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -147,6 +148,42 @@ func BenchmarkHealthyProbeHTTP(b *testing.B) {
 			}
 		})
 	}
+}
+
+// What a deadline costs a probe that one goroutine sends at a time, apart
+// from any library: the same few microseconds of work (about a probe's
+// worth), then a trivial function run inline ("inline", as k8s-healthz runs
+// its checks) or handed to a new goroutine the caller yields to ("handoff",
+// as lameduck must, so that a check that blocks can be abandoned at its
+// deadline). With a processor idle between probes, making a goroutine
+// runnable wakes a sleeping thread for it (a futex system call); the
+// difference between the two is that floor.
+func BenchmarkGoroutineHandOff(b *testing.B) {
+	var sink atomic.Int64
+	work := func() {
+		s := int64(0)
+		for i := range int64(6000) {
+			s += i * i
+		}
+		sink.Add(s)
+	}
+	b.Run("inline", func(b *testing.B) {
+		for b.Loop() {
+			work()
+			sink.Add(1)
+		}
+	})
+	b.Run("handoff", func(b *testing.B) {
+		for b.Loop() {
+			work()
+			var done atomic.Bool
+			go func() { sink.Add(1); done.Store(true) }()
+			runtime.Gosched()
+			for !done.Load() {
+				runtime.Gosched()
+			}
+		}
+	})
 }
 
 // wedged returns a check that ignores its context until release is closed.
