@@ -214,6 +214,10 @@ func (l *Lifecycle) answered(probe string) (health.Report, bool) {
 	return rep, ok
 }
 
+// servingFields are the envelope fields of a serving pod's readiness
+// answer, made once: ServeReadiness reads them and never changes them.
+var servingFields = map[string]any{"phase": PhaseServing.String()}
+
 // serveReadiness answers /readyz and /readyz/<check>: the phase's answer
 // while starting or draining, without consulting any check or gate; while
 // serving, the checks' and gates' answer, with the Kubernetes API server's
@@ -230,7 +234,7 @@ func (h *probeHandler) serveReadiness(w http.ResponseWriter, r *http.Request, ch
 	}
 	switch p := l.Phase(); p {
 	case PhaseServing:
-		l.checks.ServeReadiness(w, r, h.info, check, map[string]any{"phase": p.String()})
+		l.checks.ServeReadiness(w, r, h.info, check, servingFields)
 	case PhaseStarting:
 		health.WriteNegotiated(w, r, h.info, l.report(health.StatusStarting))
 	default:
