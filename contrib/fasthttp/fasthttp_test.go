@@ -3,6 +3,7 @@ package lameduckfasthttp_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/lameduck/lameduck"
 	lameduckfasthttp "github.com/lameduck/lameduck/contrib/fasthttp"
+	"github.com/lameduck/lameduck/internal/contribtest"
 	"github.com/lameduck/lameduck/lameducktest"
 	"github.com/valyala/fasthttp"
 	"go.uber.org/goleak"
@@ -66,14 +68,48 @@ type answer struct {
 
 func do(t *testing.T, c *http.Client, method, url string) answer {
 	t.Helper()
-	req, _ := http.NewRequest(method, url, nil)
+	a, err := fetch(c, method, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// fetch is do for a goroutine other than the test's: it returns the error
+// for the test goroutine to report (t.Fatal there would end the goroutine
+// before it sends, and the test would wait for nothing).
+func fetch(c *http.Client, method, url string) (answer, error) {
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		return answer{}, err
+	}
 	resp, err := c.Do(req)
 	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
+		return answer{}, fmt.Errorf("%s %s: %w", method, url, err)
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return answer{resp.StatusCode, resp.Header, string(b), resp.Close}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return answer{}, fmt.Errorf("%s %s: reading the body: %w", method, url, err)
+	}
+	return answer{resp.StatusCode, resp.Header, string(b), resp.Close}, nil
+}
+
+// fetched is what fetch returned in a goroutine.
+type fetched struct {
+	answer
+	err error
+}
+
+// goFetch runs fetch in a goroutine; receive its result with
+// contribtest.Recv.
+func goFetch(c *http.Client, method, url string) <-chan fetched {
+	ch := make(chan fetched, 1)
+	go func() {
+		a, err := fetch(c, method, url)
+		ch <- fetched{a, err}
+	}()
+	return ch
 }
 
 // TestFastHTTPServer: a plain fasthttp server on the Lifecycle answers the
@@ -131,33 +167,26 @@ func TestFastHTTPServer(t *testing.T) {
 		}
 	}
 
-	slow, stuck := make(chan answer, 1), make(chan error, 1)
-	go func() { slow <- do(t, &http.Client{Timeout: 10 * time.Second}, "GET", fb+"/slow") }()
-	go func() {
-		resp, err := (&http.Client{Timeout: 10 * time.Second}).Post(fb+"/stuck", "text/plain", nil)
-		if err == nil {
-			resp.Body.Close()
-		}
-		stuck <- err
-	}()
-	<-slowIn
-	<-stuckIn
+	slow := goFetch(&http.Client{Timeout: 10 * time.Second}, "GET", fb+"/slow")
+	stuck := goFetch(&http.Client{Timeout: 10 * time.Second}, "POST", fb+"/stuck")
+	contribtest.Recv(t, slowIn, "the /slow handler")
+	contribtest.Recv(t, stuckIn, "the /stuck handler")
 	lc.BeginShutdown("test")
 	if a := do(t, c, "GET", fb+"/"); a.code != 200 || !a.close || a.body != "hello" {
 		t.Fatalf("in the window: %d close=%v %q; want 200 with Connection: close", a.code, a.close, a.body)
 	}
-	clk.WaitForTimers(context.Background(), 1)
+	contribtest.Timers(t, clk, 1)
 	clk.Advance(2 * time.Second)
-	if a := <-slow; a.code != 200 || a.body != "slept" {
-		t.Fatalf("the in-flight request got %d %q", a.code, a.body)
+	if a := contribtest.Recv(t, slow, "the in-flight request's answer"); a.err != nil || a.code != 200 || a.body != "slept" {
+		t.Fatalf("the in-flight request got %d %q, %v", a.code, a.body, a.err)
 	}
-	clk.WaitForTimers(context.Background(), 1)
+	contribtest.Timers(t, clk, 1)
 	clk.Advance(3 * time.Second)
 	if err := wait(); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Run = %v; want the stuck request cut", err)
 	}
-	if err := <-stuck; err == nil {
-		t.Fatal("the stuck request was answered")
+	if a := contribtest.Recv(t, stuck, "the stuck request's end"); a.err == nil {
+		t.Fatalf("the stuck request was answered %d", a.code)
 	}
 	if !strings.Contains(logs.String(), "cut 1 in-flight request(s) after 3s: POST /stuck (age 5s)") {
 		t.Fatalf("the cut request is not named:\n%s", logs)

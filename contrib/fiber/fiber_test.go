@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -22,6 +23,7 @@ import (
 	"github.com/lameduck/lameduck"
 	lameduckfiber "github.com/lameduck/lameduck/contrib/fiber"
 	"github.com/lameduck/lameduck/health"
+	"github.com/lameduck/lameduck/internal/contribtest"
 	"github.com/lameduck/lameduck/lameducktest"
 	"github.com/valyala/fasthttp"
 	"go.uber.org/goleak"
@@ -116,20 +118,60 @@ type answer struct {
 
 func do(t *testing.T, c *http.Client, method, url string, hdr map[string]string) answer {
 	t.Helper()
-	req, err := http.NewRequest(method, url, nil)
+	a, err := fetch(c, method, url, hdr)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return a
+}
+
+// fetch is do for a goroutine other than the test's: it returns the error
+// for the test goroutine to report (t.Fatal there would end the goroutine
+// before it sends, and the test would wait for nothing).
+func fetch(c *http.Client, method, url string, hdr map[string]string) (answer, error) {
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		return answer{}, err
 	}
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
+		return answer{}, fmt.Errorf("%s %s: %w", method, url, err)
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return answer{resp.StatusCode, resp.Header, string(b), resp.Close}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return answer{}, fmt.Errorf("%s %s: reading the body: %w", method, url, err)
+	}
+	return answer{resp.StatusCode, resp.Header, string(b), resp.Close}, nil
+}
+
+// fetched is what fetch returned in a goroutine.
+type fetched struct {
+	answer
+	err error
+}
+
+// goFetch runs fetch in a goroutine; receive its result with
+// contribtest.Recv and check it with ok.
+func goFetch(c *http.Client, method, url string) <-chan fetched {
+	ch := make(chan fetched, 1)
+	go func() {
+		a, err := fetch(c, method, url, nil)
+		ch <- fetched{a, err}
+	}()
+	return ch
+}
+
+// ok fails t when the fetch failed, and returns its answer.
+func (f fetched) ok(t *testing.T) answer {
+	t.Helper()
+	if f.err != nil {
+		t.Fatal(f.err)
+	}
+	return f.answer
 }
 
 func client(t *testing.T) *http.Client {
@@ -205,7 +247,7 @@ func TestProbesAreByteIdenticalToNetHTTP(t *testing.T) {
 	compare("serving")
 	r.lc.BeginShutdown("test")
 	compare("draining")
-	r.clk.WaitForTimers(context.Background(), 1)
+	contribtest.Timers(t, r.clk, 1)
 	r.clk.Advance(5 * time.Second)
 	if err := r.wait(); err != nil {
 		t.Fatal(err)
@@ -232,9 +274,8 @@ func TestDrainOnFiber(t *testing.T) {
 	if a := do(t, c, "GET", r.base+"/", nil); a.code != 200 || a.close {
 		t.Fatalf("before the signal: %d close=%v", a.code, a.close)
 	}
-	slow := make(chan answer, 1)
-	go func() { slow <- do(t, client(t), "GET", r.base+"/slow", nil) }()
-	<-entered
+	slow := goFetch(client(t), "GET", r.base+"/slow")
+	contribtest.Recv(t, entered, "the /slow handler")
 	if got := r.lc.InFlight(); len(got) != 1 || got[0].Method != "GET" || got[0].Path != "/slow" {
 		t.Fatalf("InFlight = %+v; want GET /slow", got)
 	}
@@ -249,14 +290,14 @@ func TestDrainOnFiber(t *testing.T) {
 	if a := do(t, c, "GET", r.base+"/", nil); a.code != 200 {
 		t.Fatalf("the next request in the window: %d", a.code)
 	}
-	r.clk.WaitForTimers(context.Background(), 1)
+	contribtest.Timers(t, r.clk, 1)
 	r.clk.Advance(2 * time.Second)
-	<-r.lc.Events().WindowEnded.Done()
+	contribtest.Await(t, r.lc.Events().WindowEnded)
 	if r.lc.Events().HTTPDrained.Fired() {
 		t.Fatal("the drain ended with a request in flight")
 	}
 	close(release)
-	if a := <-slow; a.code != 200 || a.body != "slept" {
+	if a := contribtest.Recv(t, slow, "the in-flight request's answer").ok(t); a.code != 200 || a.body != "slept" {
 		t.Fatalf("the in-flight request got %d %q", a.code, a.body)
 	}
 	if err := r.wait(); err != nil {
@@ -283,24 +324,17 @@ func TestStuckRequestIsCutAndNamed(t *testing.T) {
 		})
 	})
 	r.start()
-	reqDone := make(chan error, 1)
-	go func() {
-		resp, err := client(t).Post(r.base+"/stuck", "text/plain", nil)
-		if err == nil {
-			resp.Body.Close()
-		}
-		reqDone <- err
-	}()
-	<-entered
+	reqDone := goFetch(client(t), "POST", r.base+"/stuck")
+	contribtest.Recv(t, entered, "the /stuck handler")
 	lameducktest.EndWindow(t, r.lc, r.clk)
-	r.clk.WaitForTimers(context.Background(), 1) // the drain's deadline
+	contribtest.Timers(t, r.clk, 1) // the drain's deadline
 	r.clk.Advance(3 * time.Second)
 	err := r.wait()
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Run = %v; want an error wrapping context.DeadlineExceeded", err)
 	}
-	if err := <-reqDone; err == nil {
-		t.Fatal("the stuck request was answered; it should have been cut")
+	if f := contribtest.Recv(t, reqDone, "the stuck request's end"); f.err == nil {
+		t.Fatalf("the stuck request was answered %d; it should have been cut", f.code)
 	}
 	if logs := r.logs.String(); !strings.Contains(logs, "HTTP drain cut 1 in-flight request(s) after 3s: POST /stuck (age 4s)") {
 		t.Fatalf("the cut request is not named with method, path and age:\n%s", logs)
@@ -314,9 +348,8 @@ func TestRejectModeOnFiber(t *testing.T) {
 		app.Get("/new", func(c *fiber.Ctx) error { return nil })
 	})
 	r.start()
-	slow := make(chan answer, 1)
-	go func() { slow <- do(t, client(t), "GET", r.base+"/slow", nil) }()
-	<-entered
+	slow := goFetch(client(t), "GET", r.base+"/slow")
+	contribtest.Recv(t, entered, "the /slow handler")
 	lameducktest.EndWindow(t, r.lc, r.clk)
 	var a answer
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && a.code != 503; {
@@ -326,7 +359,7 @@ func TestRejectModeOnFiber(t *testing.T) {
 		t.Fatalf("reject mode: %d %v %q", a.code, a.header, a.body)
 	}
 	close(release)
-	if a := <-slow; a.code != 200 {
+	if a := contribtest.Recv(t, slow, "the in-flight request's answer").ok(t); a.code != 200 {
 		t.Fatalf("the in-flight request got %d", a.code)
 	}
 	if err := r.wait(); err != nil {
@@ -347,7 +380,7 @@ func TestWebSocketsOnFiber(t *testing.T) {
 		}))
 	})
 	r.start()
-	ctx := context.Background()
+	ctx := contribtest.Context(t, contribtest.Guard) // every dial and read below, a hang guard
 	ws, _, err := websocket.Dial(ctx, strings.Replace(r.base, "http", "ws", 1)+"/ws", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -372,7 +405,7 @@ func TestWebSocketsOnFiber(t *testing.T) {
 	if a.code != 503 || a.header.Get("Retry-After") != "1" || !strings.Contains(a.body, "upgrade on another instance") {
 		t.Fatalf("upgrade after the signal: %d %v %q", a.code, a.header, a.body)
 	}
-	r.clk.WaitForTimers(ctx, 1)
+	contribtest.Timers(t, r.clk, 1)
 	r.clk.Advance(time.Second)
 	_, _, err = ws.Read(ctx)
 	if websocket.CloseStatus(err) != websocket.StatusGoingAway {
@@ -398,7 +431,7 @@ func TestHijackedRequestKeepsItsName(t *testing.T) {
 		app.Get("/*", func(c *fiber.Ctx) error { return c.SendString("ok") })
 	})
 	r.start()
-	ctx := context.Background()
+	ctx := contribtest.Context(t, contribtest.Guard) // every dial and read below, a hang guard
 	ws, _, err := websocket.Dial(ctx, strings.Replace(r.base, "http", "ws", 1)+"/ws", nil)
 	if err != nil {
 		t.Fatal(err)

@@ -117,23 +117,39 @@ func TestScrape(t *testing.T) {
 	want(t, fams, "lameduck_probe_answers_total", map[string]string{"path": "/readyz", "code": "200"}, 2)
 	want(t, fams, "lameduck_probe_answers_total", map[string]string{"path": "/readyz/*", "code": "200"}, 1)
 	want(t, fams, "lameduck_probe_answers_total", map[string]string{"path": "/healthz", "code": "200"}, 1)
-	// A ping reports after its probes have their answer: it may lag the
-	// probe by a moment, so read the checks' series once they are there.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		n, _ := value(fams, "lameduck_check_results_total", map[string]string{"check": "db", "outcome": "ok"})
-		if n == 3 || time.Now().After(deadline) {
-			break
+	// Each ping reports after its probe has its answer, asynchronously and
+	// in no set order, and one report updates several series one after
+	// the other: scrape until every series of the checks has its final
+	// value (the counters only grow, so none is passed over), then assert
+	// them all. Three pings of db (two /readyz, /readyz/db), two of cache.
+	checks := []struct {
+		name   string
+		labels map[string]string
+		v      float64
+	}{
+		{"lameduck_check_results_total", map[string]string{"check": "db", "outcome": "ok"}, 3},
+		{"lameduck_check_results_total", map[string]string{"check": "cache", "outcome": "error"}, 2},
+		{"lameduck_check_status", map[string]string{"check": "cache", "critical": "false", "outcome": "error"}, 1},
+		{"lameduck_check_status", map[string]string{"check": "cache", "critical": "false", "outcome": "ok"}, 0},
+		{"lameduck_check_status", map[string]string{"check": "db", "critical": "true", "outcome": "ok"}, 1},
+		{"lameduck_check_duration_seconds", map[string]string{"check": "db"}, 3},
+		{"lameduck_check_duration_seconds", map[string]string{"check": "cache"}, 2},
+	}
+	reported := func() bool {
+		for _, c := range checks {
+			if got, ok := value(fams, c.name, c.labels); !ok || got != c.v {
+				return false
+			}
 		}
+		return true
+	}
+	for deadline := time.Now().Add(10 * time.Second); !reported() && time.Now().Before(deadline); { // a hang guard
 		time.Sleep(10 * time.Millisecond)
 		fams = scrape(t, client, base+"/metrics")
 	}
-	want(t, fams, "lameduck_check_results_total", map[string]string{"check": "db", "outcome": "ok"}, 3)
-	want(t, fams, "lameduck_check_results_total", map[string]string{"check": "cache", "outcome": "error"}, 2)
-	want(t, fams, "lameduck_check_status", map[string]string{"check": "cache", "critical": "false", "outcome": "error"}, 1)
-	want(t, fams, "lameduck_check_status", map[string]string{"check": "cache", "critical": "false", "outcome": "ok"}, 0)
-	want(t, fams, "lameduck_check_status", map[string]string{"check": "db", "critical": "true", "outcome": "ok"}, 1)
-	want(t, fams, "lameduck_check_duration_seconds", map[string]string{"check": "db"}, 3)
+	for _, c := range checks {
+		want(t, fams, c.name, c.labels, c.v)
+	}
 
 	// The window: draining, and its length on the fake clock.
 	lameducktest.EndWindow(t, lc, clk)
