@@ -142,7 +142,7 @@ func TestLoopsAreCancelledAtTheSignalAndRefusedAfter(t *testing.T) {
 		return ctx.Err()
 	})
 	h.lc.BeginShutdown("test")
-	<-cancelled // at the signal, before the window has passed
+	recv(t, cancelled, "the loop's cancellation") // at the signal, before the window has passed
 	err := h.lc.GoLoop("late-sweep", func(context.Context) error { t.Error("a refused loop ran"); return nil })
 	if !errors.Is(err, lameduck.ErrShuttingDown) {
 		t.Fatalf("GoLoop after the signal = %v, want ErrShuttingDown", err)
@@ -309,7 +309,7 @@ func TestWriteHasItsOwnDeadline(t *testing.T) {
 	})
 	h.timers(1)
 	h.clock.Advance(2 * time.Second)
-	if err := <-deadline; !errors.Is(err, context.DeadlineExceeded) {
+	if err := recv(t, deadline, "the write's deadline"); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("the write's context ended with %v", err)
 	}
 	h.endWindow(time.Second)
@@ -352,11 +352,15 @@ func TestWriteStartedDuringTheDrainIsJoined(t *testing.T) {
 	}))
 	h.run()
 	await(t, h.lc.Events().StartupDone)
+	c := client(t)
+	posted := make(chan struct{})
 	go func() {
-		if resp, err := client(t).Post(base+"/orders", "text/plain", nil); err == nil {
+		defer close(posted)
+		if resp, err := c.Post(base+"/orders", "text/plain", nil); err == nil {
 			resp.Body.Close()
 		}
 	}()
+	defer func() { recv(t, posted, "the request's end") }()
 	recv(t, entered, "entered")
 	h.endWindow(time.Second)
 	close(answer) // the mutation is answered during the drain, and asks for its audit row
@@ -381,14 +385,12 @@ func TestJoinUsesWhatTheTeardownLeaves(t *testing.T) {
 	h.lc.GoWrite("audit", 0, func(context.Context) error { <-release; wrote.Store(true); return nil })
 	h.endWindow(time.Second)
 	await(t, h.lc.Events().HTTPDrained)
-	h.timers(1) // the join's bound
-	h.clock.Advance(2 * time.Second)
-	if h.lc.Events().Joined.Fired() {
-		t.Fatal("the join gave up after 2s of a 10s teardown")
+	h.timers(1) // the join's bound, the only timer
+	if n := h.clock.Advance(2 * time.Second); n != 0 || h.lc.Events().Joined.Fired() {
+		t.Fatalf("the join gave up after 2s of a 10s teardown (%d timer(s) fired)", n)
 	}
-	h.clock.Advance(7 * time.Second)
-	if h.lc.Events().Joined.Fired() {
-		t.Fatal("the join gave up before the teardown's end")
+	if n := h.clock.Advance(7 * time.Second); n != 0 || h.lc.Events().Joined.Fired() {
+		t.Fatalf("the join gave up before the teardown's end (%d timer(s) fired)", n)
 	}
 	close(release)
 	if err := h.wait(); err != nil {

@@ -251,7 +251,7 @@ func TestH2CClientsAreHandedOver(t *testing.T) {
 func TestHijackedConnectionIsForceClosedAtTheBudget(t *testing.T) {
 	h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 4 * time.Second, JoinBudget: time.Second})
 	hijacked := make(chan struct{})
-	base := h.serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	base, shutdown := h.serveNotified(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		conn, buf, err := http.NewResponseController(w).Hijack()
 		if err != nil {
 			t.Error(err)
@@ -273,6 +273,9 @@ func TestHijackedConnectionIsForceClosedAtTheBudget(t *testing.T) {
 	recv(t, hijacked, "hijacked")
 	h.endWindow(time.Second)
 	h.timers(1) // the HTTP drain's deadline: the whole 4s (no background work)
+	// Past the accept grace (a timer of its own for a moment): the deadline
+	// is the only timer left, so nothing may fire before 4s.
+	recv(t, shutdown, "the drain to call Shutdown")
 	if n := h.clock.Advance(4*time.Second - time.Nanosecond); n != 0 || h.lc.Events().HTTPDrained.Fired() {
 		t.Fatalf("the drain ended with a hijacked connection open: Shutdown's blind spot (%d timer(s) fired)", n)
 	}
@@ -364,7 +367,7 @@ func TestSendRetryAfterDuringTeardown(t *testing.T) {
 		t.Fatalf("want 503 with Retry-After: 1 and Connection: close, got %+v", resp)
 	}
 	close(release)
-	if code := <-slow; code != 200 {
+	if code := recv(t, slow, "the in-flight request's answer"); code != 200 {
 		t.Fatalf("the in-flight request got %d", code)
 	}
 	if err := h.wait(); err != nil {
@@ -383,12 +386,16 @@ func TestNoRequestFailsAtTheSignal(t *testing.T) {
 	h.run()
 	await(t, h.lc.Events().StartupDone)
 	stop := make(chan struct{})
-	errs := make(chan error, 1000)
+	// Failures are counted, and the first few kept: a worker never blocks
+	// on reporting one, so however many fail, every worker sees stop.
+	var failed atomic.Int64
+	var firstMu sync.Mutex
+	var first []error
 	var sent atomic.Int64
 	var wg sync.WaitGroup
 	for range 32 {
+		c := client(t)
 		wg.Go(func() {
-			c := client(t)
 			for i := 0; i < 2000; i++ {
 				select {
 				case <-stop:
@@ -398,7 +405,11 @@ func TestNoRequestFailsAtTheSignal(t *testing.T) {
 				resp, err := c.Post(base+"/api", "text/plain", strings.NewReader("x"))
 				sent.Add(1)
 				if err != nil {
-					errs <- err
+					if failed.Add(1) <= 3 {
+						firstMu.Lock()
+						first = append(first, err)
+						firstMu.Unlock()
+					}
 					continue
 				}
 				io.Copy(io.Discard, resp.Body)
@@ -406,23 +417,26 @@ func TestNoRequestFailsAtTheSignal(t *testing.T) {
 			}
 		})
 	}
-	for sent.Load() < 500 {
-		runtime.Gosched()
-	}
-	h.lc.BeginShutdown("test")
-	for at := sent.Load(); sent.Load() < at+1000; {
-		runtime.Gosched()
-	}
-	close(stop)
-	wg.Wait()
-	close(errs)
-	n := 0
-	for err := range errs {
-		if n++; n <= 3 {
-			t.Errorf("a POST failed inside the window: %v", err)
+	stopAll := sync.OnceFunc(func() { close(stop); wg.Wait() })
+	defer stopAll()
+	// until spins until n requests have been sent, or fails after 30s of
+	// real time (a hang guard: the clients answer in microseconds).
+	until := func(n int64) {
+		t.Helper()
+		for giveUp := time.Now().Add(30 * time.Second); sent.Load() < n; runtime.Gosched() {
+			if time.Now().After(giveUp) {
+				t.Fatalf("%d requests sent in 30s; waiting for %d", sent.Load(), n)
+			}
 		}
 	}
-	if n > 0 {
+	until(500)
+	h.lc.BeginShutdown("test")
+	until(sent.Load() + 1000)
+	stopAll()
+	for _, err := range first {
+		t.Errorf("a POST failed inside the window: %v", err)
+	}
+	if n := failed.Load(); n > 0 {
 		t.Fatalf("%d of %d POSTs failed inside the window", n, sent.Load())
 	}
 	h.timers(1)

@@ -3,6 +3,7 @@ package lameduck_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -84,14 +85,29 @@ func newHarness(t *testing.T, cfg lameduck.Config) *harness {
 // serve registers a loopback server for handler and returns its base URL.
 func (h *harness) serve(handler http.Handler) string {
 	h.t.Helper()
+	base, _ := h.serveNotified(handler)
+	return base
+}
+
+// serveNotified is serve, and returns a channel closed when the teardown
+// calls the server's Shutdown. By then the HTTP drain has closed the
+// listeners and ended its accept grace (whose timer lives only a moment when
+// no connection is silent), so the one timer it keeps on the fake clock is
+// its deadline: a test that waits for this can assert exactly that nothing
+// fires before that deadline.
+func (h *harness) serveNotified(handler http.Handler) (base string, shutdown <-chan struct{}) {
+	h.t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	if err := h.lc.AddServer(&http.Server{Handler: handler}, ln); err != nil {
+	srv := &http.Server{Handler: handler}
+	shut := make(chan struct{})
+	srv.RegisterOnShutdown(sync.OnceFunc(func() { close(shut) }))
+	if err := h.lc.AddServer(srv, ln); err != nil {
 		h.t.Fatal(err)
 	}
-	return "http://" + ln.Addr().String()
+	return "http://" + ln.Addr().String(), shut
 }
 
 // run starts Run and returns at once; wait collects its result.
@@ -155,13 +171,40 @@ type probe struct {
 
 func get(t *testing.T, c *http.Client, url string) probe {
 	t.Helper()
+	p, err := tryGet(c, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// tryGet is get for a goroutine other than the test's, where t.Fatal must
+// not be called: it returns the error for the test goroutine to report.
+func tryGet(c *http.Client, url string) (probe, error) {
 	resp, err := c.Get(url)
 	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
+		return probe{}, fmt.Errorf("GET %s: %w", url, err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return probe{resp.StatusCode, string(b)}
+	return probe{resp.StatusCode, string(b)}, nil
+}
+
+// reply is what a goroutine's request got, for the test goroutine to check.
+type reply struct {
+	probe
+	err error
+}
+
+// getAsync sends GET url from a goroutine of its own, and its outcome on
+// the returned channel (receive it with recv).
+func getAsync(c *http.Client, url string) <-chan reply {
+	ch := make(chan reply, 1)
+	go func() {
+		p, err := tryGet(c, url)
+		ch <- reply{p, err}
+	}()
+	return ch
 }
 
 func (p probe) status(t *testing.T, code int, word string) {

@@ -103,7 +103,7 @@ func TestTeardownCutsAtItsBudget(t *testing.T) {
 			entered := make(chan struct{})
 			release := make(chan struct{})
 			defer close(release)
-			base := h.serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			base, shutdown := h.serveNotified(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				close(entered)
 				select {
 				case <-release:
@@ -125,20 +125,18 @@ func TestTeardownCutsAtItsBudget(t *testing.T) {
 			h.clock.Advance(1500 * time.Millisecond) // the request is 1.5s old at the signal
 			h.endWindow(time.Second)
 			h.timers(1) // the HTTP drain's timer
-			// Other timers (the accept grace) may fire in this span: what
-			// must not happen is Run returning.
-			h.clock.Advance(tc.httpEnd - time.Nanosecond)
-			select {
-			case err := <-h.done:
-				t.Fatalf("Run returned %v before the budget was spent", err)
-			default:
+			// Past the accept grace (a timer of its own for a moment): the
+			// drain's deadline is the only timer left.
+			recv(t, shutdown, "the drain to call Shutdown")
+			if n := h.clock.Advance(tc.httpEnd - time.Nanosecond); n != 0 || h.lc.Events().HTTPDrained.Fired() {
+				t.Fatalf("the drain ended before its budget was spent (%d timer(s) fired)", n)
 			}
 			h.clock.Advance(time.Nanosecond)
 			err := h.wait()
 			if !errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("Run = %v, want an error wrapping context.DeadlineExceeded", err)
 			}
-			if err := <-reqDone; err == nil {
+			if err := recv(t, reqDone, "the cut request's end"); err == nil {
 				t.Fatal("the stuck request was answered; it should have been cut")
 			}
 			age := 2500*time.Millisecond + tc.httpEnd
@@ -189,7 +187,7 @@ func TestExitOnSecondSignal(t *testing.T) {
 	await(t, h.lc.Events().StartupDone)
 	lameduck.Signal(h.lc, syscall.SIGINT)
 	lameduck.Signal(h.lc, syscall.SIGINT)
-	if code := <-exited; code != 130 {
+	if code := recv(t, exited, "exit"); code != 130 {
 		t.Fatalf("exit code %d, want 130 (128+SIGINT)", code)
 	}
 	h.timers(1)
@@ -216,18 +214,17 @@ func TestPreStopThenSIGTERMGivesOneWindow(t *testing.T) {
 		t.Fatal("an unauthorised /prestop started the drain")
 	}
 
-	hook := make(chan probe, 1)
+	hook := make(chan reply, 1)
 	go func() {
 		req, _ := http.NewRequest("GET", base+"/prestop", nil)
 		req.Header.Set(lameduck.PreStopTokenHeader, "s3cret")
 		resp, err := c.Do(req)
 		if err != nil {
-			t.Error(err)
-			hook <- probe{}
+			hook <- reply{err: err}
 			return
 		}
 		defer resp.Body.Close()
-		hook <- probe{code: resp.StatusCode}
+		hook <- reply{probe: probe{code: resp.StatusCode}}
 	}()
 	await(t, h.lc.Events().ShutdownInitiated)
 	get(t, c, base+"/readyz").status(t, 503, "draining")
@@ -237,12 +234,12 @@ func TestPreStopThenSIGTERMGivesOneWindow(t *testing.T) {
 	}
 	select {
 	case p := <-hook:
-		t.Fatalf("hook answered %d before the window passed", p.code)
+		t.Fatalf("hook answered %d (%v) before the window passed", p.code, p.err)
 	default:
 	}
 	h.clock.Advance(time.Second)
-	if p := <-hook; p.code != 200 {
-		t.Fatalf("hook answered %d, want 200", p.code)
+	if p := recv(t, hook, "the hook's answer"); p.err != nil || p.code != 200 {
+		t.Fatalf("hook answered %d (%v), want 200", p.code, p.err)
 	}
 	// The kubelet's SIGTERM after the hook adds no second window.
 	lameduck.Signal(h.lc, syscall.SIGTERM)
@@ -287,7 +284,7 @@ func TestStartupFailureNeverReady(t *testing.T) {
 	if !errors.Is(err, lameduck.ErrStartupFailed) || !strings.Contains(err.Error(), `"migrate"`) {
 		t.Fatalf("Run = %v, want ErrStartupFailed naming the task", err)
 	}
-	(<-ready).status(t, 503, "starting")
+	recv(t, ready, "the task's probe").status(t, 503, "starting")
 	if h.lc.Events().StartupDone.Fired() {
 		t.Fatal("StartupDone fired after a failed task")
 	}
@@ -328,7 +325,7 @@ func TestContextCancellationStartsTheSequence(t *testing.T) {
 	await(t, h.lc.Events().ShutdownInitiated)
 	h.timers(1)
 	h.clock.Advance(2 * time.Second)
-	if err := <-done; err != nil {
+	if err := recv(t, done, "Run to return"); err != nil {
 		t.Fatal(err)
 	}
 }

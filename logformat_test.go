@@ -104,7 +104,7 @@ func TestJSONLogWritesEveryDurationTheSameWay(t *testing.T) {
 			resp.Body.Close()
 		}
 	}()
-	<-entered
+	recv(t, entered, "the request to enter its handler")
 	h.lc.BeginShutdown("test")
 	if err := h.wait(); err == nil {
 		t.Fatal("Run = nil; want the cut request, the hook and the abandoned write reported")

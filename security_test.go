@@ -123,21 +123,30 @@ func TestPreStopRefusedLoggedOncePerMinute(t *testing.T) {
 	h.run()
 	await(t, h.lc.Events().StartupDone)
 	c := client(t)
-	call := func(tok string) probe {
+	// try is safe on any goroutine; call, on the test's only.
+	try := func(tok string) reply {
 		req, _ := http.NewRequest("GET", base+"/prestop", nil)
 		if tok != "" {
 			req.Header.Set(lameduck.PreStopTokenHeader, tok)
 		}
 		resp, err := c.Do(req)
 		if err != nil {
-			t.Fatal(err)
+			return reply{err: err}
 		}
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
 		if resp.StatusCode == 401 && resp.Header.Get("WWW-Authenticate") == "" {
-			t.Error("401 without WWW-Authenticate")
+			return reply{err: errors.New("401 without WWW-Authenticate")}
 		}
-		return probe{resp.StatusCode, string(b)}
+		return reply{probe: probe{resp.StatusCode, string(b)}}
+	}
+	call := func(tok string) probe {
+		t.Helper()
+		r := try(tok)
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		return r.probe
 	}
 	for i := range 50 {
 		tok := ""
@@ -174,13 +183,13 @@ func TestPreStopRefusedLoggedOncePerMinute(t *testing.T) {
 	if strings.Contains(h.logs.String(), "guess-") || strings.Contains(h.logs.String(), "s3cret") {
 		t.Fatalf("a token reached the log:\n%s", h.logs)
 	}
-	hook := make(chan probe, 1)
-	go func() { hook <- call("s3cret-token") }()
+	hook := make(chan reply, 1)
+	go func() { hook <- try("s3cret-token") }()
 	await(t, h.lc.Events().ShutdownInitiated)
 	h.timers(1)
 	h.clock.Advance(time.Second)
-	if p := <-hook; p.code != 200 {
-		t.Fatalf("the right token: %d %s", p.code, p.body)
+	if p := recv(t, hook, "the hook's answer"); p.err != nil || p.code != 200 {
+		t.Fatalf("the right token: %d %s (%v)", p.code, p.body, p.err)
 	}
 	if err := h.wait(); err != nil {
 		t.Fatal(err)
@@ -225,22 +234,12 @@ func TestProbeOnlyListenerKeepsDetails(t *testing.T) {
 	if !strings.Contains(h.logs.String(), "db.internal:5432") {
 		t.Fatalf("the log lacks the detail:\n%s", h.logs)
 	}
-	hook := make(chan probe, 1)
-	go func() {
-		resp, err := c.Get("http://" + addr + "/prestop")
-		if err != nil {
-			t.Error(err)
-			hook <- probe{}
-			return
-		}
-		resp.Body.Close()
-		hook <- probe{code: resp.StatusCode}
-	}()
+	hook := getAsync(c, "http://"+addr+"/prestop")
 	await(t, h.lc.Events().ShutdownInitiated)
 	h.timers(1)
 	h.clock.Advance(time.Second)
-	if p := <-hook; p.code != 200 {
-		t.Fatalf("probe-only /prestop without a token: %d; want 200", p.code)
+	if p := recv(t, hook, "the hook's answer"); p.err != nil || p.code != 200 {
+		t.Fatalf("probe-only /prestop without a token: %d (%v); want 200", p.code, p.err)
 	}
 	if err := h.wait(); err != nil {
 		t.Fatal(err)
@@ -474,7 +473,7 @@ func TestProbeFloodOverHTTPSharesOnePing(t *testing.T) {
 	}
 	close(release)
 	for range clients {
-		if code := <-codes; code != 200 {
+		if code := recv(t, codes, "a probe's answer"); code != 200 {
 			t.Fatalf("a probe answered %d", code)
 		}
 	}

@@ -99,8 +99,7 @@ func TestServerFuncsDrainLikeAnHTTPServer(t *testing.T) {
 	await(t, h.lc.Events().StartupDone)
 	c := client(t)
 	get(t, c, base+"/readyz").status(t, 200, "ok")
-	slow := make(chan probe, 1)
-	go func() { slow <- get(t, client(t), base+"/slow") }()
+	slow := getAsync(client(t), base+"/slow")
 	recv(t, entered, "entered")
 	if got := h.lc.InFlight(); len(got) != 1 || got[0].Path != "/slow" {
 		t.Fatalf("InFlight = %+v; want the /slow request", got)
@@ -120,13 +119,13 @@ func TestServerFuncsDrainLikeAnHTTPServer(t *testing.T) {
 	h.timers(1)
 	h.clock.Advance(2 * time.Second)
 	await(t, h.lc.Events().WindowEnded)
-	<-f.shutdownE // the teardown asked the server to stop...
+	recv(t, f.shutdownE, "the teardown to call Shutdown") // the teardown asked the server to stop...
 	if h.lc.Events().HTTPDrained.Fired() {
 		t.Fatal("the drain ended with a tracked request in flight")
 	}
 	close(release) // ...and waits for the tracked request
-	if p := <-slow; p.code != 200 || p.body != "done" {
-		t.Fatalf("the in-flight request got %d %q", p.code, p.body)
+	if p := recv(t, slow, "the in-flight request's answer"); p.err != nil || p.code != 200 || p.body != "done" {
+		t.Fatalf("the in-flight request got %d %q (%v)", p.code, p.body, p.err)
 	}
 	if err := h.wait(); err != nil {
 		t.Fatalf("Run = %v; want a clean drain", err)
@@ -149,8 +148,9 @@ func TestServerFuncsCutAtTheBudgetAndNamed(t *testing.T) {
 	h.run()
 	await(t, h.lc.Events().StartupDone)
 	reqDone := make(chan error, 1)
+	c := client(t)
 	go func() {
-		resp, err := client(t).Post(base+"/stuck", "text/plain", nil)
+		resp, err := c.Post(base+"/stuck", "text/plain", nil)
 		if err == nil {
 			resp.Body.Close()
 		}
@@ -158,19 +158,19 @@ func TestServerFuncsCutAtTheBudgetAndNamed(t *testing.T) {
 	}()
 	recv(t, entered, "entered")
 	h.endWindow(time.Second)
-	h.timers(1)                                      // the HTTP drain's timer
-	h.clock.Advance(3*time.Second - time.Nanosecond) // other timers (the accept grace) may fire
-	select {
-	case err := <-h.done:
-		t.Fatalf("Run returned %v before the budget was spent", err)
-	default:
+	h.timers(1) // the HTTP drain's timer
+	// Past the accept grace (a timer of its own for a moment): the drain's
+	// deadline is the only timer left.
+	recv(t, f.shutdownE, "the teardown to call Shutdown")
+	if n := h.clock.Advance(3*time.Second - time.Nanosecond); n != 0 || h.lc.Events().HTTPDrained.Fired() {
+		t.Fatalf("the drain ended before its budget was spent (%d timer(s) fired)", n)
 	}
 	h.clock.Advance(time.Nanosecond)
 	err := h.wait()
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Run = %v; want an error wrapping context.DeadlineExceeded", err)
 	}
-	if err := <-reqDone; err == nil {
+	if err := recv(t, reqDone, "the cut request's end"); err == nil {
 		t.Fatal("the stuck request was answered; it should have been cut")
 	}
 	if logs := h.logs.String(); !strings.Contains(logs, "HTTP drain cut 1 in-flight request(s) after 3s: POST /stuck (age 4s)") {
@@ -232,8 +232,7 @@ func TestServerFuncsRejectModeRefuses(t *testing.T) {
 	}))
 	h.run()
 	await(t, h.lc.Events().StartupDone)
-	slow := make(chan probe, 1)
-	go func() { slow <- get(t, client(t), base+"/slow") }()
+	slow := getAsync(client(t), base+"/slow")
 	recv(t, entered, "entered")
 	h.endWindow(time.Second)
 	var got probe
@@ -244,8 +243,8 @@ func TestServerFuncsRejectModeRefuses(t *testing.T) {
 		t.Fatalf("a request in reject mode got %d %q", got.code, got.body)
 	}
 	close(release)
-	if p := <-slow; p.code != 200 {
-		t.Fatalf("the in-flight request got %d", p.code)
+	if p := recv(t, slow, "the in-flight request's answer"); p.err != nil || p.code != 200 {
+		t.Fatalf("the in-flight request got %d (%v)", p.code, p.err)
 	}
 	if err := h.wait(); err != nil {
 		t.Fatal(err)
@@ -280,7 +279,7 @@ func TestServerFuncsHijackedEndsWithItsConnection(t *testing.T) {
 			}
 			defer conn.Close()
 			fmt.Fprintf(conn, "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: x-test\r\n\r\n")
-			sc := <-hijacked
+			sc := recv(t, hijacked, "the hijacked connection")
 			// A second, direct use of the API on the hijacked connection,
 			// with method and path aliasing a buffer that the server
 			// reuses once the handler has returned (as Fiber's pooled Ctx
@@ -340,7 +339,7 @@ func TestServerFuncsBindsItsAddr(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.run()
-	if addr := <-bound; !strings.HasPrefix(addr, "127.0.0.1:") {
+	if addr := recv(t, bound, "Serve"); !strings.HasPrefix(addr, "127.0.0.1:") {
 		t.Fatalf("served on %s", addr)
 	}
 	h.lc.BeginShutdown("test")

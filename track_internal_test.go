@@ -4,6 +4,7 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"testing"
+	"time"
 )
 
 // The registry of records lists each record once, by a weak pointer: the
@@ -51,7 +52,11 @@ func TestTrackerEndWaitsForAReader(t *testing.T) {
 		t.Fatalf("fields changed under a hold: %q %q", rec.method, rec.path)
 	}
 	rec.release()
-	<-ended
+	select { // a hang guard: end waiting forever on a released hold is the bug this test would catch
+	case <-ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("end still waits 10s after the reader released its hold")
+	}
 	if rec.hold() {
 		t.Fatal("an ended record can still be held")
 	}
