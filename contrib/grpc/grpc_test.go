@@ -16,6 +16,7 @@ import (
 	"github.com/lameduck/lameduck"
 	ldgrpc "github.com/lameduck/lameduck/contrib/grpc"
 	"github.com/lameduck/lameduck/health"
+	"github.com/lameduck/lameduck/internal/contribtest"
 	"github.com/lameduck/lameduck/lameducktest"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
@@ -145,9 +146,14 @@ const (
 
 // The health service through the phases, with a critical check that
 // fails for a while, SetServing, and a Watch stream told of each change.
+//
+// The Lifecycle runs on the fake clock, so the window lasts until the test
+// ends it, however long the questions asked in it take; gRPC and the
+// Watch's re-read keep their real timers.
 func TestHealthThroughThePhases(t *testing.T) {
 	logs := &syncBuffer{}
-	lc := realLifecycle(t, 500*time.Millisecond, 5*time.Second, logs)
+	lc, clk := lameducktest.New(t, lameduck.Config{ShutdownDelay: 5 * time.Second, ShutdownTeardown: 5 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(io.MultiWriter(logs, t.Output()), nil))})
 	boot := make(chan struct{})
 	var failing atomic.Bool
 	must := func(err error) {
@@ -156,7 +162,14 @@ func TestHealthThroughThePhases(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	must(lc.AddStartupTask("boot", func(ctx context.Context) error { <-boot; return nil }))
+	must(lc.AddStartupTask("boot", func(ctx context.Context) error {
+		select {
+		case <-boot:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}))
 	must(lc.AddCheck(health.Check{Name: "db", Critical: true, Func: func(context.Context) error {
 		if failing.Load() {
 			return errors.New("down")
@@ -179,7 +192,9 @@ func TestHealthThroughThePhases(t *testing.T) {
 	}
 	wantStatus(t, s.cc, "starting", map[string]healthpb.HealthCheckResponse_ServingStatus{
 		"": notServing, "readiness": notServing, "liveness": serving, testSvc: notServing})
-	ctx, cancel := context.WithCancel(context.Background())
+	// The stream's context is a hang guard: a Recv that never returns
+	// fails when it ends.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	watch, err := healthpb.NewHealthClient(s.cc).Watch(ctx, &healthpb.HealthCheckRequest{Service: ""})
 	must(err)
@@ -191,7 +206,7 @@ func TestHealthThroughThePhases(t *testing.T) {
 		}
 	}
 	next(notServing)
-	if _, err := healthpb.NewHealthClient(s.cc).Check(context.Background(), &healthpb.HealthCheckRequest{Service: "nope"}); status.Code(err) != codes.NotFound {
+	if _, err := healthpb.NewHealthClient(s.cc).Check(contribtest.Context(t, 10*time.Second), &healthpb.HealthCheckRequest{Service: "nope"}); status.Code(err) != codes.NotFound {
 		t.Errorf("Check(nope): %v, want NotFound", err)
 	}
 
@@ -216,7 +231,11 @@ func TestHealthThroughThePhases(t *testing.T) {
 	s.srv.Health().SetServing(testSvc, true)
 	wantStatus(t, s.cc, "draining", map[string]healthpb.HealthCheckResponse_ServingStatus{
 		"": notServing, "readiness": notServing, "liveness": serving, testSvc: notServing})
+	if ev := lc.Events().WindowEnded; ev.Fired() {
+		t.Fatal("the window ended before the test ended it")
+	}
 	// The window's end ends the Watch stream with Unavailable.
+	lameducktest.EndWindow(t, lc, clk)
 	if _, err := watch.Recv(); status.Code(err) != codes.Unavailable {
 		t.Fatalf("Watch at the window's end: %v, want Unavailable", err)
 	}
@@ -278,7 +297,10 @@ func TestDrainLikeHTTP(t *testing.T) {
 	s := serve(t, lc, logs)
 	s.wait = lameducktest.Start(t, lc)
 	client := testpb.NewTestServiceClient(s.cc)
-	stream, err := client.StreamingOutputCall(context.Background(), &testpb.StreamingOutputCallRequest{})
+	// The calls' contexts are hang guards: a stream or call the drain
+	// never ends fails when they end.
+	ctx := contribtest.Context(t, 30*time.Second)
+	stream, err := client.StreamingOutputCall(ctx, &testpb.StreamingOutputCallRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +309,7 @@ func TestDrainLikeHTTP(t *testing.T) {
 	}
 	unary := make(chan error, 1)
 	go func() {
-		resp, err := client.UnaryCall(context.Background(), &testpb.SimpleRequest{ResponseSize: 1500})
+		resp, err := client.UnaryCall(ctx, &testpb.SimpleRequest{ResponseSize: 1500})
 		if err == nil && resp.GetUsername() != "done" {
 			err = errors.New("no answer")
 		}
@@ -302,7 +324,7 @@ func TestDrainLikeHTTP(t *testing.T) {
 	if status.Code(streamErr) != codes.Unavailable {
 		t.Fatalf("the stream ended with %v, want Unavailable", streamErr)
 	}
-	if err := <-unary; err != nil {
+	if err := contribtest.Recv(t, unary, "the slow unary call's answer"); err != nil {
 		t.Fatalf("the slow unary call in flight: %v", err)
 	}
 	if err := s.wait(); err != nil {
@@ -320,13 +342,14 @@ func TestCutAtTheBudget(t *testing.T) {
 	s := serve(t, lc, logs)
 	s.wait = lameducktest.Start(t, lc)
 	unary := make(chan error, 1)
+	ctx := contribtest.Context(t, 30*time.Second) // a hang guard
 	go func() {
-		_, err := testpb.NewTestServiceClient(s.cc).UnaryCall(context.Background(), &testpb.SimpleRequest{ResponseSize: -1})
+		_, err := testpb.NewTestServiceClient(s.cc).UnaryCall(ctx, &testpb.SimpleRequest{ResponseSize: -1})
 		unary <- err
 	}()
 	inFlight(t, lc, 1)
 	lc.BeginShutdown("SIGTERM")
-	if err := <-unary; status.Code(err) != codes.Unavailable {
+	if err := contribtest.Recv(t, unary, "the end of the call cut at the budget"); status.Code(err) != codes.Unavailable {
 		t.Fatalf("the call cut at the budget: %v, want Unavailable", err)
 	}
 	if err := s.wait(); !errors.Is(err, context.DeadlineExceeded) {
@@ -353,7 +376,7 @@ func TestHealthCheck(t *testing.T) {
 	lc := realLifecycle(t, lameduck.NoDelay, 5*time.Second, logs)
 	s := serve(t, lc, logs)
 	s.wait = lameducktest.Start(t, lc)
-	ctx := context.Background()
+	ctx := contribtest.Context(t, 10*time.Second) // a hang guard
 	if err := ldgrpc.HealthCheck(health.Check{Name: "up"}, s.cc, "").Func(ctx); err != nil {
 		t.Errorf("a SERVING server: %v", err)
 	}
