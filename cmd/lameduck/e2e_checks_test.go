@@ -377,10 +377,18 @@ func mapsEqual(a, b map[string]string) bool {
 // which never reaches a body; after SIGTERM /readyz is 503 draining without
 // consulting any check, the process exits 0 within delay + teardown, and
 // the log names the wedged ping still running at exit.
+//
+// The check deadline is 10s, so that "fast" has whole seconds of margin on
+// both sides: a liveness probe that ran the wedged check would take 10s (or
+// hit the client's timeout), one that runs none answers in milliseconds,
+// and the bound between them (5s) is far above a stalled second of this
+// process.
 func TestE2EChecksPanicAndWedgeSurvived(t *testing.T) {
 	t.Parallel()
 	const delay, teardown = 2 * time.Second, 5 * time.Second
-	p := startChecks(t, env("LAMEDUCK_SHUTDOWN_DELAY", "2s", "LAMEDUCK_SHUTDOWN_TEARDOWN", "5s"),
+	const wedgeDeadline, slowPoll = 10 * time.Second, 5 * time.Second
+	p := startChecks(t, env("LAMEDUCK_SHUTDOWN_DELAY", "2s", "LAMEDUCK_SHUTDOWN_TEARDOWN", "5s",
+		"LAMEDUCK_CHECK_TIMEOUT", "10s"),
 		"--simulate-check", "db=ok,critical",
 		"--simulate-check", "boom=panic",
 		"--simulate-check", "tracer=wedge",
@@ -415,16 +423,31 @@ func TestE2EChecksPanicAndWedgeSurvived(t *testing.T) {
 	stopPolling := sync.OnceFunc(func() { close(stop); pollWG.Wait() })
 	defer stopPolling()
 
+	// The first probe waits the wedged check's whole deadline, longer than
+	// the harness's request timeout: it gets a client of its own.
+	slowClient := newClient(t, true)
+	slowClient.Timeout = wedgeDeadline + reqTimeout
 	const probes = 5
+	var firstSent, firstAnswered time.Time
 	for i := range probes {
-		r := p.get("/readyz")
+		cl := p.client
+		if i == 0 {
+			cl, firstSent = slowClient, time.Now()
+		}
+		r, err := p.do(context.Background(), cl, "/readyz")
+		if err != nil {
+			t.Fatalf("GET /readyz #%d: %v", i+1, err)
+		}
+		if i == 0 {
+			firstAnswered = r.at
+		}
 		if r.code != http.StatusOK || r.status() != "degraded" {
 			t.Fatalf("GET /readyz #%d = %s; want 200 degraded", i+1, r)
 		}
 		c := checksOf(t, "GET /readyz", r)
 		wantTracer := stalledText
 		if i == 0 {
-			wantTracer = "timeout: no answer within 1s"
+			wantTracer = "timeout: no answer within 10s"
 		}
 		if c["boom"] != "panic: simulated panic" || c["tracer"] != wantTracer || c["db"] != "ok" {
 			t.Errorf("GET /readyz #%d: checks %v; want boom panic, tracer %q, db ok", i+1, c, wantTracer)
@@ -493,28 +516,46 @@ func TestE2EChecksPanicAndWedgeSurvived(t *testing.T) {
 	}
 
 	var slowest time.Duration
+	during := 0 // polls sent and answered while the first /readyz waited for the wedge
 	for _, pl := range polls {
 		if pl.err != nil || pl.code != http.StatusOK {
 			t.Errorf("GET /healthz sent %s after the start = %d %v; want 200 throughout", pl.sent.Sub(p.started), pl.code, pl.err)
 		}
 		slowest = max(slowest, pl.took)
+		if pl.sent.After(firstSent) && pl.sent.Add(pl.took).Before(firstAnswered) {
+			during++
+		}
 	}
-	t.Logf("%d /healthz polls, slowest %s", len(polls), slowest)
+	t.Logf("%d /healthz polls (%d inside the first /readyz's wait for the wedge), slowest %s", len(polls), during, slowest)
 	if len(polls) < 3 {
 		t.Errorf("only %d /healthz polls while the checks ran; want a steady stream", len(polls))
 	}
 	// A liveness probe that ran the wedged check would take its whole
-	// deadline; one that runs none answers in far less.
-	if slowest >= time.Second {
-		t.Errorf("the slowest /healthz took %s while a check was wedged; want it under the check's %s deadline (liveness runs no check)", slowest, time.Second)
+	// deadline (10s); one that runs none answers in far less. And liveness
+	// answered while readiness was held by the wedge.
+	if slowest >= slowPoll {
+		t.Errorf("the slowest /healthz took %s while a check was wedged; want it well under the check's %s deadline (liveness runs no check)", slowest, wedgeDeadline)
+	}
+	if during == 0 {
+		t.Errorf("no /healthz was answered while the first /readyz waited %s for the wedged check; want liveness to answer meanwhile",
+			firstAnswered.Sub(firstSent))
 	}
 
 	code, at := p.waitExit(delay + teardown + 5*time.Second)
 	if code != 0 {
 		t.Fatalf("exit code %d; want 0 (a wedged check's goroutine must not hold the exit)", code)
 	}
-	if d := at.Sub(sig); d < delay || d >= delay+teardown {
-		t.Errorf("exited %s after SIGTERM; want within [delay, delay + teardown) = [%s, %s)", d, delay, delay+teardown)
+	// No earlier than the window: sig is stamped before the signal was
+	// sent and at after the exit was seen, so a stall can only lengthen
+	// this. The upper bound on the process's own clock (draining line to
+	// stopped line), free of this process's scheduling.
+	if d := at.Sub(sig); d < delay {
+		t.Errorf("exited %s after SIGTERM; want no earlier than the %s window", d, delay)
+	}
+	drained := p.waitLog(`"lameduck: draining"`, time.Second, msgContains("lameduck: draining")).at(t)
+	stopped := p.waitLog(`"lameduck: stopped"`, time.Second, msgContains("lameduck: stopped")).at(t)
+	if d := stopped.Sub(drained); d >= delay+teardown {
+		t.Errorf("the process logged stopped %s after draining; want within delay + teardown = %s (the wedged ping must not hold the exit)", d, delay+teardown)
 	}
 	l, ok := p.findLog(msgContains("still running at exit"))
 	if !ok {

@@ -129,7 +129,9 @@ func echo(ctx context.Context, t *testing.T, c *websocket.Conn, msg string) {
 // stops, the process exits one idle window later, and says idleness ended
 // the wait. Probes polled meanwhile do not count as traffic. The idle window
 // (3s) is six request intervals long, so a stalled second on a loaded machine
-// cannot end it early.
+// cannot end it early. The traffic begins before the signal: with no
+// application request yet, the idle drain would rightly end at the 500ms
+// delay, before a request sent after the signal could arrive.
 func TestE2EIdleDrainTrafficHoldsThenIdleEnds(t *testing.T) {
 	t.Parallel()
 	const delay, idle, traffic = 500 * time.Millisecond, 3 * time.Second, 4 * time.Second
@@ -137,6 +139,9 @@ func TestE2EIdleDrainTrafficHoldsThenIdleEnds(t *testing.T) {
 		"LAMEDUCK_IDLE_WINDOW", "3s", "LAMEDUCK_DRAIN_TIMEOUT", "30s", "LAMEDUCK_SHUTDOWN_TEARDOWN", "5s"))
 	c := newClient(t, true)
 
+	if r, err := fetch(context.Background(), c, http.MethodGet, p.base+"/"); err != nil || r.code != http.StatusOK {
+		t.Fatalf("GET / before SIGTERM = %v %v; want 200", r, err)
+	}
 	sig := p.signal(syscall.SIGTERM)
 	p.waitDraining(2 * time.Second)
 

@@ -61,6 +61,24 @@ func (b *balancer) pick() *url.URL {
 	return nil
 }
 
+// isReady reports whether the last probe of u said 200.
+func (b *balancer) isReady(u *url.URL) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.ready[u]
+}
+
+// waitReady waits until the balancer's view of u is ready, failing the test
+// after timeout.
+func (b *balancer) waitReady(t *testing.T, u *url.URL, ready bool, timeout time.Duration) {
+	t.Helper()
+	for deadline := time.Now().Add(timeout); b.isReady(u) != ready; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the balancer did not see %s as ready=%v within %s", u, ready, timeout)
+		}
+	}
+}
+
 // probe runs the readiness probes until ctx ends.
 func (b *balancer) probe(ctx context.Context) {
 	c := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
@@ -95,10 +113,19 @@ func (b *balancer) probe(ctx context.Context) {
 // requests are in flight at every SIGTERM), and counts every request that
 // did not get a 200: there must be none. TestE2EFiber runs it against the
 // Fiber demo.
+//
+// As a Deployment with maxSurge 1 does, each old replica gets SIGTERM once
+// its replacement is ready (here: ready in the balancer's eyes), and the
+// next step begins once the old one is out of the balancer, while it still
+// drains. The 4s window is twenty probe intervals: a prober (this process)
+// stalled for seconds on a loaded machine still takes the old replica out
+// before its listener closes.
 func TestE2ERollingRestartZeroFailures(t *testing.T) {
 	t.Parallel()
-	demoEnv := env("LAMEDUCK_SHUTDOWN_DELAY", "1s", "LAMEDUCK_SHUTDOWN_TEARDOWN", "5s")
+	const delay = 4 * time.Second
+	demoEnv := env("LAMEDUCK_SHUTDOWN_DELAY", "4s", "LAMEDUCK_SHUTDOWN_TEARDOWN", "5s")
 	lb := newBalancer()
+	urls := map[*proc]*url.URL{}
 	start := func() *proc {
 		p := startDemo(t, demoEnv)
 		u, err := url.Parse(p.base)
@@ -106,6 +133,7 @@ func TestE2ERollingRestartZeroFailures(t *testing.T) {
 			t.Fatal(err)
 		}
 		lb.add(u)
+		urls[p] = u
 		return p
 	}
 	replicas := []*proc{start(), start(), start()}
@@ -168,11 +196,17 @@ func TestE2ERollingRestartZeroFailures(t *testing.T) {
 		}
 	})
 
+	var stopped []*proc
 	for i, old := range replicas {
 		time.Sleep(500 * time.Millisecond) // steady traffic between restarts
 		replicas[i] = start()              // the new pod first (maxSurge 1)
+		lb.waitReady(t, urls[replicas[i]], true, 20*time.Second)
 		old.signal(syscall.SIGTERM)
-		if code, _ := old.waitExit(20 * time.Second); code != 0 {
+		stopped = append(stopped, old)
+		lb.waitReady(t, urls[old], false, 20*time.Second) // out of the balancer; it drains on
+	}
+	for i, old := range stopped {
+		if code, _ := old.waitExit(delay + 20*time.Second); code != 0 {
 			t.Errorf("replica %d exited %d; want 0", i, code)
 		}
 	}
