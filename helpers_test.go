@@ -110,6 +110,45 @@ func (h *harness) serveNotified(handler http.Handler) (base string, shutdown <-c
 	return "http://" + ln.Addr().String(), shut
 }
 
+// probeListener returns the address of the Lifecycle's own probe
+// listener, from its "lameduck: listening" line (Run logs it before
+// StartupDone fires). Tests set Config.ProbeAddr to "127.0.0.1:0" and read
+// the port here: an address picked by listening and closing first is a
+// freed port, which another test binary running beside this one may bind
+// before the Lifecycle does.
+func (h *harness) probeListener() string {
+	h.t.Helper()
+	for line := range strings.Lines(h.logs.String()) {
+		line = strings.TrimSpace(line)
+		if !strings.Contains(line, `msg="lameduck: listening"`) || !strings.HasSuffix(line, " probes=true") {
+			continue
+		}
+		if _, rest, ok := strings.Cut(line, " addr="); ok {
+			addr, _, _ := strings.Cut(rest, " ")
+			return addr
+		}
+	}
+	h.t.Fatalf("no listening line for the probe listener:\n%s", h.logs)
+	return ""
+}
+
+// closeNotifier is a listener that says when it is closed.
+type closeNotifier struct {
+	net.Listener
+	once   sync.Once
+	closed chan struct{}
+}
+
+func notifyClose(ln net.Listener) *closeNotifier {
+	return &closeNotifier{Listener: ln, closed: make(chan struct{})}
+}
+
+func (l *closeNotifier) Close() error {
+	err := l.Listener.Close()
+	l.once.Do(func() { close(l.closed) })
+	return err
+}
+
 // run starts Run and returns at once; wait collects its result.
 func (h *harness) run() {
 	h.done = make(chan error, 1)

@@ -348,16 +348,11 @@ func TestBindFailureReturnsAtOnce(t *testing.T) {
 }
 
 func TestProbeListener(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second, ProbeAddr: addr})
+	h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second, ProbeAddr: "127.0.0.1:0"})
 	app := h.serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(299) }))
 	h.run()
 	await(t, h.lc.Events().StartupDone)
+	addr := h.probeListener()
 	c := client(t)
 	get(t, c, "http://"+addr+"/readyz").status(t, 200, "ok")
 	if p := get(t, c, app+"/readyz"); p.code != 299 {

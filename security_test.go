@@ -200,19 +200,14 @@ func TestPreStopRefusedLoggedOncePerMinute(t *testing.T) {
 // detail; on the application's listener, the hook is not served and bodies
 // carry names and words only. The log has the detail either way.
 func TestProbeOnlyListenerKeepsDetails(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second, ProbeAddr: addr, PreStop: true})
+	h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second, ProbeAddr: "127.0.0.1:0", PreStop: true})
 	h.lc.AddCheck(health.Check{Name: "db", Critical: true, Func: func(context.Context) error {
 		return errors.New("dial tcp db.internal:5432: connection refused")
 	}})
 	own := h.serve(http.NotFoundHandler())
 	h.run()
 	await(t, h.lc.Events().StartupDone)
+	addr := h.probeListener()
 	c := client(t)
 	p := get(t, c, "http://"+addr+"/readyz")
 	p.status(t, 503, "failed")

@@ -23,13 +23,12 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // listen starts a loopback TCP listener that greets each connection with
 // "+", closes it, and signals on accepted; it is closed and joined at
-// cleanup.
+// cleanup. stop closes it to simulate a server that went away, with its
+// port still held (listenHeld): a dial is refused, and never answered by
+// another process that took the port.
 func listen(t *testing.T) (addr string, accepted <-chan struct{}, stop func()) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := listenHeld(t)
 	ch := make(chan struct{}, 64)
 	var wg sync.WaitGroup
 	wg.Go(func() {
