@@ -2,8 +2,6 @@ package ldnats_test
 
 import (
 	"context"
-	"net"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -45,9 +43,11 @@ func TestCheckRealServer(t *testing.T) {
 	a.Want(t, "the shared NATS", 200, "ok", "js", "ok")
 }
 
-// embedded is a NATS server of the test's own, in process, on a fixed free
-// port so that it can be shut down and started again where clients
-// reconnect.
+// embedded is a NATS server of the test's own, in process. It binds a
+// port of its choosing each time it starts (server.RANDOM_PORT): a port
+// handed to it, or kept across a restart, could be taken by another
+// process meanwhile. A test that restarts it reaches it through a
+// contribtest.Proxy, retargeted to the new port, where clients reconnect.
 type embedded struct {
 	t    testing.TB
 	opts *server.Options
@@ -56,20 +56,17 @@ type embedded struct {
 
 func startEmbedded(t testing.TB, jetStream bool) *embedded {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	e := &embedded{t: t, opts: &server.Options{Host: "127.0.0.1", Port: port, NoLog: true, NoSigs: true,
+	e := &embedded{t: t, opts: &server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true,
 		JetStream: jetStream, StoreDir: t.TempDir()}}
 	e.start()
 	t.Cleanup(e.stop)
 	return e
 }
 
-func (e *embedded) url() string { return "nats://127.0.0.1:" + strconv.Itoa(e.opts.Port) }
+// addr is the running server's "127.0.0.1:port".
+func (e *embedded) addr() string { return e.s.Addr().String() }
+
+func (e *embedded) url() string { return "nats://" + e.addr() }
 
 func (e *embedded) start() {
 	e.t.Helper()
@@ -79,6 +76,8 @@ func (e *embedded) start() {
 	}
 	s.Start()
 	if !s.ReadyForConnections(10 * time.Second) {
+		s.Shutdown()
+		s.WaitForShutdown()
 		e.t.Fatal("embedded NATS server not ready within 10s")
 	}
 	e.s = s
@@ -116,18 +115,22 @@ func TestFaults(t *testing.T) {
 	contribtest.Faults{
 		Check: func(t testing.TB, name string, critical bool) health.Check {
 			e = startEmbedded(t, true)
-			proxy = contribtest.NewProxy(t, "127.0.0.1:"+strconv.Itoa(e.opts.Port))
+			proxy = contribtest.NewProxy(t, e.addr())
 			nc = connect(t, "nats://"+proxy.Addr())
 			return ldnats.CheckJetStream(health.Check{Name: name, Critical: critical, Timeout: time.Second}, nc)
 		},
-		Down: func(testing.TB) { e.stop() },
+		// The server shuts down, closing its connections; the proxy then
+		// closes each new one at once, as it did when its dial of the dead
+		// port failed, and never forwards to whatever process may take
+		// that port meanwhile.
+		Down: func(testing.TB) { e.stop(); proxy.Cut() },
 		Up: func(t testing.TB) {
 			before := nc.Stats().Reconnects
 			if e.s == nil {
-				e.start()
-			} else {
-				proxy.Restore()
+				e.start() // on a new port
+				proxy.Retarget(e.addr())
 			}
+			proxy.Restore()
 			reconnected(t, nc, before)
 		},
 		Stall: func(testing.TB) { proxy.Stall() },

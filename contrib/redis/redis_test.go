@@ -1,10 +1,13 @@
 package ldredis_test
 
 import (
+	"bytes"
 	"context"
 	"net"
+	"os"
 	"os/exec"
-	"strconv"
+	"path/filepath"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -32,13 +35,38 @@ func TestCheckRealServer(t *testing.T) {
 	r.Probe(t).Want(t, "the shared Redis", 200, "ok", "cache", "ok")
 }
 
-// privateRedis is a redis-server of the test's own, on a free port, that
-// the test kills, restarts, stops (SIGSTOP) and continues.
+// privateRedis is a redis-server of the test's own that the test kills,
+// restarts, stops (SIGSTOP) and continues. It listens on a Unix socket in
+// a directory of the test's own, not on a TCP port: a port freed by the
+// kill could be taken by another process (another test binary binding
+// 127.0.0.1:0) before the restart binds it again, and the client would
+// then talk to that process, or the restart fail. The socket's path is
+// the test's alone, and a killed server leaves its socket file, so a dial
+// meanwhile is refused, as a TCP dial to a dead port is.
 type privateRedis struct {
 	t       testing.TB
-	port    int
+	sock    string
 	cmd     *exec.Cmd
+	exited  chan error // the result of cmd.Wait
+	out     *syncBuffer
 	stopped bool
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
 
 func startPrivate(t testing.TB) *privateRedis {
@@ -46,35 +74,50 @@ func startPrivate(t testing.TB) *privateRedis {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		contribtest.Redis.Missing(t, err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	// A short path: a Unix socket's is limited to about 100 bytes.
+	dir, err := os.MkdirTemp("", "ldredis")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &privateRedis{t: t, port: ln.Addr().(*net.TCPAddr).Port}
-	ln.Close()
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	p := &privateRedis{t: t, sock: filepath.Join(dir, "redis.sock"), out: &syncBuffer{}}
+	t.Cleanup(p.kill) // runs before the directory's removal
 	p.start()
-	t.Cleanup(p.kill)
 	return p
 }
 
-func (p *privateRedis) addr() string { return "127.0.0.1:" + strconv.Itoa(p.port) }
+// client returns a client of the private server, closed in t's cleanup.
+func (p *privateRedis) client(t testing.TB) *redis.Client {
+	c := redis.NewClient(&redis.Options{Network: "unix", Addr: p.sock, Password: "hunter2"})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
 
 func (p *privateRedis) start() {
 	p.t.Helper()
-	p.cmd = exec.Command("redis-server", "--port", strconv.Itoa(p.port), "--bind", "127.0.0.1",
+	p.cmd = exec.Command("redis-server", "--port", "0", "--unixsocket", p.sock, "--unixsocketperm", "700",
 		"--save", "", "--appendonly", "no", "--requirepass", "hunter2", "--loglevel", "warning")
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
 		p.t.Fatal(err)
 	}
+	p.exited = make(chan error, 1)
+	go func(cmd *exec.Cmd, exited chan<- error) { exited <- cmd.Wait() }(p.cmd, p.exited)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		c, err := net.Dial("tcp", p.addr())
+		c, err := net.Dial("unix", p.sock)
 		if err == nil {
 			c.Close()
 			return
 		}
+		select {
+		case werr := <-p.exited:
+			p.cmd = nil
+			p.t.Fatalf("private redis-server on %s exited before it listened (%v):\n%s", p.sock, werr, p.out)
+		default:
+		}
 		if time.Now().After(deadline) {
-			p.t.Fatalf("private redis-server on %s did not listen within 10s: %v", p.addr(), err)
+			p.t.Fatalf("private redis-server on %s did not listen within 10s: %v\n%s", p.sock, err, p.out)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -89,7 +132,11 @@ func (p *privateRedis) kill() {
 		p.stopped = false
 	}
 	_ = p.cmd.Process.Kill()
-	_ = p.cmd.Wait()
+	select {
+	case <-p.exited:
+	case <-time.After(contribtest.Guard):
+		p.t.Errorf("private redis-server (pid %d) did not exit within %s of SIGKILL", p.cmd.Process.Pid, contribtest.Guard)
+	}
 	p.cmd = nil
 }
 
@@ -97,12 +144,10 @@ func (p *privateRedis) kill() {
 // still accepts connections, nothing answers).
 func TestFaults(t *testing.T) {
 	var p *privateRedis
-	var client *redis.Client
 	contribtest.Faults{
 		Check: func(t testing.TB, name string, critical bool) health.Check {
 			p = startPrivate(t)
-			client = redis.NewClient(&redis.Options{Addr: p.addr(), Password: "hunter2"})
-			t.Cleanup(func() { client.Close() })
+			client := p.client(t)
 			return ldredis.Check(health.Check{Name: name, Critical: critical, Timeout: time.Second}, client)
 		},
 		Down: func(testing.TB) { p.kill() },

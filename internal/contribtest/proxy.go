@@ -21,13 +21,13 @@ import (
 // Every goroutine it starts ends when both sides of its connection are
 // closed, and all have ended when the test's cleanup has run.
 type Proxy struct {
-	ln     net.Listener
-	target string
+	ln net.Listener
 
-	mu    sync.Mutex
-	mode  proxyMode          // guarded by mu
-	conns map[*pipe]struct{} // guarded by mu
-	wg    sync.WaitGroup
+	mu     sync.Mutex
+	target string             // guarded by mu
+	mode   proxyMode          // guarded by mu
+	conns  map[*pipe]struct{} // guarded by mu
+	wg     sync.WaitGroup
 }
 
 type proxyMode int
@@ -74,6 +74,17 @@ func (p *Proxy) Stall() { p.set(stall) }
 // are closed (their bytes are lost, as after a real network partition).
 func (p *Proxy) Restore() { p.set(forward) }
 
+// Retarget forwards new connections to target from now on; open ones stay
+// as they are. A server of the test's own that is restarted binds a port
+// of its choosing (127.0.0.1:0) rather than the one it had, which another
+// process may have taken meanwhile: the client, which knows only the
+// proxy's address, never sees the change.
+func (p *Proxy) Retarget(target string) {
+	p.mu.Lock()
+	p.target = target
+	p.mu.Unlock()
+}
+
 func (p *Proxy) set(m proxyMode) {
 	p.mu.Lock()
 	p.mode = m
@@ -106,7 +117,7 @@ func (p *Proxy) accept() {
 			return
 		}
 		p.mu.Lock()
-		mode := p.mode
+		mode, target := p.mode, p.target
 		p.mu.Unlock()
 		switch mode {
 		case cut:
@@ -118,7 +129,7 @@ func (p *Proxy) accept() {
 			p.wg.Go(func() { defer p.untrack(c); _, _ = io.Copy(io.Discard, client) })
 			continue
 		}
-		server, err := net.Dial("tcp", p.target)
+		server, err := net.Dial("tcp", target)
 		if err != nil {
 			_ = client.Close()
 			continue

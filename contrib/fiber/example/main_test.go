@@ -6,11 +6,11 @@ import (
 	"database/sql"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -62,6 +62,10 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// listening finds the address in the process's "lameduck: listening" line
+// (slog's default handler: "... INFO lameduck: listening addr=host:port ...").
+var listening = regexp.MustCompile(`lameduck: listening addr=(\S+)`)
+
 // eventually polls cond every 10ms for up to 20s (a hang guard).
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -85,24 +89,21 @@ func TestWebhooksSurviveSIGTERM(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	ctx := context.Background()
-	if err := db.PingContext(ctx); err != nil {
+	// Every statement below runs under a hang guard.
+	ctx := contribtest.Context(t, 2*time.Minute)
+	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := db.PingContext(pingCtx); err != nil {
 		contribtest.Postgres.Missing(t, err)
 	}
 	if _, err := db.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS webhook_events (id bigserial PRIMARY KEY, body text NOT NULL)"); err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	base := "http://" + addr
-
+	// The process binds a port of its choosing and logs it: a free port
+	// handed to it could be taken by another process before it binds.
 	var out syncBuffer
 	cmd := exec.Command(binary)
-	cmd.Env = append(os.Environ(), "ADDR="+addr, "DATABASE_URL="+dsn)
+	cmd.Env = append(os.Environ(), "ADDR=127.0.0.1:0", "DATABASE_URL="+dsn)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -115,6 +116,14 @@ func TestWebhooksSurviveSIGTERM(t *testing.T) {
 			t.Logf("output:\n%s", out.String())
 		}
 	}()
+	var base string
+	eventually(t, "the process logs the address it listens on", func() bool {
+		m := listening.FindStringSubmatch(out.String())
+		if m != nil {
+			base = "http://" + m[1]
+		}
+		return m != nil
+	})
 	c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	get := func(path string) (int, string) {
 		resp, err := c.Get(base + path)
@@ -139,6 +148,10 @@ func TestWebhooksSurviveSIGTERM(t *testing.T) {
 	if _, err := tx.ExecContext(ctx, "LOCK TABLE webhook_events IN SHARE ROW EXCLUSIVE MODE"); err != nil {
 		t.Fatal(err)
 	}
+	var locker int
+	if err := tx.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&locker); err != nil {
+		t.Fatal(err)
+	}
 	marker := fmt.Sprintf("run-%d", time.Now().UnixNano())
 	results := make(chan string, 8)
 	post := func(n int) {
@@ -155,8 +168,9 @@ func TestWebhooksSurviveSIGTERM(t *testing.T) {
 	waiting := func(n int) func() bool {
 		return func() bool {
 			var k int
+			// Inserts held by this test's lock, not another run's.
 			_ = db.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity
-				WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO webhook_events%'`).Scan(&k)
+				WHERE $1 = ANY(pg_blocking_pids(pid)) AND query LIKE 'INSERT INTO webhook_events%'`, locker).Scan(&k)
 			return k >= n
 		}
 	}
@@ -180,7 +194,7 @@ func TestWebhooksSurviveSIGTERM(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 4 {
-		if r := <-results; !strings.Contains(r, `200 {"stored":true}`) {
+		if r := contribtest.Recv(t, results, "a webhook's answer"); !strings.Contains(r, `200 {"stored":true}`) {
 			t.Errorf("%s; want 200 stored", r)
 		}
 	}
