@@ -63,17 +63,30 @@ func TestEndWindowBeforeReady(t *testing.T) {
 		return nil
 	})
 	defer close(release)
-	wait := startNoWait(lc)
+	wait := startNoWait(t, lc)
 	lameducktest.EndWindow(t, lc, clk) // never ready: no window to wait
 	if err := wait(); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func startNoWait(lc *lameduck.Lifecycle) func() error {
+// startNoWait starts Run without waiting for the boot (Start would wait
+// for a boot that never ends); the func it returns waits for Run's result,
+// failing the test after 10s of real time (a hang guard, not a
+// synchronisation).
+func startNoWait(t *testing.T, lc *lameduck.Lifecycle) func() error {
 	done := make(chan error, 1)
 	go func() { done <- lc.Run(context.Background()) }()
-	return func() error { return <-done }
+	return func() error {
+		t.Helper()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(10 * time.Second):
+			t.Fatal("Run did not return")
+			return nil
+		}
+	}
 }
 
 // The test began the sequence itself, while serving: EndWindow takes it

@@ -65,6 +65,31 @@ func (s *fakeSource) Fetch(ctx context.Context, _ time.Duration) (worker.Job, er
 	}
 }
 
+// send hands v over on ch, failing the test after guard if nothing takes
+// it (a hang guard, not a synchronisation): a loop that stopped fetching,
+// or a handler that never started, fails the test naming what it waited
+// for instead of deadlocking it.
+func send[T any](t *testing.T, ch chan<- T, v T, what string) {
+	t.Helper()
+	select {
+	case ch <- v:
+	case <-time.After(guard):
+		t.Fatalf("waited %s for the worker to take %s", guard, what)
+	}
+}
+
+// deliver answers the fetch under way with j.
+func (s *fakeSource) deliver(t *testing.T, j worker.Job) {
+	t.Helper()
+	send(t, s.jobs, j, "job "+j.ID()+" from a fetch")
+}
+
+// idleCycle answers the fetch under way with nothing: one idle cycle.
+func (s *fakeSource) idleCycle(t *testing.T) {
+	t.Helper()
+	send(t, s.idle, struct{}{}, "an idle cycle from a fetch")
+}
+
 // fakeJob records how it ended.
 type fakeJob struct {
 	id    string
@@ -113,6 +138,12 @@ func (h *handler) Handle(ctx context.Context, j worker.Job) error {
 	case <-ctx.Done():
 		return context.Cause(ctx)
 	}
+}
+
+// finish ends the job running in Handle with err.
+func (h *handler) finish(t *testing.T, err error) {
+	t.Helper()
+	send(t, h.release, err, "the running job's end")
 }
 
 func (h *handler) awaitStart(t *testing.T) context.Context {

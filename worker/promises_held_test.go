@@ -19,7 +19,7 @@ func TestStartupzWaitsForTheFirstCycle(t *testing.T) {
 	h.run()
 	awaitFetch(t, src) // the loop runs, but has not cycled
 	h.expect("/startupz", 503, "starting")
-	src.idle <- struct{}{}
+	src.idleCycle(t)
 	h.awaitEvent(h.w.Lifecycle().Events().StartupDone)
 	h.expect("/startupz", 200, "ok")
 }

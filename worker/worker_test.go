@@ -25,7 +25,7 @@ func serving(t *testing.T, cfg worker.Config, vars map[string]string, src *fakeS
 	}
 	h.run()
 	awaitFetch(t, src)
-	src.idle <- struct{}{}
+	src.idleCycle(t)
 	h.awaitEvent(h.w.Lifecycle().Events().StartupDone)
 	awaitFetch(t, src)
 	return h
@@ -41,7 +41,7 @@ func TestReadinessStartingUntilTheFirstCycle(t *testing.T) {
 	awaitFetch(t, src) // the loop runs, but has not cycled
 	h.expect("/readyz", 503, "starting")
 	h.expect("/healthz", 200, "ok")
-	src.idle <- struct{}{}
+	src.idleCycle(t)
 	h.awaitEvent(h.w.Lifecycle().Events().StartupDone)
 	h.expect("/readyz", 200, "ok")
 	h.expect("/healthz", 200, "ok")
@@ -64,7 +64,7 @@ func TestLivenessStalledAfterTheThreshold(t *testing.T) {
 			}
 			h.run()
 			awaitFetch(t, src)
-			src.idle <- struct{}{}
+			src.idleCycle(t)
 			h.awaitEvent(h.w.Lifecycle().Events().StartupDone)
 			awaitFetch(t, src) // from here on the consumer never answers again
 			h.clock.Advance(tc.threshold)
@@ -79,7 +79,7 @@ func TestLivenessStalledAfterTheThreshold(t *testing.T) {
 				t.Fatalf("body %v lacks version and commit", body)
 			}
 			// One more cycle and it is alive again.
-			src.idle <- struct{}{}
+			src.idleCycle(t)
 			awaitFetch(t, src)
 			h.expect("/healthz", 200, "ok")
 		})
@@ -97,14 +97,14 @@ func TestLivenessNamesTheLoopThatStalled(t *testing.T) {
 	h.run()
 	for _, src := range []*fakeSource{a, b} {
 		awaitFetch(t, src)
-		src.idle <- struct{}{}
+		src.idleCycle(t)
 		awaitFetch(t, src)
 	}
 	h.awaitEvent(h.w.Lifecycle().Events().StartupDone)
 	// emails keeps cycling every minute; orders never again.
 	for range 3 {
 		h.clock.Advance(time.Minute)
-		b.idle <- struct{}{}
+		b.idleCycle(t)
 		awaitFetch(t, b)
 	}
 	body := h.expect("/healthz", 503, "stalled")
@@ -117,11 +117,11 @@ func TestLivenessAliveWhileAJobRunsForHours(t *testing.T) {
 	src, hd := newSource(), newHandler()
 	h := serving(t, worker.Config{}, nil, src, hd)
 	j := newJob("job-1")
-	src.jobs <- j
+	src.deliver(t, j)
 	hd.awaitStart(t)
 	h.clock.Advance(10 * time.Hour)
 	h.expect("/healthz", 200, "ok")
-	hd.release <- nil
+	hd.finish(t, nil)
 	if got := j.outcome(t); got != "ack" {
 		t.Fatalf("job ended %q; want ack", got)
 	}
@@ -133,19 +133,24 @@ func TestDrainCompleteFinishesTheJob(t *testing.T) {
 	src, hd := newSource(), newHandler()
 	h := serving(t, worker.Config{}, nil, src, hd)
 	j := newJob("job-1")
-	src.jobs <- j
+	src.deliver(t, j)
 	ctx := hd.awaitStart(t)
 	h.shutdown()
 	body := h.expect("/readyz", 503, "draining")
 	if body["busy"] != true {
 		t.Fatalf("body %v: want busy true", body)
 	}
-	h.clock.Advance(3 * time.Hour) // however long, within the 8h bound
+	// However long, within the 8h bound: no timer fires (the bound's and the
+	// epoch poller's are the only ones), so nothing can cancel the job
+	// after this check either.
+	if n := h.clock.Advance(3 * time.Hour); n != 0 {
+		t.Fatalf("%d timer(s) fired 3h into an 8h drain bound", n)
+	}
 	h.expect("/healthz", 200, "ok")
 	if ctx.Err() != nil {
 		t.Fatal("complete mode cancelled the job")
 	}
-	hd.release <- nil
+	hd.finish(t, nil)
 	if got := j.outcome(t); got != "ack" {
 		t.Fatalf("job ended %q; want ack", got)
 	}
@@ -182,7 +187,7 @@ func TestDrainCompleteBoundCancelsTheJobAndNamesIt(t *testing.T) {
 	src, hd := newSource(), newHandler()
 	h := serving(t, worker.Config{}, map[string]string{"LAMEDUCK_DRAIN_TIMEOUT": "1h"}, src, hd)
 	j := newJob("job-7")
-	src.jobs <- j
+	src.deliver(t, j)
 	ctx := hd.awaitStart(t)
 	h.clock.Advance(30 * time.Minute) // the job is 30m old at the signal
 	h.shutdown()
@@ -210,7 +215,7 @@ func TestDrainInterruptCancelsAndHandsBack(t *testing.T) {
 	src, hd := newSource(), newHandler()
 	h := serving(t, worker.Config{}, map[string]string{"LAMEDUCK_DRAIN_MODE": "interrupt"}, src, hd)
 	j := newJob("job-3")
-	src.jobs <- j
+	src.deliver(t, j)
 	ctx := hd.awaitStart(t)
 	h.shutdown()
 	select {
@@ -257,21 +262,31 @@ func (e *epochs) Newest(_ context.Context, mine uint64) (uint64, error) {
 }
 
 // advanceIdle moves the fake clock by d, n times, each once the worker's
-// timers (the epoch poller's and the idle loop's pause) are armed again.
+// timers (the epoch poller's and the idle loop's pause) are armed again,
+// and returns once they are armed after the last advance too: the worker
+// has then gone round once more, so what it did in that round can be
+// checked without racing it (noFetch).
 func (h *harness) advanceIdle(n int, d time.Duration, timers int) {
 	h.t.Helper()
-	for range n {
+	armed := func() {
+		h.t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), guard)
-		err := h.clock.WaitForTimers(ctx, timers)
-		cancel()
-		if err != nil {
-			h.t.Fatalf("the worker's timers were never armed: %v", err)
+		defer cancel()
+		if err := h.clock.WaitForTimers(ctx, timers); err != nil {
+			h.t.Fatalf("the worker's timers were never armed again (a loop blocked in a fetch does not pause): %v", err)
 		}
+	}
+	for range n {
+		armed()
 		h.clock.Advance(d)
 	}
+	armed()
 }
 
 // noFetch fails when the loop has begun a fetch since the last one seen.
+// It does not wait: call it once the loop has shown it went round without
+// fetching (advanceIdle returns then; a fetch begins before the pause that
+// advanceIdle waits for, and a loop blocked in one never pauses again).
 func noFetch(t *testing.T, s *fakeSource, when string) {
 	t.Helper()
 	select {
@@ -319,13 +334,13 @@ func TestSupersededHandsBackOnceStopsFetchingAndRollsBack(t *testing.T) {
 	h := serving(t, worker.Config{Epochs: e, EpochPoll: time.Second},
 		map[string]string{"LAMEDUCK_EPOCH": "2", "LAMEDUCK_EPOCH_MISMATCH_DELAY": "90s"}, src, hd)
 	h.expect("/readyz", 200, "ok")
-	e.newest <- 3 // an epoch-3 runner came up
+	send(t, e.newest, 3, "epoch 3") // an epoch-3 runner came up
 	h.nextPoll()
 	waitFor(t, func() bool { c, _ := h.probe("/readyz"); return c == 503 })
 	h.expect("/readyz", 503, "superseded")
 
 	j := newJob("job-1") // delivered to the fetch under way
-	src.jobs <- j
+	src.deliver(t, j)
 	if got := j.outcome(t); got != "back 1m30s" {
 		t.Fatalf("job ended %q; want handed back with the mismatch delay", got)
 	}
@@ -337,7 +352,7 @@ func TestSupersededHandsBackOnceStopsFetchingAndRollsBack(t *testing.T) {
 	h.expect("/healthz", 200, "ok")
 	h.expect("/readyz", 503, "superseded")
 
-	e.newest <- 2 // the epoch-3 runners are gone: a rollback
+	send(t, e.newest, 2, "epoch 2") // the epoch-3 runners are gone: a rollback
 	h.nextPoll()
 	awaitFetch(t, src)
 	h.expect("/readyz", 200, "ok")
@@ -345,9 +360,9 @@ func TestSupersededHandsBackOnceStopsFetchingAndRollsBack(t *testing.T) {
 		t.Fatal("the rollback was not logged")
 	}
 	j2 := newJob("job-2")
-	src.jobs <- j2
+	src.deliver(t, j2)
 	hd.awaitStart(t)
-	hd.release <- nil
+	hd.finish(t, nil)
 	if got := j2.outcome(t); got != "ack" {
 		t.Fatalf("job after the rollback ended %q; want ack", got)
 	}
@@ -360,13 +375,13 @@ func TestEpochBumpWhileServingAndAnUnreachableStore(t *testing.T) {
 	h.expect("/readyz", 200, "ok")
 	// A job in flight when the fleet moves on finishes here: never run twice.
 	j := newJob("job-1")
-	src.jobs <- j
+	src.deliver(t, j)
 	hd.awaitStart(t)
-	e.newest <- 2
+	send(t, e.newest, 2, "epoch 2")
 	h.nextPoll()
 	waitFor(t, func() bool { c, _ := h.probe("/readyz"); return c == 503 })
 	h.expect("/readyz", 503, "superseded")
-	hd.release <- nil
+	hd.finish(t, nil)
 	if got := j.outcome(t); got != "ack" {
 		t.Fatalf("job in flight ended %q; want ack", got)
 	}
@@ -405,7 +420,7 @@ func TestReadinessChecksStillApply(t *testing.T) {
 	}
 	h.run()
 	awaitFetch(t, src)
-	src.idle <- struct{}{}
+	src.idleCycle(t)
 	h.awaitEvent(h.w.Lifecycle().Events().StartupDone)
 	body := h.expect("/readyz", 503, "failed")
 	// ProbeHandler stands for a listener that also serves the application:
@@ -525,18 +540,18 @@ func TestPanicsInHandleAndAckAreRecovered(t *testing.T) {
 	}
 	h.run()
 	awaitFetch(t, src)
-	src.idle <- struct{}{}
+	src.idleCycle(t)
 	h.awaitEvent(h.w.Lifecycle().Events().StartupDone)
 	j1 := newJob("job-1")
-	src.jobs <- j1
+	src.deliver(t, j1)
 	if got := j1.outcome(t); got != "back 0s" {
 		t.Fatalf("a panicking handler's job ended %q; want handed back", got)
 	}
 	j2 := panicJob{newJob("job-2")}
-	src.jobs <- j2
+	src.deliver(t, j2)
 	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(panics) == 2 })
 	j3 := newJob("job-3")
-	src.jobs <- j3 // the loop goes on after the panicking Ack
+	src.deliver(t, j3) // the loop goes on after the panicking Ack
 	if got := j3.outcome(t); got != "ack" {
 		t.Fatalf("job after the panics ended %q", got)
 	}
