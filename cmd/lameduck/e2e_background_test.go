@@ -54,25 +54,28 @@ func writeDone(task string) func(logLine) bool {
 	return func(l logLine) bool { return l.msg() == "demo: write done" && l.rec["task"] == task }
 }
 
-// 10. Three writes started during the 1s window — two of 2s, one of 30s —
-// with a join budget of 5s: the two short ones are still running when the
+// 10. Three writes started during the 3s window — two of 5s, one of 30s —
+// with a join budget of 6s: the two short ones are still running when the
 // join begins and end inside it (their "write done" lines come before the
 // join's verdict), the warning names the long one once with its count, and
 // the process exits within delay + teardown. Each margin is whole seconds,
-// so a stalled second on a loaded machine changes no outcome.
+// so a stalled second on a loaded machine changes no outcome: a write sent
+// at any time in the window (it must arrive before the listener closes)
+// outlives the window by at least 2s and ends at least 1s before the join's
+// verdict (window + 6s).
 func TestE2EJoinNamesTheWriteThatOverran(t *testing.T) {
 	t.Parallel()
-	const delay, teardown = time.Second, 10 * time.Second
-	p := startDemo(t, env("LAMEDUCK_SHUTDOWN_DELAY", "1s", "LAMEDUCK_SHUTDOWN_TEARDOWN", "10s",
-		"LAMEDUCK_JOIN_BUDGET", "5s"))
+	const delay, teardown = 3 * time.Second, 15 * time.Second
+	p := startDemo(t, env("LAMEDUCK_SHUTDOWN_DELAY", "3s", "LAMEDUCK_SHUTDOWN_TEARDOWN", "15s",
+		"LAMEDUCK_JOIN_BUDGET", "6s"))
 	c := newClient(t, false)
 
 	sig := p.signal(syscall.SIGTERM)
-	p.waitDraining(2 * time.Second)
+	p.waitDraining(5 * time.Second)
 	// Send the three at once, early in the window.
 	paths := []string{
-		"/write?name=audit-row&d=2s",
-		"/write?name=audit-row&d=2s",
+		"/write?name=audit-row&d=5s",
+		"/write?name=audit-row&d=5s",
 		"/write?name=invite-email&d=30s",
 	}
 	replies := make([]fetched, len(paths))
@@ -105,7 +108,7 @@ func TestE2EJoinNamesTheWriteThatOverran(t *testing.T) {
 		t.Errorf("exit code 0 with a write abandoned; want non-zero, so the exit code tells the truth")
 	}
 
-	const want = "join: 5s spent; still running: invite-email ×1 — abandoned at exit after the cap LAMEDUCK_JOIN_BUDGET; raise or unset LAMEDUCK_JOIN_BUDGET"
+	const want = "join: 6s spent; still running: invite-email ×1 — abandoned at exit after the cap LAMEDUCK_JOIN_BUDGET; raise or unset LAMEDUCK_JOIN_BUDGET"
 	joinAt := p.logIndex(msgContains("join: "))
 	if joinAt < 0 {
 		t.Fatalf("no join line in the log; want a warning %q", want)
@@ -130,7 +133,7 @@ func TestE2EJoinNamesTheWriteThatOverran(t *testing.T) {
 		}
 	}
 	if i := p.logIndex(writeDone("invite-email")); i >= 0 {
-		t.Errorf("the 30s invite-email write finished before the exit; the join should have stopped waiting at 5s")
+		t.Errorf("the 30s invite-email write finished before the exit; the join should have stopped waiting at 6s")
 	}
 }
 
@@ -161,9 +164,11 @@ func TestE2EDefaultJoinWaitsForTheWrite(t *testing.T) {
 
 // 11. A loop started before the signal stops at the signal; a loop asked
 // for after it is refused with 503 and a JSON reason; the process exits 0.
+// The late request must arrive inside the window (the listener closes at
+// its end): 3s leaves seconds of margin for a loaded machine.
 func TestE2ELoopStopsAtSignalAndLateLoopIsRefused(t *testing.T) {
 	t.Parallel()
-	p := startDemo(t, env("LAMEDUCK_SHUTDOWN_DELAY", "1s", "LAMEDUCK_SHUTDOWN_TEARDOWN", "5s"))
+	p := startDemo(t, env("LAMEDUCK_SHUTDOWN_DELAY", "3s", "LAMEDUCK_SHUTDOWN_TEARDOWN", "5s"))
 	c := newClient(t, false)
 
 	if r := p.post(c, "/loop?name=sweep"); r.code != http.StatusAccepted || r.body["loop"] != "sweep" {
@@ -171,7 +176,7 @@ func TestE2ELoopStopsAtSignalAndLateLoopIsRefused(t *testing.T) {
 	}
 
 	p.signal(syscall.SIGTERM)
-	p.waitDraining(2 * time.Second)
+	p.waitDraining(5 * time.Second)
 	r := p.post(c, "/loop?name=late")
 	if r.code != http.StatusServiceUnavailable {
 		t.Fatalf("POST /loop?name=late after SIGTERM = %s; want 503", r)

@@ -101,9 +101,14 @@ func (p *proc) grpcAddr() string {
 // SERVING), a slow unary call in flight completes, a server stream ends
 // with Unavailable at the window's end, and the process exits 0. Its
 // /metrics parses.
+//
+// Two grpc-health-probe processes are started after the signal and must
+// connect before the window ends (the gRPC listener closes then): the 4s
+// window leaves seconds of margin for process starts on a loaded machine;
+// the slow call (5s) still outlives it.
 func TestE2EGRPCAndMetrics(t *testing.T) {
 	bin := healthProbeBin(t)
-	p := startDemo(t, env("LAMEDUCK_SHUTDOWN_DELAY", "1s"), "--grpc-addr", "127.0.0.1:0")
+	p := startDemo(t, env("LAMEDUCK_SHUTDOWN_DELAY", "4s"), "--grpc-addr", "127.0.0.1:0")
 	addr := p.grpcAddr()
 	for _, svc := range []string{"", "liveness", "readiness", "lameduck.demo.Demo"} {
 		if code, out := healthProbe(t, bin, addr, svc); code != 0 {
@@ -136,7 +141,10 @@ func TestE2EGRPCAndMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cc.Close()
-	ctx := context.Background()
+	// Every call and receive below is bounded, so a process that never
+	// ends the stream or never answers fails the test instead of hanging it.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	stream, err := cc.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, "/lameduck.demo.Demo/Ticks")
 	if err != nil {
 		t.Fatal(err)
@@ -152,7 +160,7 @@ func TestE2EGRPCAndMetrics(t *testing.T) {
 	}
 	slow := make(chan error, 1)
 	go func() {
-		slow <- cc.Invoke(ctx, "/lameduck.demo.Demo/Slow", durationpb.New(2*time.Second), new(emptypb.Empty))
+		slow <- cc.Invoke(ctx, "/lameduck.demo.Demo/Slow", durationpb.New(5*time.Second), new(emptypb.Empty))
 	}()
 	// Both calls in flight before the signal.
 	for deadline := time.Now().Add(reqTimeout); ; time.Sleep(pollEvery) {
@@ -177,8 +185,13 @@ func TestE2EGRPCAndMetrics(t *testing.T) {
 	if status.Code(streamErr) != codes.Unavailable {
 		t.Errorf("the stream ended with %v, want Unavailable", streamErr)
 	}
-	if err := <-slow; err != nil {
-		t.Errorf("the slow unary call in flight at SIGTERM: %v", err)
+	select {
+	case err := <-slow:
+		if err != nil {
+			t.Errorf("the slow unary call in flight at SIGTERM: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the slow unary call in flight at SIGTERM got no answer within 1m")
 	}
 	if code, _ := p.waitExit(30 * time.Second); code != 0 {
 		t.Errorf("exit code %d, want 0", code)
