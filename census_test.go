@@ -87,8 +87,9 @@ func TestCensus(t *testing.T) {
 	close(boot)
 	await(t, h.lc.Events().StartupDone)
 	look() // serving: the refresh loop runs
+	c := client(t)
 	go func() {
-		if resp, err := client(t).Get(base + "/"); err == nil {
+		if resp, err := c.Get(base + "/"); err == nil {
 			resp.Body.Close()
 		}
 	}()

@@ -68,9 +68,7 @@ func TestIdleDrainTrafficKeepsItServing(t *testing.T) {
 		hit(app)
 	}
 	// Traffic stops at +5s: the window ends exactly one idle window later.
-	for !h.windowWaiting() {
-		h.clock.Advance(250 * time.Millisecond)
-	}
+	h.advanceUntilWindowEnds(250*time.Millisecond, 30*time.Second, nil) // the drain's bound is 20s
 	if err := h.wait(); err != nil {
 		t.Fatal(err)
 	}
@@ -113,10 +111,8 @@ func TestIdleDrainKeepAliveAndBound(t *testing.T) {
 	cfg.DrainTimeout = 6 * time.Second
 	h := started(t, cfg)
 	h.lc.BeginShutdown("test")
-	for !h.windowWaiting() {
-		h.lc.KeepAlive() // a subscription that keeps the pod alive, per message
-		h.clock.Advance(time.Second)
-	}
+	// A subscription that keeps the pod alive, a message a second.
+	h.advanceUntilWindowEnds(time.Second, 30*time.Second, h.lc.KeepAlive)
 	if err := h.wait(); err != nil {
 		t.Fatal(err)
 	}

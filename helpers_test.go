@@ -282,3 +282,20 @@ func (h *harness) windowWaiting() (ended bool) {
 	}
 	return false
 }
+
+// advanceUntilWindowEnds runs each (when not nil) and advances the clock by
+// step, every time the window waits on a timer, until the window ends. It
+// fails the test once limit has passed on the fake clock without the end:
+// a window that never ended would otherwise loop for ever.
+func (h *harness) advanceUntilWindowEnds(step, limit time.Duration, each func()) {
+	h.t.Helper()
+	for passed := time.Duration(0); !h.windowWaiting(); passed += step {
+		if passed >= limit {
+			h.t.Fatalf("the window has not ended %s after the test began advancing the clock", limit)
+		}
+		if each != nil {
+			each()
+		}
+		h.clock.Advance(step)
+	}
+}

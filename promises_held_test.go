@@ -423,9 +423,7 @@ func TestProbesAreNotApplicationRequests(t *testing.T) {
 			app.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", p, nil))
 		}
 	}
-	for !h.windowWaiting() {
-		h.clock.Advance(250 * time.Millisecond)
-	}
+	h.advanceUntilWindowEnds(250*time.Millisecond, 30*time.Second, nil) // the drain's bound is 20s
 	if err := h.wait(); err != nil {
 		t.Fatal(err)
 	}

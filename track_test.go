@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/lameduck/lameduck"
 )
@@ -135,7 +136,10 @@ func TestInFlightConsistentWhileRequestsChurn(t *testing.T) {
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 	reads := 0
-	for {
+	for giveUp := time.Now().Add(30 * time.Second); ; { // a hang guard: the requests take milliseconds
+		if time.Now().After(giveUp) {
+			t.Fatalf("%d requests by %d workers not done after 30s: a request never ends", workers*each, workers)
+		}
 		got := lc.InFlight()
 		reads++
 		if len(got) > workers {
