@@ -578,18 +578,7 @@ func listenTCP(t *testing.T) (addr string, stop func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	hold, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { syscall.Close(hold) })
-	if err := syscall.SetsockoptInt(hold, syscall.SOL_SOCKET, unix.SO_REUSEPORT, 1); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Bind(hold, &syscall.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-		t.Fatalf("reserve port %d: %v", port, err)
-	}
+	holdPort(t, ln.Addr().(*net.TCPAddr).Port)
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for {
@@ -603,6 +592,31 @@ func listenTCP(t *testing.T) (addr string, stop func()) {
 	stop = sync.OnceFunc(func() { ln.Close(); wg.Wait() })
 	t.Cleanup(stop)
 	return ln.Addr().String(), stop
+}
+
+// holdPort binds a socket with SO_REUSEPORT to port on 127.0.0.1 (0: a port
+// the kernel picks) and never listens on it, until the test ends; it returns
+// the port. Connections to it are refused, and no other socket can bind it
+// but one that sets SO_REUSEPORT too (the kernel never hands a held port to
+// a bind to port 0, and a plain bind fails with "address already in use").
+func holdPort(t *testing.T, port int) int {
+	t.Helper()
+	hold, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Close(hold) })
+	if err := syscall.SetsockoptInt(hold, syscall.SOL_SOCKET, unix.SO_REUSEPORT, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Bind(hold, &syscall.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatalf("reserve port %d: %v", port, err)
+	}
+	sa, err := syscall.Getsockname(hold)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sa.(*syscall.SockaddrInet4).Port
 }
 
 // reusePort returns a ListenConfig whose sockets set SO_REUSEPORT, so a
@@ -695,7 +709,7 @@ func TestE2EChecksSecretsRedacted(t *testing.T) {
 	t.Parallel()
 	const secret = "s3cret"
 	broken := httpServer(t, http.StatusInternalServerError)
-	closedHost := net.JoinHostPort("127.0.0.1", freePort(t))
+	closedHost := net.JoinHostPort("127.0.0.1", fmt.Sprint(holdPort(t, 0))) // refused, and no one else's
 	closed := "http://user:" + secret + "@" + closedHost + "/"
 	status := strings.Replace(broken.URL, "http://", "http://user:"+secret+"@", 1) + "/healthz"
 	token := "http://" + closedHost + "/healthz?token=" + secret

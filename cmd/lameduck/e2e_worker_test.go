@@ -8,7 +8,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -492,27 +491,32 @@ func TestE2EWorkerKilledNewerRunnerStopsSuperseding(t *testing.T) {
 	}
 }
 
-// freeAddr returns a loopback address with a port free a moment ago.
-func freeAddr(t *testing.T) string {
+// anyPortAddr is an --embedded-addr on which the embedded NATS server picks
+// a free port itself (nats-server's RANDOM_PORT, -1): no port is chosen
+// here and bound later, which another process could take in between. The
+// server's URL is in the worker's log (embeddedURL).
+var anyPortAddr = fmt.Sprintf("127.0.0.1:%d", server.RANDOM_PORT)
+
+// embeddedURL returns the URL of p's embedded NATS server, from its log.
+func embeddedURL(t *testing.T, p *proc) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	l := p.waitLog(`"embedded NATS server with JetStream"`, startTimeout, msgContains("embedded NATS server with JetStream"))
+	url, _ := l.rec["url"].(string)
+	if url == "" {
+		t.Fatalf("the embedded server line names no url: %s", l.raw)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return url
 }
 
 // The binary's own embedded server: no setup, and its store carries the
-// queue across a restart.
+// queue across a restart (on a port of its own each time: the store, not
+// the address, carries the queue).
 func TestE2EWorkerEmbeddedServerAcrossRestart(t *testing.T) {
-	addr, store := freeAddr(t), t.TempDir()
-	args := []string{"--embedded-addr", addr, "--store", store}
+	store := t.TempDir()
+	args := []string{"--embedded-addr", anyPortAddr, "--store", store}
 	a := startWorker(t, "", "demo", nil, args...)
-	if _, ok := a.findLog(msgContains("embedded NATS server with JetStream")); !ok {
-		t.Fatal("no embedded server line")
-	}
-	ids := enqueue(t, "demo", 12, 150*time.Millisecond, "--embedded-addr", addr)
+	url := embeddedURL(t, a)
+	ids := enqueue(t, "demo", 12, 150*time.Millisecond, "--nats", url)
 	waitDoneBy(t, a, 4)
 	a.signal(syscall.SIGTERM)
 	if code, _ := a.waitExit(startTimeout); code != 0 {
@@ -543,11 +547,17 @@ func TestE2EWorkerEmbeddedServerAcrossRestart(t *testing.T) {
 
 // A job longer than the ack wait is kept by in-progress acks: a second
 // loop of the same consumer, idle and fetching, never gets it while it runs.
+//
+// The server runs in this (race-instrumented) test process, so its
+// scheduling is the test's: with a 4s ack wait, an in-progress ack comes
+// every 1.3s and only a stall of well over 2s could let the ack wait lapse;
+// a job of 8s outlives the ack wait by 4s, so without the acks the
+// redelivery to an idle loop would come well inside the job.
 func TestE2EWorkerLongJobKeptByInProgressAcks(t *testing.T) {
 	url := privateJetStream(t)
 	q := uniqueQueue(t, url)
-	p := startWorker(t, url, q, nil, "--loops", "3", "--ack-wait", "1s")
-	ids := enqueue(t, q, 2, 2500*time.Millisecond, "--nats", url)
+	p := startWorker(t, url, q, nil, "--loops", "3", "--ack-wait", "4s")
+	ids := enqueue(t, q, 2, 8*time.Second, "--nats", url)
 	waitDone(t, ids, p)
 	if dups := readLedger(t, p).check(t, ids); dups != 0 {
 		t.Fatalf("%d re-runs", dups)
@@ -617,11 +627,10 @@ func TestReadmeRunnerBlock(t *testing.T) {
 		}
 		return f[3:]
 	}
-	addr := freeAddr(t)
-	local := []string{"--embedded-addr", addr}
-	p := startCmd(t, nil, append(append(cmdOf(lines[0]), "--log-format", "json", "--probe-addr", "127.0.0.1:0", "--store", t.TempDir()), local...)...)
+	p := startCmd(t, nil, append(cmdOf(lines[0]), "--log-format", "json", "--probe-addr", "127.0.0.1:0", "--store", t.TempDir(),
+		"--embedded-addr", anyPortAddr)...)
 	p.listening()
-	enq := exec.Command(lameduckBin, append(cmdOf(lines[1]), local...)...)
+	enq := exec.Command(lameduckBin, append(cmdOf(lines[1]), "--nats", embeddedURL(t, p))...)
 	enq.Env = childEnv(nil)
 	if out, err := enq.CombinedOutput(); err != nil || !strings.Contains(string(out), "enqueued 100 job(s) of 200ms") {
 		t.Fatalf("%v: %v\n%s", enq.Args, err, out)

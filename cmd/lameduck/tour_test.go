@@ -21,8 +21,8 @@ package main
 //
 // Substitutions keep it robust on a loaded machine: the simulated boot work
 // lasts tourStartup instead of 2s (and `sleep 2` after it becomes a sleep of
-// the same length), a background request gets a second to arrive before the
-// next line, the process is signalled by its pid rather than pgrep (other
+// the same length), the line after a background request runs once the demo
+// counts it in flight (its /metrics, lameduck_requests_in_flight), the process is signalled by its pid rather than pgrep (other
 // lameduck processes may run on the machine), and every curl gets a timeout
 // and, when the line does not already print one, the status code.
 
@@ -355,7 +355,7 @@ func TestReadmeTour(t *testing.T) {
 					f := fmt.Sprintf("bg-%d.out", len(bgFiles))
 					bgFiles = append(bgFiles, f)
 					sh.run(strings.TrimSpace(bg) + " > " + f + " &")
-					sh.run("sleep 1") // the background request arrives before the next line
+					waitRequestsInFlight(t, demo, len(bgFiles)) // the background requests arrive before the next line
 					continue
 				}
 				if cmd == "wait" {
@@ -447,7 +447,25 @@ func startTourDemo(t *testing.T, line string) (*proc, string) {
 	if a == "" {
 		t.Fatalf("listening line without addr: %s", l.raw)
 	}
+	p.base = "http://" + a
 	return p, a
+}
+
+// waitRequestsInFlight waits until the demo counts n application requests in flight
+// besides the scrape that asks (lameduck_requests_in_flight counts it too).
+func waitRequestsInFlight(t *testing.T, demo *proc, n int) {
+	t.Helper()
+	defer demo.client.CloseIdleConnections()
+	for deadline := time.Now().Add(tourRetry); ; time.Sleep(pollEvery) {
+		m := scrapeGauge(t, demo, "lameduck_requests_in_flight")
+		if m >= float64(n+1) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the demo counts %v request(s) in flight %s after the background request(s) started; want %d besides the scrape",
+				m-1, tourRetry, n)
+		}
+	}
 }
 
 // checkTourLog checks that the block's log lines appear, in order, in the
