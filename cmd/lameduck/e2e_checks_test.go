@@ -131,10 +131,14 @@ func isFlapText(s string) bool {
 // first probe, stalled after); /readyz/<name>, the 404 for an unknown name,
 // ?verbose, ?exclude= and application/health+json; a critical failure
 // makes it 503 failed in every form.
+//
+// The check deadline is 5s (not the 1s default), so that "at the deadline"
+// and "at once" are seconds apart: the second probe, which must not wait
+// for the stalled check, has seconds of margin on a loaded machine.
 func TestE2EChecksEveryMode(t *testing.T) {
 	t.Parallel()
-	const wedgeDeadline = time.Second // LAMEDUCK_CHECK_TIMEOUT's default
-	p := startChecks(t, nil,
+	const wedgeDeadline = 5 * time.Second // LAMEDUCK_CHECK_TIMEOUT below
+	p := startChecks(t, env("LAMEDUCK_CHECK_TIMEOUT", "5s"),
 		"--simulate-check", "db=ok,critical",
 		"--simulate-check", "queue=ok",
 		"--simulate-check", "cache=fail",
@@ -165,7 +169,7 @@ func TestE2EChecksEveryMode(t *testing.T) {
 		"queue":  "ok",
 		"cache":  "error: simulated failure",
 		"search": "ok",
-		"tracer": "timeout: no answer within 1s",
+		"tracer": "timeout: no answer within 5s",
 		"boom":   "panic: simulated panic",
 	}
 	for name, w := range want {

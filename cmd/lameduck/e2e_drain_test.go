@@ -143,7 +143,7 @@ func TestE2EIdleDrainTrafficHoldsThenIdleEnds(t *testing.T) {
 		t.Fatalf("GET / before SIGTERM = %v %v; want 200", r, err)
 	}
 	sig := p.signal(syscall.SIGTERM)
-	p.waitDraining(2 * time.Second)
+	p.waitDraining(5 * time.Second)
 
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
@@ -838,7 +838,7 @@ func TestE2EH2CHandOver(t *testing.T) {
 	}
 
 	sig := p.signal(syscall.SIGTERM)
-	p.waitDraining(2 * time.Second)
+	p.waitDraining(5 * time.Second)
 
 	// The busy connection: its next response is followed by GOAWAY.
 	id := busy.get("/")

@@ -516,7 +516,7 @@ func TestE2ESIGTERMDrainsInFlightRequest(t *testing.T) {
 	slow := p.startRequest(context.Background(), "/slow?d=1s")
 	sig := p.signal(syscall.SIGTERM)
 
-	r := p.waitDraining(delay)
+	r := p.waitDraining(5 * time.Second) // a bound on seeing the flip, not the window
 	// Liveness on the same listener as /readyz, in the same phase.
 	if h := p.want("/healthz", 200, "ok"); h.body["phase"] != "draining" {
 		t.Errorf("GET /healthz = %s; want it answered 200 in phase draining", h)
