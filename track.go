@@ -383,12 +383,15 @@ type InFlightRequest struct {
 
 // snapshot returns the requests in flight, oldest first.
 func (t *tracker) snapshot() []InFlightRequest {
-	now := t.now()
 	var out []InFlightRequest
 	t.each(func(r *reqRecord) {
 		if !r.hold() {
 			return
 		}
+		// The clock is read once the record is held: a request is stamped
+		// before it is published, so no age comes out negative (a request
+		// that began after one clock read for the whole walk would).
+		now := t.now()
 		conn := r.conn
 		if conn == nil {
 			conn = connOf(r.req)
