@@ -57,12 +57,14 @@ func TestWedgedCheck10000ProbesAtMostOneGoroutine(t *testing.T) {
 }
 
 // settledGrowth returns how many more goroutines run now than before. While
-// that exceeds want it yields (never sleeps), for up to 2s, so that
+// that exceeds want it yields (never sleeps), for up to 20s, so that
 // goroutines that have finished their work but not yet exited (a
-// WaitGroup's workers just after Wait, a timer's callback) are not counted.
+// WaitGroup's workers just after Wait, a timer's callback) are not counted,
+// even on a machine that keeps them off the CPU for seconds (a passing run
+// returns at once).
 func settledGrowth(before, want int) int {
 	growth := runtime.NumGoroutine() - before
-	for deadline := time.Now().Add(2 * time.Second); growth > want && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(20 * time.Second); growth > want && time.Now().Before(deadline); {
 		runtime.Gosched()
 		growth = runtime.NumGoroutine() - before
 	}

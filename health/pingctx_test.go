@@ -37,9 +37,9 @@ func TestCheckContext(t *testing.T) {
 			deadlineOK = ok && dl.Equal(start.Add(2*time.Second))
 			valueOK = ctx.Value(key{}) == "trace-1"
 			errBefore = ctx.Err()
-			before := runtime.NumGoroutine()
+			before := bubbleGoroutines(t)
 			child, cancel := context.WithTimeout(ctx, time.Hour)
-			childGrowth = runtime.NumGoroutine() - before
+			childGrowth = bubbleGoroutines(t) - before
 			childDL, _ = child.Deadline()
 			cancel()
 			time.Sleep(3 * time.Second) // past the deadline: Err and Done agree
@@ -76,4 +76,39 @@ func TestCheckContext(t *testing.T) {
 			t.Fatal("the context of a returned ping is not done")
 		}
 	})
+}
+
+// bubbleGoroutines counts the goroutines of the calling goroutine's
+// synctest bubble: the test's own, unlike runtime.NumGoroutine, which also
+// counts what an earlier test left on its way out of the process. It may
+// run on any goroutine of the bubble (it reports with Errorf, not Fatal).
+func bubbleGoroutines(t *testing.T) int {
+	t.Helper()
+	buf := make([]byte, 1<<20)
+	header, _, _ := strings.Cut(string(buf[:runtime.Stack(buf, false)]), "\n")
+	_, bubble, ok := strings.Cut(header, ", synctest bubble ") // "3]:"
+	if !ok {
+		// The traceback no longer names the bubble: fail rather than count
+		// nothing and pass whatever happens.
+		t.Errorf("no synctest bubble in the goroutine's header %q", header)
+		return 0
+	}
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	count := 0
+	for line := range strings.Lines(string(buf)) {
+		if strings.HasPrefix(line, "goroutine ") && strings.HasSuffix(strings.TrimSpace(line), ", synctest bubble "+bubble) {
+			count++
+		}
+	}
+	if count == 0 { // the caller is in the bubble: the format has changed
+		t.Errorf("no goroutine of bubble %q found in the stacks", bubble)
+	}
+	return count
 }
