@@ -84,6 +84,7 @@ func ExampleLifecycle_AddCheck() {
 	lc, err := lameduck.New(lameduck.Config{
 		Version: "v1.2.0", Commit: "a984b10",
 		CheckDetails:  lameduck.CheckDetailsAuto,
+		CheckTimeout:  10 * time.Second, // the default is 1s; 10s keeps this output steady on a loaded machine
 		LookupEnv:     func(string) (string, bool) { return "", false },
 		Logger:        slog.New(slog.DiscardHandler),
 		IgnoreSignals: true,

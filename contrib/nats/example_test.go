@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"time"
 
 	ldnats "github.com/lameduck/lameduck/contrib/nats"
 	"github.com/lameduck/lameduck/health"
@@ -43,8 +44,11 @@ func ExampleCheckJetStream() {
 	}
 	defer nc.Close()
 
+	// A deadline of 10s rather than the default 1s: the example's server
+	// shares the process, and a loaded machine can keep its JetStream
+	// answer waiting past a second.
 	c := health.NewChecker(health.CheckerOptions{})
-	if err := c.AddCheck(ldnats.CheckJetStream(health.Check{Name: "bus"}, nc)); err != nil {
+	if err := c.AddCheck(ldnats.CheckJetStream(health.Check{Name: "bus", Timeout: 10 * time.Second}, nc)); err != nil {
 		log.Fatal(err)
 	}
 	rep, err := c.Run(context.Background(), "", nil)

@@ -19,7 +19,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func connect(t testing.TB, url string) *nats.Conn {
 	t.Helper()
 	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond),
-		nats.Timeout(2*time.Second), nats.NoCallbacksAfterClientClose())
+		nats.Timeout(5*time.Second), nats.NoCallbacksAfterClientClose())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,8 @@ func TestFaults(t *testing.T) {
 			e = startEmbedded(t, true)
 			proxy = contribtest.NewProxy(t, e.addr())
 			nc = connect(t, "nats://"+proxy.Addr())
-			return ldnats.CheckJetStream(health.Check{Name: name, Critical: critical, Timeout: time.Second}, nc)
+			// The harness sets the Timeout.
+			return ldnats.CheckJetStream(health.Check{Name: name, Critical: critical}, nc)
 		},
 		// The server shuts down, closing its connections; the proxy then
 		// closes each new one at once, as it did when its dial of the dead

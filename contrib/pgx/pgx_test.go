@@ -74,11 +74,14 @@ func TestFaults(t *testing.T) {
 			}
 			u.Host = proxy.Addr()
 			// As the package doc advises: without it, pgx's background
-			// connects to a stalled server never end.
+			// connects to a stalled server never end. It also bounds the
+			// connects that must succeed (the first probe's, the one after
+			// the outage), so it leaves a loaded machine seconds.
 			q := u.Query()
-			q.Set("connect_timeout", "2")
+			q.Set("connect_timeout", "5")
 			u.RawQuery = q.Encode()
-			return ldpgx.Check(health.Check{Name: name, Critical: critical, Timeout: time.Second}, newPool(t, u.String()))
+			// The harness sets the Timeout.
+			return ldpgx.Check(health.Check{Name: name, Critical: critical}, newPool(t, u.String()))
 		},
 		Down:  func(testing.TB) { proxy.Cut() },
 		Up:    func(testing.TB) { proxy.Restore() },

@@ -85,7 +85,8 @@ func want(t testing.TB, fams map[string]*dto.MetricFamily, name string, labels m
 // in flight; then the shutdown steps.
 func TestScrape(t *testing.T) {
 	col := ldprom.New()
-	lc, clk := lameducktest.New(t, lameduck.Config{ShutdownDelay: 2 * time.Second, OnTransition: col.Observe})
+	lc, clk := lameducktest.New(t, lameduck.Config{ShutdownDelay: 2 * time.Second, OnTransition: col.Observe,
+		CheckTimeout: 10 * time.Second}) // "ok" and "error" even when a loaded machine delays a ping past 1s
 	col.Watch(lc)
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(col)

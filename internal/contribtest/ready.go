@@ -1,11 +1,13 @@
 package contribtest
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,11 +32,13 @@ type Answer struct {
 
 // Serve starts a Lifecycle (on lameducktest's fake clock, which the checks'
 // deadlines do not use) with checks, and shuts it down in t's cleanup.
-// Bodies show the checks' redacted details (CheckDetails "show"), which the
-// tests read.
+// A check without a Timeout of its own has Timeout (10s of real time), not
+// the 1s default. Bodies show the checks' redacted details (CheckDetails
+// "show"), which the tests read.
 func Serve(t testing.TB, checks ...health.Check) *Ready {
 	t.Helper()
-	lc, clk := lameducktest.New(t, lameduck.Config{ShutdownDelay: time.Second, CheckDetails: lameduck.CheckDetailsShow})
+	lc, clk := lameducktest.New(t, lameduck.Config{ShutdownDelay: time.Second, CheckDetails: lameduck.CheckDetailsShow,
+		CheckTimeout: Timeout})
 	for _, c := range checks {
 		if err := lc.AddCheck(c); err != nil {
 			t.Fatal(err)
@@ -83,12 +87,25 @@ func (a Answer) Want(t testing.TB, what string, code int, status, name, word str
 	}
 }
 
+// Timeout is the deadline of a check that must answer "ok": a ping of a
+// working server takes milliseconds, but on a loaded machine (-race, two
+// cores, other test binaries) a goroutine can wait a second or two for a
+// CPU, which a 1s deadline (health.DefaultCheckTimeout) would report as
+// "timeout". Tests give it to every check that must pass.
+const Timeout = 10 * time.Second
+
+// StallTimeout is the deadline of the check that Faults' stall case waits
+// out: a load stall can only make it report "timeout" sooner, never turn
+// its "timeout" or "stalled" into something else.
+const StallTimeout = time.Second
+
 // Faults is the fault scenario every contrib check goes through against a
 // real server: an outage and a recovery, critical then not, and a server
 // that accepts and never answers.
 type Faults struct {
-	// Check builds the check under test, named name, critical or not, with
-	// a 1s deadline.
+	// Check builds the check under test, named name, critical or not. Its
+	// Timeout is the harness's: Timeout where a probe must answer "ok" or
+	// at once "error", StallTimeout where the probes wait a stall out.
 	Check func(t testing.TB, name string, critical bool) health.Check
 	// Down starts an outage and Up ends it; Stall makes the server accept
 	// and never answer (nil skips the stall case), until Up.
@@ -104,12 +121,14 @@ type Faults struct {
 // Run goes through the scenario:
 //
 //   - critical: ok; Down → the next probe is 503 failed, the check
-//     "error"; Up → the next probe is 200 ok;
+//     "error"; Up → the next probe is 200 ok (a Timeout deadline);
 //   - degraded: the same with a non-critical check: 200 degraded;
-//   - stalled: Stall → 503 with "timeout", later probes "timeout" or
-//     "stalled", and the goroutine count does not grow with the probes; Up
-//     → once the captive ping (if any) has returned, the first probe that
-//     pings afresh is 200 ok.
+//   - stalled: the client under test behind two Lifecycles, one checking
+//     it with a Timeout deadline, the other with StallTimeout: ok (the
+//     first); Stall → 503 with "timeout" (the second), later probes
+//     "timeout" or "stalled", and the goroutine count does not grow with
+//     the probes; Up → the captive ping (if any) returns, and a probe that
+//     pings afresh is 200 ok (the first).
 func (f Faults) Run(t *testing.T) {
 	t.Run("critical", func(t *testing.T) { f.outage(t, true) })
 	t.Run("degraded", func(t *testing.T) { f.outage(t, false) })
@@ -128,7 +147,9 @@ func (f Faults) noSecrets(t testing.TB, a Answer) {
 }
 
 func (f Faults) outage(t *testing.T, critical bool) {
-	r := Serve(t, f.Check(t, "dep", critical))
+	c := f.Check(t, "dep", critical)
+	c.Timeout = Timeout
+	r := Serve(t, c)
 	r.Probe(t).Want(t, "before the outage", 200, "ok", "dep", "ok")
 	f.Down(t)
 	a := r.Probe(t)
@@ -147,16 +168,31 @@ func (f Faults) outage(t *testing.T, critical bool) {
 }
 
 func (f Faults) stalled(t *testing.T) {
-	r := Serve(t, f.Check(t, "dep", true))
-	r.Probe(t).Want(t, "before the stall", 200, "ok", "dep", "ok")
+	c := f.Check(t, "dep", true)
+	// The probes that must pass (before the stall, and afresh after it)
+	// have the Timeout deadline: the first ping and the one after the
+	// stall may dial, which a loaded machine can delay past a second. The
+	// probes of the stall have StallTimeout, which they wait out. Both
+	// Lifecycles ping through the same Func, so through one client: the
+	// connection the stall catches is the one the first probe made, and
+	// the one the probe after it finds is whatever the stall left.
+	long, short := c, c
+	long.Timeout, short.Timeout = Timeout, StallTimeout
+	var pinging atomic.Int64 // the stall Lifecycle's pings that have not returned
+	short.Func = func(ctx context.Context) error {
+		pinging.Add(1)
+		defer pinging.Add(-1)
+		return c.Func(ctx)
+	}
+	ok, r := Serve(t, long), Serve(t, short)
+	ok.Probe(t).Want(t, "before the stall", 200, "ok", "dep", "ok")
 	f.Stall(t)
 	r.Probe(t).Want(t, "first probe of the stall", 503, "failed", "dep", "timeout")
 	base := settled(0)
-	for i := range 4 {
+	for range 4 {
 		a := r.Probe(t)
 		a.Want(t, "probe of the stall", 503, "failed", "dep", "timeout|stalled")
 		f.noSecrets(t, a)
-		_ = i
 	}
 	// One captive ping at most, and whatever a redial holds for a moment:
 	// never one goroutine per probe.
@@ -166,21 +202,25 @@ func (f Faults) stalled(t *testing.T) {
 		t.Fatalf("goroutines grew from %d to %d over 4 stalled probes:\n%s", base, n, buf)
 	}
 	f.Up(t)
-	// A captive ping returns when the server answers again; until then a
-	// probe says "stalled" at once. The first probe that pings afresh must
-	// pass.
-	deadline := time.Now().Add(5 * time.Second)
-	a := r.Probe(t)
-	for strings.HasPrefix(a.Checks["dep"], "stalled") && time.Now().Before(deadline) {
+	// A captive ping returns when the server answers again (or its
+	// connection is closed); then a fresh ping must pass.
+	deadline := time.Now().Add(Guard)
+	for pinging.Load() > 0 {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			buf = buf[:runtime.Stack(buf, true)]
+			t.Fatalf("a ping of the stall was still captive %s after it ended:\n%s", Guard, buf)
+		}
 		time.Sleep(20 * time.Millisecond)
-		a = r.Probe(t)
 	}
-	a.Want(t, "first fresh probe after the stall", 200, "ok", "dep", "ok")
+	ok.Probe(t).Want(t, "first fresh probe after the stall", 200, "ok", "dep", "ok")
 }
 
 // settled returns the goroutine count once it is at most want, or after
 // 20s (a passing run returns at once; a loaded machine may keep goroutines
-// on their way out off the CPU for seconds); want 0: after a short pause.
+// on their way out off the CPU for seconds, and a connect a client started
+// for a stalled probe and finishes on its own, pgx's pool's, ends only at
+// the client's connect timeout); want 0: after a short pause.
 func settled(want int) int {
 	deadline := time.Now().Add(20 * time.Second)
 	if want == 0 {
