@@ -75,6 +75,11 @@ func newRig(t *testing.T, cfg lameduck.Config, withHTTP bool, routes func(app *f
 	t.Helper()
 	r := &rig{t: t, logs: &logBuffer{}}
 	cfg.Logger = slog.New(slog.NewTextHandler(r.logs, nil))
+	if cfg.CheckTimeout == 0 {
+		// Checks that answer at once still answer "ok" or "error", not
+		// "timeout", when a loaded machine delays a ping past 1s.
+		cfg.CheckTimeout = contribtest.Timeout
+	}
 	r.lc, r.clk = lameducktest.New(t, cfg)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -375,8 +380,10 @@ func TestWebSocketsOnFiber(t *testing.T) {
 	r = newRig(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 5 * time.Second}, false, func(app *fiber.App) {
 		app.Get("/ws", fiberws.New(func(c *fiberws.Conn) {
 			<-r.lc.Drain()
+			// A write deadline a loaded machine cannot outlast (a hang
+			// guard): a 1s one could pass before the frame is written.
 			_ = c.WriteControl(fiberws.CloseMessage,
-				fiberws.FormatCloseMessage(fiberws.CloseGoingAway, "draining"), time.Now().Add(time.Second))
+				fiberws.FormatCloseMessage(fiberws.CloseGoingAway, "draining"), time.Now().Add(contribtest.Guard))
 		}))
 	})
 	r.start()
@@ -425,8 +432,10 @@ func TestHijackedRequestKeepsItsName(t *testing.T) {
 	r = newRig(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 5 * time.Second}, false, func(app *fiber.App) {
 		app.Get("/ws", fiberws.New(func(c *fiberws.Conn) {
 			<-r.lc.Drain()
+			// A write deadline a loaded machine cannot outlast (a hang
+			// guard): a 1s one could pass before the frame is written.
 			_ = c.WriteControl(fiberws.CloseMessage,
-				fiberws.FormatCloseMessage(fiberws.CloseGoingAway, "draining"), time.Now().Add(time.Second))
+				fiberws.FormatCloseMessage(fiberws.CloseGoingAway, "draining"), time.Now().Add(contribtest.Guard))
 		}))
 		app.Get("/*", func(c *fiber.Ctx) error { return c.SendString("ok") })
 	})

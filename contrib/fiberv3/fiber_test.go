@@ -72,6 +72,11 @@ func newRig(t *testing.T, cfg lameduck.Config, withHTTP bool, routes func(app *f
 	t.Helper()
 	r := &rig{t: t, logs: &logBuffer{}}
 	cfg.Logger = slog.New(slog.NewTextHandler(r.logs, nil))
+	if cfg.CheckTimeout == 0 {
+		// Checks that answer at once still answer "ok" or "error", not
+		// "timeout", when a loaded machine delays a ping past 1s.
+		cfg.CheckTimeout = contribtest.Timeout
+	}
 	r.lc, r.clk = lameducktest.New(t, cfg)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
