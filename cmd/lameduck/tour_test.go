@@ -21,10 +21,15 @@ package main
 //
 // Substitutions keep it robust on a loaded machine: the simulated boot work
 // lasts tourStartup instead of 2s (and `sleep 2` after it becomes a sleep of
-// the same length), the line after a background request runs once the demo
-// counts it in flight (its /metrics, lameduck_requests_in_flight), the process is signalled by its pid rather than pgrep (other
-// lameduck processes may run on the machine), and every curl gets a timeout
-// and, when the line does not already print one, the status code.
+// the same length); the lame-duck window (LAMEDUCK_SHUTDOWN_DELAY) lasts
+// tourWindow instead of 5s, so that the 3s slow request ends inside it with
+// seconds to spare, as the README's teardown line (in_flight=0) says, and the
+// log block's window is read as tourWindow; the line after a background
+// request runs once the demo counts it in flight (its /metrics,
+// lameduck_requests_in_flight); the process is signalled by its pid rather
+// than pgrep (other lameduck processes may run on the machine); and every
+// curl gets a timeout and, when the line does not already print one, the
+// status code.
 
 import (
 	"bufio"
@@ -42,6 +47,7 @@ import (
 
 const (
 	tourStartup = "6s"             // replaces the tour's 2s of simulated boot work
+	tourWindow  = "10s"            // replaces the tour's lame-duck window (5s)
 	tourRetry   = 10 * time.Second // how long a line may take to show its expectation
 )
 
@@ -312,9 +318,10 @@ func TestReadmeTour(t *testing.T) {
 	sh := startShell(t, t.TempDir())
 
 	var (
-		demo     *proc  // the demo the tour started last
-		addr     string // its address
-		verbose  string // the output of the last ?verbose line
+		demo     *proc             // the demo the tour started last
+		addr     string            // its address
+		logSubst *strings.Replacer // README values in its log as the tour set them
+		verbose  string            // the output of the last ?verbose line
 		bgFiles  []string
 		sections int
 	)
@@ -331,7 +338,7 @@ func TestReadmeTour(t *testing.T) {
 					if demo != nil && !demo.hasExited() {
 						t.Fatalf("README.md:%d: starts a demo while the previous one still runs", b.line)
 					}
-					demo, addr = startTourDemo(t, cmd)
+					demo, addr, logSubst = startTourDemo(t, cmd)
 					continue
 				}
 				if demo == nil {
@@ -385,7 +392,7 @@ func TestReadmeTour(t *testing.T) {
 				}
 			}
 		case len(b.lines) > 0 && strings.HasPrefix(b.lines[0], "level="):
-			checkTourLog(t, b, demo)
+			checkTourLog(t, b, demo, logSubst)
 		default:
 			want := strings.TrimSpace(strings.Join(b.lines, "\n"))
 			got := strings.TrimSpace(verbose)
@@ -409,12 +416,14 @@ func TestReadmeTour(t *testing.T) {
 }
 
 // startTourDemo starts the README's `VAR=value go run ./cmd/lameduck demo
-// FLAGS` as the built binary on 127.0.0.1:0 with text logs, and returns it
-// and the address it listens on.
-func startTourDemo(t *testing.T, line string) (*proc, string) {
+// FLAGS` as the built binary on 127.0.0.1:0 with text logs, and returns it,
+// the address it listens on and what turns the README's log lines into
+// this run's (its window is tourWindow).
+func startTourDemo(t *testing.T, line string) (*proc, string, *strings.Replacer) {
 	t.Helper()
 	env := map[string]string{}
 	var args []string
+	var subst []string
 	fields := strings.Fields(line)
 	for i := 0; i < len(fields); i++ {
 		f := fields[i]
@@ -422,6 +431,12 @@ func startTourDemo(t *testing.T, line string) (*proc, string) {
 			t.Fatalf("the tour's demo line %q needs a shell to parse; keep it to plain words", line)
 		}
 		if k, v, ok := strings.Cut(f, "="); ok && args == nil && !strings.HasPrefix(f, "-") {
+			if k == "LAMEDUCK_SHUTDOWN_DELAY" {
+				// The draining line names the window twice:
+				// "waiting 5s for endpoint removal" ... window=5s.
+				subst = append(subst, "waiting "+v+" ", "waiting "+tourWindow+" ", "window="+v+" ", "window="+tourWindow+" ")
+				v = tourWindow
+			}
 			env[k] = v
 			continue
 		}
@@ -448,7 +463,7 @@ func startTourDemo(t *testing.T, line string) (*proc, string) {
 		t.Fatalf("listening line without addr: %s", l.raw)
 	}
 	p.base = "http://" + a
-	return p, a
+	return p, a, strings.NewReplacer(subst...)
 }
 
 // waitRequestsInFlight waits until the demo counts n application requests in flight
@@ -470,7 +485,7 @@ func waitRequestsInFlight(t *testing.T, demo *proc, n int) {
 
 // checkTourLog checks that the block's log lines appear, in order, in the
 // demo's log.
-func checkTourLog(t *testing.T, b tourBlock, demo *proc) {
+func checkTourLog(t *testing.T, b tourBlock, demo *proc, subst *strings.Replacer) {
 	t.Helper()
 	if demo == nil {
 		t.Fatalf("README.md:%d: a log block before any demo ran", b.line)
@@ -486,7 +501,7 @@ func checkTourLog(t *testing.T, b tourBlock, demo *proc) {
 		if strings.TrimSpace(w) == "" {
 			continue
 		}
-		want := parseLogLine(w)
+		want := parseLogLine(subst.Replace(w))
 		found := false
 		for ; at < len(got); at++ {
 			if matchLog(want, parseLogLine(got[at])) {
@@ -495,7 +510,7 @@ func checkTourLog(t *testing.T, b tourBlock, demo *proc) {
 			}
 		}
 		if !found {
-			t.Fatalf("README.md:%d: the log line\n\t%s\nis not in the demo's log (in this order):\n%s", b.line, w, demo.output())
+			t.Fatalf("README.md:%d: the log line\n\t%s\n(with this run's values: %s)\nis not in the demo's log (in this order):\n%s", b.line, w, subst.Replace(w), demo.output())
 		}
 	}
 }
