@@ -1,6 +1,7 @@
 package rollout
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -75,8 +77,8 @@ func (r *replica) firstAt(what string) (time.Duration, bool) {
 }
 
 // freePort asks the kernel for a free loopback port. Another process may
-// take it before the replica binds it; the replica then fails to become
-// ready and the rollout says so.
+// take it before the replica binds it: waitReady then starts the replica
+// again on another port.
 func freePort(used map[int]bool) (int, error) {
 	for range 20 {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -101,14 +103,28 @@ func expandArgs(args []string, port int) []string {
 	return out
 }
 
-// startReplica starts the command for replica id on port, with its output
-// in a file under logDir. The process gets env on top of this process's
-// environment, plus PORT.
+// pickPort is freePort; tests replace it to hand out a port that is taken.
+var pickPort = freePort
+
+// portAttempts is how many ports a replica is started on, each time another
+// process took the port before the replica could bind it.
+const portAttempts = 5
+
+// startReplica starts the command for a new replica of round on a free
+// port, with its output in a file under logDir. The process gets env on
+// top of this process's environment, plus PORT.
 func (ro *rollout) startReplica(round int) (*replica, error) {
 	ro.mu.Lock()
 	ro.nextID++
 	id := ro.nextID
-	port, err := freePort(ro.usedPorts)
+	ro.mu.Unlock()
+	return ro.spawn(id, round)
+}
+
+// spawn starts replica id of round on a free port.
+func (ro *rollout) spawn(id, round int) (*replica, error) {
+	ro.mu.Lock()
+	port, err := pickPort(ro.usedPorts)
 	if err == nil {
 		ro.usedPorts[port] = true
 	}
@@ -138,6 +154,9 @@ func (ro *rollout) startReplica(round int) (*replica, error) {
 	r.mark(ro.since(), evStarted)
 	ro.mu.Lock()
 	ro.replicas = append(ro.replicas, r)
+	// In id order, the report's: a replica started again (waitReady)
+	// keeps its id.
+	slices.SortStableFunc(ro.replicas, func(a, b *replica) int { return a.id - b.id })
 	ro.mu.Unlock()
 
 	ro.wg.Go(func() {
@@ -272,25 +291,85 @@ func (r *replica) kill() {
 	_ = r.cmd.Process.Kill()
 }
 
-// waitReady waits until r is in rotation, r exits, the timeout passes or
-// ctx ends.
-func (ro *rollout) waitReady(ctx context.Context, r *replica) error {
+// portTakenError is a replica's exit before it was ready with "address
+// already in use" in its output: another process bound its port between
+// freePort's check and the replica's own bind (or the command does not
+// listen on {port}).
+type portTakenError struct{ error }
+
+func (e portTakenError) Unwrap() error { return e.error }
+
+// waitReady waits until r is in rotation and returns it. When r exits
+// before that because its port was taken (its output says "address already
+// in use", as Go, C, Python, Node.js and Java servers all do), it starts r
+// again, with the same id, on another port, at most portAttempts times in
+// all, and returns the replica that became ready. It fails when r exits
+// otherwise, the start timeout passes or ctx ends.
+func (ro *rollout) waitReady(ctx context.Context, r *replica) (*replica, error) {
+	for attempt := 1; ; attempt++ {
+		err := ro.waitReadyOnce(ctx, r)
+		if err == nil {
+			return r, nil
+		}
+		var taken portTakenError
+		if !errors.As(err, &taken) {
+			return nil, err
+		}
+		if attempt == portAttempts {
+			return nil, fmt.Errorf("%w\n(%d ports in a row were in use: does the command listen on {port}?)", err, portAttempts)
+		}
+		ro.warnf("replica %d: another process took port %d before the replica could bind it; starting it again on another port", r.id, r.port)
+		ro.forget(r)
+		if r, err = ro.spawn(r.id, r.round); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// forget drops r, which exited before it was ready, from the run: the
+// report does not list it (the replica started again in its place has its
+// id) and its readiness poller stops.
+func (ro *rollout) forget(r *replica) {
+	ro.mu.Lock()
+	ro.replicas = slices.DeleteFunc(ro.replicas, func(x *replica) bool { return x == r })
+	ro.mu.Unlock()
+	r.mu.Lock()
+	r.removed = true
+	r.mu.Unlock()
+}
+
+// waitReadyOnce waits until r is in rotation, r exits, the timeout passes
+// or ctx ends. A replica that has exited is not ready, whatever answers on
+// its port.
+func (ro *rollout) waitReadyOnce(ctx context.Context, r *replica) error {
 	deadline := time.NewTimer(ro.opt.StartTimeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
+	exited := func() error {
+		err := fmt.Errorf("lameduck rollout: replica %d (%s) exited with code %d before it was ready%s",
+			r.id, strings.Join(r.cmd.Args, " "), r.exitCode, logTail(r.log))
+		if b, _ := os.ReadFile(r.log); bytes.Contains(bytes.ToLower(b), []byte("address already in use")) {
+			err = portTakenError{err}
+		}
+		return err
+	}
 	for {
 		r.mu.Lock()
 		in := r.inRotationLocked()
 		r.mu.Unlock()
-		if in {
-			return nil
+		select {
+		case <-r.exited:
+			return exited()
+		default:
+			if in {
+				return nil
+			}
 		}
 		select {
 		case <-tick.C:
 		case <-r.exited:
-			return fmt.Errorf("lameduck rollout: replica %d (%s) exited with code %d before it was ready%s",
-				r.id, strings.Join(r.cmd.Args, " "), r.exitCode, logTail(r.log))
+			return exited()
 		case <-deadline.C:
 			return fmt.Errorf("lameduck rollout: replica %d (%s) not ready on %s%s within --start-timeout %s; is {port} in the command, and does it serve %s?%s",
 				r.id, strings.Join(r.cmd.Args, " "), r.addr, ro.opt.ProbePath, ro.opt.StartTimeout, ro.opt.ProbePath, logTail(r.log))

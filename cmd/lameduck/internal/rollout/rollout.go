@@ -243,10 +243,12 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 		}
 		current = append(current, r)
 	}
-	for _, r := range current {
-		if err := ro.waitReady(ctx, r); err != nil {
+	for i, r := range current {
+		ready, err := ro.waitReady(ctx, r)
+		if err != nil {
 			return nil, setupError(ctx, err)
 		}
+		current[i] = ready
 	}
 
 	// Open-loop load for the whole rollout.
@@ -303,7 +305,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 			if err != nil {
 				return nil, setupError(ctx, err)
 			}
-			if err := ro.waitReady(ctx, surge); err != nil {
+			if surge, err = ro.waitReady(ctx, surge); err != nil {
 				return nil, setupError(ctx, err)
 			}
 			ro.terminate(old)

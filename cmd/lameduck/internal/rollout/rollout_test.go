@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -54,33 +55,46 @@ func testServer(port, window string) {
 		_ = srv.Shutdown(context.Background())
 	}()
 	if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
+		fmt.Fprintln(os.Stderr, err) // "address already in use" when the port is taken
 		os.Exit(1)
 	}
 }
 
+// runOptions are the options of the in-process rollouts: two replicas of
+// this test binary with window, one round, fast readiness polls (a probe
+// that times out is one that took seconds: 5s, as the kubelet's
+// timeoutSeconds would be).
+func runOptions(window string) Options {
+	return Options{Command: []string{os.Args[0], "{port}"}, Env: []string{"ROLLOUT_TEST_WINDOW=" + window},
+		Replicas: 2, Rounds: 1, Mode: ModeL7, Rate: 100, GetPath: "/", PostPath: "/echo",
+		ProbePath: "/readyz", ProbePeriod: 100 * time.Millisecond, ProbeFailures: 3, ProbeTimeout: 5 * time.Second,
+		RemovalMin: 500 * time.Millisecond, RemovalMax: 600 * time.Millisecond, Grace: 30 * time.Second,
+		StartTimeout: 20 * time.Second, Timeout: 30 * time.Second, Warmup: 200 * time.Millisecond, Cooldown: 200 * time.Millisecond}
+}
+
 // TestRunInProcess runs the whole rollout under the race detector, with
-// this test binary as the replicas: a 3s window outlasts the at most
-// 600ms endpoint removal (no failure); no window at all fails requests.
-// The request timeout is generous (30s): under -race on a loaded 2-core
-// machine an answer may take seconds, and a slow answer is no dropped one.
+// this test binary as the replicas: a 10s window outlasts the at most
+// 600ms endpoint removal by seconds, so even a balancer goroutine kept off
+// the CPU for seconds between picking a replica and writing to it finds it
+// serving (no failure); no window at all fails requests. The request
+// timeout is generous (30s): under -race on a loaded 2-core machine an
+// answer may take seconds, and a slow answer is no dropped one. The two
+// cases run side by side: the long one lasts about its window.
 func TestRunInProcess(t *testing.T) {
 	for _, c := range []struct {
 		window string
 		fails  bool
-	}{{"3s", false}, {"0s", true}} {
+	}{{"10s", false}, {"0s", true}} {
 		t.Run("window="+c.window, func(t *testing.T) {
+			t.Parallel()
 			var mu sync.Mutex
 			lastDone := 0
-			opt := Options{Command: []string{os.Args[0], "{port}"}, Env: []string{"ROLLOUT_TEST_WINDOW=" + c.window},
-				Replicas: 2, Rounds: 1, Mode: ModeL7, Rate: 100, GetPath: "/", PostPath: "/echo",
-				ProbePath: "/readyz", ProbePeriod: 100 * time.Millisecond, ProbeFailures: 3, ProbeTimeout: time.Second,
-				RemovalMin: 500 * time.Millisecond, RemovalMax: 600 * time.Millisecond, Grace: 30 * time.Second,
-				StartTimeout: 20 * time.Second, Timeout: 30 * time.Second, Warmup: 200 * time.Millisecond, Cooldown: 200 * time.Millisecond,
-				Progress: func(done, total, requests, failed int) {
-					mu.Lock()
-					lastDone = done
-					mu.Unlock()
-				}}
+			opt := runOptions(c.window)
+			opt.Progress = func(done, total, requests, failed int) {
+				mu.Lock()
+				lastDone = done
+				mu.Unlock()
+			}
 			rep, err := Run(context.Background(), opt)
 			if err != nil {
 				t.Fatal(err)
@@ -102,6 +116,80 @@ func TestRunInProcess(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// takenPort holds a loopback port for the test, and makes pickPort hand it
+// out first times before the kernel's free ports.
+func takenPort(t *testing.T, times int) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	taken := ln.Addr().(*net.TCPAddr).Port
+	var mu sync.Mutex
+	handed := 0
+	t.Cleanup(func() { pickPort = freePort })
+	pickPort = func(used map[int]bool) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if handed < times {
+			handed++
+			return taken, nil
+		}
+		return freePort(used)
+	}
+	return taken
+}
+
+// A replica whose port another process bound first (it exits with "address
+// already in use") is started again on another port, under the same id,
+// with a warning; the report lists the replica that ran, not the attempt.
+func TestPortTakenStartsAgain(t *testing.T) {
+	taken := takenPort(t, 1)
+	var mu sync.Mutex
+	var warnings []string
+	opt := runOptions("0s")
+	opt.Replicas = 1
+	opt.Warn = func(s string) {
+		mu.Lock()
+		warnings = append(warnings, s)
+		mu.Unlock()
+	}
+	rep, err := Run(context.Background(), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := fmt.Sprintf("replica 1: another process took port %d", taken)
+	if !slices.ContainsFunc(warnings, func(w string) bool { return strings.HasPrefix(w, want) }) {
+		t.Errorf("warnings %q; want one starting %q", warnings, want)
+	}
+	var ids []int
+	for _, r := range rep.ReplicaReports {
+		ids = append(ids, r.ID)
+		if r.Port == taken || r.Ready == nil {
+			t.Errorf("replica %d on port %d (ready %v); want a ready replica on another port than %d", r.ID, r.Port, r.Ready, taken)
+		}
+	}
+	if !slices.Equal(ids, []int{1, 2}) {
+		t.Errorf("the report lists replicas %v; want [1 2]", ids)
+	}
+}
+
+// A command whose port is taken every time (one that ignores {port}, say)
+// is not started again for ever: the rollout cannot run, and says why.
+func TestPortTakenEveryTime(t *testing.T) {
+	takenPort(t, portAttempts)
+	opt := runOptions("0s")
+	opt.Replicas = 1
+	_, err := Run(context.Background(), opt)
+	if !errors.Is(err, ErrSetup) || !strings.Contains(err.Error(), "address already in use") ||
+		!strings.Contains(err.Error(), fmt.Sprintf("%d ports in a row were in use", portAttempts)) {
+		t.Fatalf("Run = %v; want a setup error naming the port in use and the %d attempts", err, portAttempts)
 	}
 }
 
@@ -172,13 +260,26 @@ func TestPoolNeverRetries(t *testing.T) {
 			conns <- c
 		}
 	}()
-	defer func() { _ = ln.Close(); <-done }()
+	defer func() {
+		_ = ln.Close()
+		<-done
+		close(conns)
+		for c := range conns {
+			_ = c.Close()
+		}
+	}()
 
-	p := &pool{addr: ln.Addr().String(), timeout: 5 * time.Second}
+	// A timeout far beyond the test's own steps: none may fire in a passing
+	// run, however slowly the machine answers.
+	p := &pool{addr: ln.Addr().String(), timeout: 30 * time.Second}
 	defer p.close()
 	answer := func(c net.Conn) {
+		t.Helper()
 		buf := make([]byte, 4096)
-		_, _ = c.Read(buf)
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := c.Read(buf); err != nil {
+			t.Fatalf("reading the pool's request: %v", err)
+		}
 		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 	}
 	errc := make(chan error, 1)
@@ -186,9 +287,10 @@ func TestPoolNeverRetries(t *testing.T) {
 		_, _, err := p.roundTrip(http.MethodGet, "/", http.Header{}, nil)
 		errc <- err
 	}()
-	first := <-conns
+	first := within(t, conns, "the pool's first dial")
+	defer first.Close()
 	answer(first)
-	if err := <-errc; err != nil {
+	if err := within(t, errc, "the first request's answer"); err != nil {
 		t.Fatal(err)
 	}
 	_ = first.Close() // the server closes the idle keep-alive connection
@@ -200,10 +302,23 @@ func TestPoolNeverRetries(t *testing.T) {
 		_, _, err := p.roundTrip(http.MethodGet, "/", http.Header{}, nil)
 		errc <- err
 	}()
-	second := <-conns
+	second := within(t, conns, "the pool's second dial")
+	defer second.Close()
 	answer(second)
-	if err := <-errc; err != nil {
+	if err := within(t, errc, "the second request's answer"); err != nil {
 		t.Fatal(err)
 	}
-	_ = second.Close()
+}
+
+// within receives from ch, or fails the test after 10s (a hang guard, not
+// a synchronisation).
+func within[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no %s within 10s", what)
+		panic("unreachable")
+	}
 }
