@@ -280,6 +280,13 @@ func TestServerFuncsHijackedEndsWithItsConnection(t *testing.T) {
 			defer conn.Close()
 			fmt.Fprintf(conn, "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: x-test\r\n\r\n")
 			sc := recv(t, hijacked, "the hijacked connection")
+			// The middleware ends /ws once the handler has returned, which
+			// is after it handed the connection over: wait for that end.
+			for deadline := time.Now().Add(10 * time.Second); len(h.lc.InFlight()) != 0; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("the /ws request did not end within 10s of its handler returning: InFlight = %+v", h.lc.InFlight())
+				}
+			}
 			// A second, direct use of the API on the hijacked connection,
 			// with method and path aliasing a buffer that the server
 			// reuses once the handler has returned (as Fiber's pooled Ctx
