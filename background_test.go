@@ -434,3 +434,23 @@ func TestJoinAbandonedAtTheTeardownsEnd(t *testing.T) {
 		t.Fatalf("the sequence took %s, want delay + teardown = 11s", e.Sub(s))
 	}
 }
+
+// A loop asked for by whoever already sees the pod draining is refused:
+// loops are refused before readiness flips, so no observer of the draining
+// phase (a probe's 503, the ShutdownInitiated event) can start one. (Seen
+// once in ~30 runs of the e2e suite: a POST /loop sent after /readyz said
+// 503 was accepted, then stopped at once.)
+func TestLoopRefusedOnceDrainingIsVisible(t *testing.T) {
+	var lcRef atomic.Pointer[lameduck.Lifecycle]
+	errs := make(chan error, 1)
+	h := newHarness(t, lameduck.Config{OnTransition: func(tr lameduck.Transition) {
+		if lc := lcRef.Load(); lc != nil && tr.Kind == lameduck.TransitionEvent && tr.Event == lc.Events().ShutdownInitiated {
+			errs <- lc.GoLoop("late", func(ctx context.Context) error { <-ctx.Done(); return nil })
+		}
+	}})
+	lcRef.Store(h.lc)
+	h.lc.BeginShutdown("test")
+	if err := recv(t, errs, "the ShutdownInitiated transition"); !errors.Is(err, lameduck.ErrShuttingDown) {
+		t.Fatalf("GoLoop when ShutdownInitiated fired = %v; want ErrShuttingDown", err)
+	}
+}

@@ -264,6 +264,9 @@ func (l *Lifecycle) begin(reason string, bySignal bool) bool {
 		return false
 	}
 	l.initiated, l.bySignal, l.reason = true, bySignal, reason
+	// Loops are refused before readiness flips: whoever sees /readyz 503
+	// and then asks for a loop must be refused (GoLoop's promise).
+	l.bg.refuseLoops()
 	var was Phase
 	for {
 		p := l.phase.Load()
@@ -304,7 +307,6 @@ func (l *Lifecycle) begin(reason string, bySignal bool) bool {
 	l.log.Info(msg, "reason", reason, "window", w.String(), "teardown", l.cfg.ShutdownTeardown.String(),
 		"in_flight", l.track.inflight())
 	l.events.ShutdownInitiated.fire(now)
-	l.bg.refuseLoops()
 	l.cancel()
 	return true
 }
