@@ -84,6 +84,17 @@ func TestJoinBudgetNamesEachOverrunOnce(t *testing.T) {
 	h.clock.Advance(time.Second)
 	await(t, h.lc.Events().HTTPDrained)
 	h.timers(1) // the join's budget
+	// last-used-at returns at once, but on a loaded machine its goroutine
+	// may not have run yet: wait for it to end, so that it is joined, not
+	// abandoned, whatever the scheduler did.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		if _, ended := lameduck.BackgroundCount(h.lc); ended >= 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("last-used-at, which returns at once, had not ended after 10s")
+		}
+	}
 	if n := h.clock.Advance(500*time.Millisecond - time.Nanosecond); n != 0 || h.lc.Events().Joined.Fired() {
 		t.Fatalf("the join ended before its budget (%d timer(s) fired)", n)
 	}

@@ -13,3 +13,7 @@ func Signal(l *Lifecycle, sig os.Signal) { l.onSignal(sig) }
 
 // Wrap returns what AddServer makes of a server's handler.
 func Wrap(l *Lifecycle, h http.Handler) http.Handler { return l.wrap(h) }
+
+// BackgroundCount returns how many background tasks are running and how
+// many have ended.
+func BackgroundCount(l *Lifecycle) (running, ended int) { return l.bg.count() }
