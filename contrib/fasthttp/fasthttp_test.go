@@ -3,8 +3,6 @@ package lameduckfasthttp_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -59,59 +57,6 @@ func listen(t *testing.T) net.Listener {
 	return ln
 }
 
-type answer struct {
-	code   int
-	header http.Header
-	body   string
-	close  bool
-}
-
-func do(t *testing.T, c *http.Client, method, url string) answer {
-	t.Helper()
-	a, err := fetch(c, method, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return a
-}
-
-// fetch is do for a goroutine other than the test's: it returns the error
-// for the test goroutine to report (t.Fatal there would end the goroutine
-// before it sends, and the test would wait for nothing).
-func fetch(c *http.Client, method, url string) (answer, error) {
-	req, err := http.NewRequest(method, url, nil)
-	if err != nil {
-		return answer{}, err
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return answer{}, fmt.Errorf("%s %s: %w", method, url, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return answer{}, fmt.Errorf("%s %s: reading the body: %w", method, url, err)
-	}
-	return answer{resp.StatusCode, resp.Header, string(b), resp.Close}, nil
-}
-
-// fetched is what fetch returned in a goroutine.
-type fetched struct {
-	answer
-	err error
-}
-
-// goFetch runs fetch in a goroutine; receive its result with
-// contribtest.Recv.
-func goFetch(c *http.Client, method, url string) <-chan fetched {
-	ch := make(chan fetched, 1)
-	go func() {
-		a, err := fetch(c, method, url)
-		ch <- fetched{a, err}
-	}()
-	return ch
-}
-
 // TestFastHTTPServer: a plain fasthttp server on the Lifecycle answers the
 // probes exactly as a net/http server on the same Lifecycle does, serves a
 // request in flight at the signal to its end, marks responses in the window
@@ -156,37 +101,37 @@ func TestFastHTTPServer(t *testing.T) {
 
 	for _, q := range []struct{ method, path string }{{"GET", "/healthz"}, {"HEAD", "/readyz"}, {"GET", "/readyz?verbose"},
 		{"POST", "/readyz"}, {"GET", "/startupz"}, {"GET", "/readyz/nope"}} {
-		f, h := do(t, c, q.method, fb+q.path), do(t, c, q.method, hb+q.path)
-		if f.code != h.code || f.body != h.body {
-			t.Errorf("%s %s: fasthttp %d %q, net/http %d %q", q.method, q.path, f.code, f.body, h.code, h.body)
+		f, h := contribtest.Do(t, c, q.method, fb+q.path, nil), contribtest.Do(t, c, q.method, hb+q.path, nil)
+		if f.Code != h.Code || f.Body != h.Body {
+			t.Errorf("%s %s: fasthttp %d %q, net/http %d %q", q.method, q.path, f.Code, f.Body, h.Code, h.Body)
 		}
-		for k, v := range h.header {
-			if k != "Date" && !slices.Equal(v, f.header[k]) {
-				t.Errorf("%s %s: header %s: fasthttp %q, net/http %q", q.method, q.path, k, f.header[k], v)
+		for k, v := range h.Header {
+			if k != "Date" && !slices.Equal(v, f.Header[k]) {
+				t.Errorf("%s %s: header %s: fasthttp %q, net/http %q", q.method, q.path, k, f.Header[k], v)
 			}
 		}
 	}
 
-	slow := goFetch(&http.Client{Timeout: 10 * time.Second}, "GET", fb+"/slow")
-	stuck := goFetch(&http.Client{Timeout: 10 * time.Second}, "POST", fb+"/stuck")
+	slow := contribtest.GoFetch(&http.Client{Timeout: 10 * time.Second}, "GET", fb+"/slow")
+	stuck := contribtest.GoFetch(&http.Client{Timeout: 10 * time.Second}, "POST", fb+"/stuck")
 	contribtest.Recv(t, slowIn, "the /slow handler")
 	contribtest.Recv(t, stuckIn, "the /stuck handler")
 	lc.BeginShutdown("test")
-	if a := do(t, c, "GET", fb+"/"); a.code != 200 || !a.close || a.body != "hello" {
-		t.Fatalf("in the window: %d close=%v %q; want 200 with Connection: close", a.code, a.close, a.body)
+	if a := contribtest.Do(t, c, "GET", fb+"/", nil); a.Code != 200 || !a.Close || a.Body != "hello" {
+		t.Fatalf("in the window: %d close=%v %q; want 200 with Connection: close", a.Code, a.Close, a.Body)
 	}
 	contribtest.Timers(t, clk, 1)
 	clk.Advance(2 * time.Second)
-	if a := contribtest.Recv(t, slow, "the in-flight request's answer"); a.err != nil || a.code != 200 || a.body != "slept" {
-		t.Fatalf("the in-flight request got %d %q, %v", a.code, a.body, a.err)
+	if a := contribtest.Recv(t, slow, "the in-flight request's answer"); a.Err != nil || a.Code != 200 || a.Body != "slept" {
+		t.Fatalf("the in-flight request got %d %q, %v", a.Code, a.Body, a.Err)
 	}
 	contribtest.Timers(t, clk, 1)
 	clk.Advance(3 * time.Second)
 	if err := wait(); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Run = %v; want the stuck request cut", err)
 	}
-	if a := contribtest.Recv(t, stuck, "the stuck request's end"); a.err == nil {
-		t.Fatalf("the stuck request was answered %d", a.code)
+	if a := contribtest.Recv(t, stuck, "the stuck request's end"); a.Err == nil {
+		t.Fatalf("the stuck request was answered %d", a.Code)
 	}
 	if !strings.Contains(logs.String(), "cut 1 in-flight request(s) after 3s: POST /stuck (age 5s)") {
 		t.Fatalf("the cut request is not named:\n%s", logs)

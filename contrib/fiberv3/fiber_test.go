@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -111,71 +110,6 @@ func newRig(t *testing.T, cfg lameduck.Config, withHTTP bool, routes func(app *f
 
 func (r *rig) start() { r.wait = lameducktest.Start(r.t, r.lc) }
 
-type answer struct {
-	code   int
-	header http.Header
-	body   string
-	close  bool
-}
-
-func do(t *testing.T, c *http.Client, method, url string, hdr map[string]string) answer {
-	t.Helper()
-	a, err := fetch(c, method, url, hdr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return a
-}
-
-// fetch is do for a goroutine other than the test's: it returns the error
-// for the test goroutine to report (t.Fatal there would end the goroutine
-// before it sends, and the test would wait for nothing).
-func fetch(c *http.Client, method, url string, hdr map[string]string) (answer, error) {
-	req, err := http.NewRequest(method, url, nil)
-	if err != nil {
-		return answer{}, err
-	}
-	for k, v := range hdr {
-		req.Header.Set(k, v)
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return answer{}, fmt.Errorf("%s %s: %w", method, url, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return answer{}, fmt.Errorf("%s %s: reading the body: %w", method, url, err)
-	}
-	return answer{resp.StatusCode, resp.Header, string(b), resp.Close}, nil
-}
-
-// fetched is what fetch returned in a goroutine.
-type fetched struct {
-	answer
-	err error
-}
-
-// goFetch runs fetch in a goroutine; receive its result with
-// contribtest.Recv and check it with ok.
-func goFetch(c *http.Client, method, url string) <-chan fetched {
-	ch := make(chan fetched, 1)
-	go func() {
-		a, err := fetch(c, method, url, nil)
-		ch <- fetched{a, err}
-	}()
-	return ch
-}
-
-// ok fails t when the fetch failed, and returns its answer.
-func (f fetched) ok(t *testing.T) answer {
-	t.Helper()
-	if f.err != nil {
-		t.Fatal(f.err)
-	}
-	return f.answer
-}
-
 // readToEOF reads conn until the server closes it, failing t if that has
 // not happened within contribtest.Guard (a hang guard).
 func readToEOF(t *testing.T, conn net.Conn) string {
@@ -194,13 +128,6 @@ func client(t *testing.T) *http.Client {
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
 	return &http.Client{Transport: tr, Timeout: 10 * time.Second}
-}
-
-func (a answer) status(t *testing.T, code int, word string) {
-	t.Helper()
-	if a.code != code || !strings.Contains(a.body, `"status":"`+word+`"`) {
-		t.Fatalf("got %d %s; want %d status %q", a.code, a.body, code, word)
-	}
 }
 
 // stamps are the only bytes allowed to differ between two probe answers
@@ -238,22 +165,22 @@ func TestProbesAreByteIdenticalToNetHTTP(t *testing.T) {
 	compare := func(phase string) {
 		t.Helper()
 		for _, x := range questions {
-			f := do(t, c, x.method, r.base+x.path, x.hdr)
-			h := do(t, c, x.method, r.httpB+x.path, x.hdr)
+			f := contribtest.Do(t, c, x.method, r.base+x.path, x.hdr)
+			h := contribtest.Do(t, c, x.method, r.httpB+x.path, x.hdr)
 			what := phase + ": " + x.method + " " + x.path
-			if f.code != h.code {
-				t.Errorf("%s: Fiber %d, net/http %d", what, f.code, h.code)
+			if f.Code != h.Code {
+				t.Errorf("%s: Fiber %d, net/http %d", what, f.Code, h.Code)
 			}
-			if fb, hb := stamps.ReplaceAllString(f.body, `"time":"T"`), stamps.ReplaceAllString(h.body, `"time":"T"`); fb != hb {
-				t.Errorf("%s: bodies differ:\nFiber:    %q\nnet/http: %q", what, f.body, h.body)
+			if fb, hb := stamps.ReplaceAllString(f.Body, `"time":"T"`), stamps.ReplaceAllString(h.Body, `"time":"T"`); fb != hb {
+				t.Errorf("%s: bodies differ:\nFiber:    %q\nnet/http: %q", what, f.Body, h.Body)
 			}
-			for _, hdr := range [][]http.Header{{f.header, h.header}, {h.header, f.header}} {
+			for _, hdr := range [][]http.Header{{f.Header, h.Header}, {h.Header, f.Header}} {
 				for k, v := range hdr[0] {
 					if k == "Date" {
 						continue
 					}
 					if !slices.Equal(v, hdr[1][k]) {
-						t.Errorf("%s: header %s: Fiber %q, net/http %q", what, k, f.header[k], h.header[k])
+						t.Errorf("%s: header %s: Fiber %q, net/http %q", what, k, f.Header[k], h.Header[k])
 					}
 				}
 			}
@@ -286,25 +213,25 @@ func TestDrainOnFiber(t *testing.T) {
 	})
 	r.start()
 	c := client(t)
-	do(t, c, "GET", r.base+"/readyz", nil).status(t, 200, "ok")
-	if a := do(t, c, "GET", r.base+"/", nil); a.code != 200 || a.close {
-		t.Fatalf("before the signal: %d close=%v", a.code, a.close)
+	contribtest.Do(t, c, "GET", r.base+"/readyz", nil).Status(t, 200, "ok")
+	if a := contribtest.Do(t, c, "GET", r.base+"/", nil); a.Code != 200 || a.Close {
+		t.Fatalf("before the signal: %d close=%v", a.Code, a.Close)
 	}
-	slow := goFetch(client(t), "GET", r.base+"/slow")
+	slow := contribtest.GoFetch(client(t), "GET", r.base+"/slow")
 	contribtest.Recv(t, entered, "the /slow handler")
 	if got := r.lc.InFlight(); len(got) != 1 || got[0].Method != "GET" || got[0].Path != "/slow" {
 		t.Fatalf("InFlight = %+v; want GET /slow", got)
 	}
 	r.lc.BeginShutdown("test")
-	do(t, c, "GET", r.base+"/readyz", nil).status(t, 503, "draining")
-	do(t, c, "GET", r.base+"/healthz", nil).status(t, 200, "ok")
+	contribtest.Do(t, c, "GET", r.base+"/readyz", nil).Status(t, 503, "draining")
+	contribtest.Do(t, c, "GET", r.base+"/healthz", nil).Status(t, 200, "ok")
 	// The keep-alive connection used above is told to close, and the
 	// next request goes on a fresh one, still served.
-	if a := do(t, c, "GET", r.base+"/", nil); a.code != 200 || !a.close || a.body != "hello" {
-		t.Fatalf("in the window: %d close=%v %q; want 200 with Connection: close", a.code, a.close, a.body)
+	if a := contribtest.Do(t, c, "GET", r.base+"/", nil); a.Code != 200 || !a.Close || a.Body != "hello" {
+		t.Fatalf("in the window: %d close=%v %q; want 200 with Connection: close", a.Code, a.Close, a.Body)
 	}
-	if a := do(t, c, "GET", r.base+"/", nil); a.code != 200 {
-		t.Fatalf("the next request in the window: %d", a.code)
+	if a := contribtest.Do(t, c, "GET", r.base+"/", nil); a.Code != 200 {
+		t.Fatalf("the next request in the window: %d", a.Code)
 	}
 	contribtest.Timers(t, r.clk, 1)
 	r.clk.Advance(2 * time.Second)
@@ -313,8 +240,8 @@ func TestDrainOnFiber(t *testing.T) {
 		t.Fatal("the drain ended with a request in flight")
 	}
 	close(release)
-	if a := contribtest.Recv(t, slow, "the in-flight request's answer").ok(t); a.code != 200 || a.body != "slept" {
-		t.Fatalf("the in-flight request got %d %q", a.code, a.body)
+	if a := contribtest.Recv(t, slow, "the in-flight request's answer").OK(t); a.Code != 200 || a.Body != "slept" {
+		t.Fatalf("the in-flight request got %d %q", a.Code, a.Body)
 	}
 	if err := r.wait(); err != nil {
 		t.Fatalf("Run = %v; want a clean drain", err)
@@ -340,7 +267,7 @@ func TestStuckRequestIsCutAndNamed(t *testing.T) {
 		})
 	})
 	r.start()
-	reqDone := goFetch(client(t), "POST", r.base+"/stuck")
+	reqDone := contribtest.GoFetch(client(t), "POST", r.base+"/stuck")
 	contribtest.Recv(t, entered, "the /stuck handler")
 	lameducktest.EndWindow(t, r.lc, r.clk)
 	contribtest.Timers(t, r.clk, 1) // the drain's deadline
@@ -349,8 +276,8 @@ func TestStuckRequestIsCutAndNamed(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Run = %v; want an error wrapping context.DeadlineExceeded", err)
 	}
-	if f := contribtest.Recv(t, reqDone, "the stuck request's end"); f.err == nil {
-		t.Fatalf("the stuck request was answered %d; it should have been cut", f.code)
+	if f := contribtest.Recv(t, reqDone, "the stuck request's end"); f.Err == nil {
+		t.Fatalf("the stuck request was answered %d; it should have been cut", f.Code)
 	}
 	if logs := r.logs.String(); !strings.Contains(logs, "HTTP drain cut 1 in-flight request(s) after 3s: POST /stuck (age 4s)") {
 		t.Fatalf("the cut request is not named with method, path and age:\n%s", logs)
@@ -364,19 +291,19 @@ func TestRejectModeOnFiber(t *testing.T) {
 		app.Get("/new", func(c fiber.Ctx) error { return nil })
 	})
 	r.start()
-	slow := goFetch(client(t), "GET", r.base+"/slow")
+	slow := contribtest.GoFetch(client(t), "GET", r.base+"/slow")
 	contribtest.Recv(t, entered, "the /slow handler")
 	lameducktest.EndWindow(t, r.lc, r.clk)
-	var a answer
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && a.code != 503; {
-		a = do(t, client(t), "GET", r.base+"/new", nil)
+	var a contribtest.Reply
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && a.Code != 503; {
+		a = contribtest.Do(t, client(t), "GET", r.base+"/new", nil)
 	}
-	if a.code != 503 || a.header.Get("Retry-After") != "1" || !a.close || a.body != "lameduck: shutting down; retry on another instance\n" {
-		t.Fatalf("reject mode: %d %v %q", a.code, a.header, a.body)
+	if a.Code != 503 || a.Header.Get("Retry-After") != "1" || !a.Close || a.Body != "lameduck: shutting down; retry on another instance\n" {
+		t.Fatalf("reject mode: %d %v %q", a.Code, a.Header, a.Body)
 	}
 	close(release)
-	if a := contribtest.Recv(t, slow, "the in-flight request's answer").ok(t); a.code != 200 {
-		t.Fatalf("the in-flight request got %d", a.code)
+	if a := contribtest.Recv(t, slow, "the in-flight request's answer").OK(t); a.Code != 200 {
+		t.Fatalf("the in-flight request got %d", a.Code)
 	}
 	if err := r.wait(); err != nil {
 		t.Fatal(err)
@@ -418,9 +345,9 @@ func TestUpgradesOnFiber(t *testing.T) {
 		t.Fatalf("InFlight = %+v; want the upgraded connection, hijacked", got)
 	}
 	r.lc.BeginShutdown("test")
-	a := do(t, client(t), "GET", r.base+"/ws", map[string]string{"Connection": "Upgrade", "Upgrade": "websocket"})
-	if a.code != 503 || a.header.Get("Retry-After") != "1" || !strings.Contains(a.body, "upgrade on another instance") {
-		t.Fatalf("upgrade after the signal: %d %v %q", a.code, a.header, a.body)
+	a := contribtest.Do(t, client(t), "GET", r.base+"/ws", map[string]string{"Connection": "Upgrade", "Upgrade": "websocket"})
+	if a.Code != 503 || a.Header.Get("Retry-After") != "1" || !strings.Contains(a.Body, "upgrade on another instance") {
+		t.Fatalf("upgrade after the signal: %d %v %q", a.Code, a.Header, a.Body)
 	}
 	contribtest.Timers(t, r.clk, 1)
 	r.clk.Advance(time.Second)
@@ -465,7 +392,7 @@ func TestHijackedRequestKeepsItsName(t *testing.T) {
 	}
 	c := client(t)
 	for i := range 40 {
-		do(t, c, "GET", r.base+[]string{"/zq", "/abcdefgh"}[i%2], nil)
+		contribtest.Do(t, c, "GET", r.base+[]string{"/zq", "/abcdefgh"}[i%2], nil)
 	}
 	if got = r.lc.InFlight(); len(got) != 1 || !got[0].Hijacked || got[0].Method != "GET" || got[0].Path != "/ws" {
 		t.Fatalf("InFlight after other requests = %+v; want GET /ws, hijacked", got)
