@@ -165,8 +165,11 @@ func TestE2EGRPCAndMetrics(t *testing.T) {
 	// Both calls in flight before the signal.
 	for deadline := time.Now().Add(reqTimeout); ; time.Sleep(pollEvery) {
 		m := scrapeGauge(t, p, "lameduck_requests_in_flight")
-		if m >= 3 || time.Now().After(deadline) { // the stream, the slow call, the scrape
+		if m >= 3 { // the stream, the slow call, the scrape
 			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("lameduck_requests_in_flight is %v after %s; want 3 (the stream, the slow call, the scrape) before SIGTERM", m, reqTimeout)
 		}
 	}
 
