@@ -45,7 +45,7 @@ func newDemoCommand() *cobra.Command {
 Lifecycle (every route below).
 
 Routes: GET / (a small JSON answer), POST /echo (answers with the size of the
-body it read), GET /ws (a WebSocket echo that closes
+body it read), GET /metrics (the Lifecycle's Prometheus metrics), GET /ws (a WebSocket echo that closes
 with 1001 going away when the window ends), GET /events (server-sent events,
 one every 100ms, ending with a final "bye" event when the window ends), GET /slow?d=DURATION (answers after d, at
 most 10m), POST /write?name=NAME&d=DURATION (a background write of d, joined at
