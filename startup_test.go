@@ -153,9 +153,14 @@ func TestStartupBudgetEndsTheRetries(t *testing.T) {
 // budget, which is named.
 func TestStartupBudgetCancelsARunningTry(t *testing.T) {
 	h := newHarness(t, lameduck.Config{StartupTimeout: 5 * time.Second})
-	h.lc.AddStartupTask("warm-cache", func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() })
+	tried := make(chan struct{}, 1)
+	h.lc.AddStartupTask("warm-cache", func(ctx context.Context) error { tried <- struct{}{}; <-ctx.Done(); return ctx.Err() })
 	h.serve(nil)
 	h.run()
+	// The budget's timer is pending before the task's try begins (and the
+	// try's "in 5s" is counted from that beginning): advancing between the
+	// two would make it "in 0s" (1 in ~25 suite runs under -race).
+	recv(t, tried, "the task's first try")
 	h.timers(1)
 	h.clock.Advance(5 * time.Second)
 	err := h.wait()
