@@ -160,6 +160,14 @@ func TestEndWindowFailsAtOnceInIdleMode(t *testing.T) {
 		t.Fatalf("EndWindow said %q", rec.msg)
 	}
 	lc.BeginShutdown("test")
+	// The idle window's first timer (its 1s minimum) is armed before the
+	// clock moves: advancing while the window reads the clock and before it
+	// arms that timer would leave it due after the advance, and Run waiting.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := clk.WaitForTimers(ctx, 1); err != nil {
+		t.Fatalf("the idle window never armed its timer: %v", err)
+	}
 	clk.Advance(30 * time.Second) // the idle drain ends at once: no traffic, past the delay
 	if err := wait(); err != nil {
 		t.Fatal(err)

@@ -28,6 +28,14 @@ func serving(t *testing.T, cfg worker.Config, vars map[string]string, src *fakeS
 	src.idleCycle(t)
 	h.awaitEvent(h.w.Lifecycle().Events().StartupDone)
 	awaitFetch(t, src)
+	// The epoch poller's timer, the only one while the loop waits in its
+	// fetch: armed before the test counts timers (shutdown and nextPoll
+	// count on it being there already).
+	ctx, cancel := context.WithTimeout(context.Background(), guard)
+	defer cancel()
+	if err := h.clock.WaitForTimers(ctx, 1); err != nil {
+		t.Fatalf("the epoch poller never armed its timer: %v", err)
+	}
 	return h
 }
 
@@ -174,7 +182,21 @@ func TestDrainIdleReportsNotBusy(t *testing.T) {
 		t.Fatalf("body %v: want busy false", body)
 	}
 	h.expect("/healthz", 200, "ok")
-	h.clock.Advance(time.Minute)
+	// Advance until the 1m window ends: shutdown's timer count may have
+	// been met by the drain wait's bound while the window, having read the
+	// clock, had not armed its own timer yet (a single Advance could then
+	// land before it and leave it due a minute later).
+	ended := h.w.Lifecycle().Events().WindowEnded
+	for giveUp := time.Now().Add(guard); !ended.Fired(); {
+		if time.Now().After(giveUp) {
+			t.Fatal("the window never ended")
+		}
+		h.clock.Advance(time.Minute)
+		select {
+		case <-ended.Done():
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 	if err := h.wait(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
@@ -387,8 +409,10 @@ func TestEpochBumpWhileServingAndAnUnreachableStore(t *testing.T) {
 	}
 	// The store goes away: the last answer stands, logged once.
 	e.setFail()
-	h.nextPoll()
-	h.nextPoll()
+	// Two polls. Not nextPoll: the superseded loop pauses on its own timer,
+	// which would satisfy nextPoll's count before the poller has re-armed
+	// after its last poll; wait for both timers (both 1s) each time.
+	h.advanceIdle(2, time.Second, 2)
 	waitFor(t, func() bool { return strings.Contains(h.logs.String(), "epoch source unreachable") })
 	h.expect("/readyz", 503, "superseded")
 	if n := strings.Count(h.logs.String(), "epoch source unreachable"); n != 1 {
