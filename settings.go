@@ -320,6 +320,9 @@ func (c Config) resolve() (Config, map[string]string, []error) {
 			if !ok || slices.ContainsFunc(table, func(s setting) bool { return s.name == name }) {
 				continue
 			}
+			if isServiceLink(k, v, c.LookupEnv) {
+				continue // a Service's link variable, injected by the kubelet (servicelinks.go)
+			}
 			known := make([]string, len(table))
 			for i, s := range table {
 				known[i] = c.EnvPrefix + s.name
