@@ -39,6 +39,7 @@ var (
 	demoImage = cluster.Image{Name: "docker.io/library/lameduck-demo:0.1.0", Package: "./cmd/lameduck", Binary: "lameduck",
 		Args: []string{"demo", "--addr=:8080", "--log-format=json"}}
 	naiveImage = cluster.Image{Name: "localhost/naive:e2e", Package: "./e2e/kube/images/naive", Binary: "naive"}
+	natsImage  = cluster.Image{Name: "localhost/nats:e2e", Package: "./e2e/kube/images/nats", Binary: "nats"}
 )
 
 func TestMain(m *testing.M) {
@@ -52,7 +53,7 @@ func TestMain(m *testing.M) {
 	default:
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		start := time.Now()
-		if err := cluster.LoadImages(ctx, cfg, repo, demoImage, naiveImage); err != nil {
+		if err := cluster.LoadImages(ctx, cfg, repo, demoImage, naiveImage, natsImage); err != nil {
 			fmt.Fprintln(os.Stderr, "building the images:", err)
 			cancel()
 			os.Exit(1)
