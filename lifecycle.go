@@ -264,6 +264,10 @@ func (l *Lifecycle) begin(reason string, bySignal bool) bool {
 		return false
 	}
 	l.initiated, l.bySignal, l.reason = true, bySignal, reason
+	// The start is known before anyone can learn that the sequence has
+	// started (a begin that loses reads it at once), even while the line
+	// below is being written.
+	l.events.ShutdownInitiated.stamp(now)
 	// Loops are refused before readiness flips: whoever sees /readyz 503
 	// and then asks for a loop must be refused (GoLoop's promise).
 	l.bg.refuseLoops()
@@ -549,8 +553,11 @@ wait:
 		}
 	}
 
-	// 5. The sequence.
+	// 5. The sequence. Its start was stamped when it began, by whichever
+	// goroutine began it; that goroutine announces it (the draining line,
+	// then the event) at once, and the window's events come after.
 	start, _ := l.events.ShutdownInitiated.At()
+	<-l.events.ShutdownInitiated.Done()
 	l.lameDuckWindow(start)
 	l.events.WindowEnded.fire(l.clock.Now())
 	l.phase.Store(int32(PhaseStopping))
