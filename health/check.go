@@ -194,6 +194,9 @@ type Checker struct {
 
 	mu  sync.Mutex               // serialises writers of reg
 	reg atomic.Pointer[registry] // copy-on-write; nil means empty
+	// refreshWake wakes RunRefresh when a check it should refresh is
+	// added; capacity 1, made on first use. Guarded by mu.
+	refreshWake chan struct{}
 
 	hooking sync.Map // check name → *hookSlot: its OnPanic calls, one at a time
 
@@ -301,7 +304,22 @@ func (c *Checker) add(e *entry, kind string) error {
 		byName[x.name] = i
 	}
 	c.reg.Store(&registry{entries: entries, byName: byName})
+	if cs := e.check; cs != nil && cs.Refresh && cs.maxAge > 0 {
+		select { // RunRefresh looks at the registry again
+		case c.refreshWakeLocked() <- struct{}{}:
+		default:
+		}
+	}
 	return nil
+}
+
+// refreshWakeLocked returns refreshWake, making it on first use. The
+// caller holds c.mu.
+func (c *Checker) refreshWakeLocked() chan struct{} {
+	if c.refreshWake == nil {
+		c.refreshWake = make(chan struct{}, 1)
+	}
+	return c.refreshWake
 }
 
 func validName(name string) error {

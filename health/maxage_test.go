@@ -244,6 +244,37 @@ func TestRunRefreshKeepsResultFresh(t *testing.T) {
 	})
 }
 
+// A check with Refresh added while RunRefresh waits for another one (due
+// within the hour) is refreshed from then on, first within one MaxAge of
+// being added. Before, RunRefresh looked at the registry again only when
+// it woke for the old check.
+func TestRunRefreshWakesForACheckAddedWhileItRuns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := health.NewChecker(health.CheckerOptions{Logger: quiet()})
+		mustAdd(t, c, health.Check{Name: "hourly", MaxAge: time.Hour, Refresh: true, Func: func(context.Context) error { return nil }})
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { defer close(done); c.RunRefresh(ctx) }()
+		synctest.Wait() // RunRefresh sleeps until the hourly check is due
+		var pings atomic.Int32
+		mustAdd(t, c, health.Check{Name: "db", MaxAge: time.Second, Refresh: true, Func: func(context.Context) error {
+			pings.Add(1)
+			return nil
+		}})
+		time.Sleep(time.Second) // the first refresh comes within one MaxAge of AddCheck
+		synctest.Wait()
+		if n := pings.Load(); n < 1 {
+			t.Fatalf("%d refreshes in the MaxAge after AddCheck, want 1", n)
+		}
+		time.Sleep(5 * time.Second)
+		if n := pings.Load(); n < 5 {
+			t.Fatalf("%d refreshes in 6s with MaxAge 1s, want about one per MaxAge", n)
+		}
+		cancel()
+		<-done
+	})
+}
+
 // The probe cost when served from a fresh result: no ping, no goroutine.
 func BenchmarkServeReadinessFromFreshResult(b *testing.B) {
 	benchServeReadiness(b, threeTrivialWith(b, health.CheckerOptions{Logger: quiet(), DefaultMaxAge: time.Hour}))
