@@ -369,11 +369,12 @@ func TestProbeListener(t *testing.T) {
 
 // blockOn is a log handler that holds the line whose message begins with
 // prefix until release is closed, as a blocked log pipe would, and closes
-// entered when it starts to.
+// entered when it starts to; it closes noted once it has written a line
+// that begins with note.
 type blockOn struct {
 	slog.Handler
-	prefix           string
-	entered, release chan struct{}
+	prefix, note            string
+	entered, release, noted chan struct{}
 }
 
 func (h blockOn) Handle(ctx context.Context, r slog.Record) error {
@@ -381,11 +382,15 @@ func (h blockOn) Handle(ctx context.Context, r slog.Record) error {
 		close(h.entered)
 		<-h.release
 	}
-	return h.Handler.Handle(ctx, r)
+	err := h.Handler.Handle(ctx, r)
+	if strings.HasPrefix(r.Message, h.note) {
+		close(h.noted)
+	}
+	return err
 }
 
 func (h blockOn) WithAttrs(a []slog.Attr) slog.Handler {
-	return blockOn{h.Handler.WithAttrs(a), h.prefix, h.entered, h.release}
+	return blockOn{h.Handler.WithAttrs(a), h.prefix, h.note, h.entered, h.release, h.noted}
 }
 
 // The sequence's start is known from the instant it begins: while the
@@ -395,10 +400,10 @@ func (h blockOn) WithAttrs(a []slog.Attr) slog.Handler {
 // stopped line. Before, Run read a zero start: the window was skipped and
 // Run returned before ShutdownInitiated fired, without the stopped line.
 func TestSequenceStartKnownBeforeItIsAnnounced(t *testing.T) {
-	entered, release := make(chan struct{}), make(chan struct{})
+	entered, release, serveFailed := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	logs := &logBuffer{}
 	h := newHarness(t, lameduck.Config{ShutdownDelay: 2 * time.Second, ShutdownTeardown: time.Second,
-		Logger: slog.New(blockOn{slog.NewTextHandler(logs, nil), "lameduck: draining", entered, release})})
+		Logger: slog.New(blockOn{slog.NewTextHandler(logs, nil), "lameduck: draining", "lameduck: serve on", entered, release, serveFailed})})
 	h.logs = logs
 	fail, stopped := make(chan struct{}), make(chan struct{})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -433,6 +438,9 @@ func TestSequenceStartKnownBeforeItIsAnnounced(t *testing.T) {
 		t.Fatal("ShutdownInitiated fired before its line was written")
 	}
 	close(fail) // Run's own begin loses to the one writing its line
+	// Logged before the error is handed to Run, which collects it by the
+	// end of the teardown at the latest (the teardown waits for Serve).
+	recv(t, serveFailed, "the serve error's line")
 	close(release)
 	h.timers(1)
 	h.clock.Advance(2 * time.Second)
