@@ -204,7 +204,9 @@ type Config struct {
 	// Run: every startup task, retries included. At the bound the running
 	// task's context is cancelled, no further try or task starts, and Run
 	// returns an error wrapping ErrStartupFailed that names the task, its
-	// tries and the time spent. Size it below the startup probe's budget,
+	// tries and the time spent. A task that ignores its context does not
+	// hold the boot: 100ms after the bound the boot fails without it (it is
+	// left running, and named again at exit if it still runs). Size it below the startup probe's budget,
 	// failureThreshold × periodSeconds
 	// (kubernetes.io/docs/tasks/configure-pod-container/configure-liveness-readiness-startup-probes),
 	// so the process says why it gave up before the kubelet kills it.

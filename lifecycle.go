@@ -96,6 +96,9 @@ type Lifecycle struct {
 	reason     string        // guarded by mu: what started it
 	refreshing bool          // guarded by mu: the refresh goroutine runs
 	refreshAll bool          // guarded by mu: a Refresh check was added while it runs: look again before it ends
+	// strayStartup is the startup task the boot's budget left running;
+	// guarded by mu.
+	strayStartup *strayTask
 }
 
 type server struct {
@@ -209,7 +212,11 @@ func (l *Lifecycle) AddServer(srv *http.Server, ln net.Listener) error {
 // /startupz and /readyz 503 starting, /healthz 200. Tasks run one after the
 // other in the order they were added; when all have returned nil the phase
 // becomes serving. ctx is cancelled when the shutdown sequence starts, and
-// when Config.StartupTimeout, the boot's budget, is spent.
+// when Config.StartupTimeout, the boot's budget, is spent. A task should
+// return when ctx ends: at the budget, one that has not returned 100ms
+// later fails the boot without being waited for (as below, the error says
+// it was still running), and is left running; at the shutdown signal, Run
+// waits for it within the sequence's bound.
 //
 // With a [Retry] (at most one), a task that fails is tried again after an
 // exponential backoff with jitter, for a dependency that is not up yet:
@@ -565,6 +572,7 @@ wait:
 		l.awaitStartup(startupRunning, start)
 	}
 	l.awaitRefresh(start)
+	l.warnStrayStartup()
 	l.finish(start)
 	return errors.Join(fatal, err)
 }
