@@ -371,7 +371,10 @@ type Config struct {
 	// Fields, when set, adds members to every probe body (such as
 	// {"mode":"cloud"}); it is called once per probe, concurrently.
 	Fields func() map[string]any
-	// Logger receives one line per phase change. Default slog.Default().
+	// Logger receives one line per phase change. Nil means slog.Default()
+	// at the time of each line (not at New): a Lifecycle made before main
+	// calls slog.SetDefault logs through the handler set then. The resolved
+	// Config holds a Logger that does so.
 	Logger *slog.Logger
 	// Clock is the source of time for the window, the budget and request
 	// ages. Default: the system clock. Tests inject lameducktest.Clock.
