@@ -71,6 +71,9 @@ type Check struct {
 	// passing one; a ping in flight is never answered from an older result,
 	// so a check that is timing out or stalled is reported so, never from
 	// an earlier "ok". A result read this way carries Cached and its Age.
+	// The age is judged when the probe's report is built: a result that
+	// reaches MaxAge while the probe waits for its other checks is not
+	// served; the check is pinged again for that probe.
 	//
 	// Zero means CheckerOptions.DefaultMaxAge (itself zero: ping on every
 	// probe); negative means ping on every probe whatever the default.
