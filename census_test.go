@@ -30,6 +30,11 @@ var census = map[string]string{
 	"(*Lifecycle).callUntil":   "a drain hook or closer (waited for until its deadline, else named once)",
 	"(*Lifecycle).withTimeout": "a deadline on an injected fake clock (ends with its context); none on the system clock",
 	"(*tracker).refresh":       "the coarse clock's timer callback (reads the clock and returns; re-armed only while requests keep arriving, never after the signal)",
+	"(*Lifecycle).startRefresh": "the readiness refresh, Checker.RunRefresh (its context ends at the signal; " +
+		"Run waits for it before it returns, up to the end of the bound)",
+	"(*Lifecycle).awaitRefresh": "a wait for the refresh goroutine (returns with it)",
+	"(*Lifecycle).callStartup": "one try of a startup task (waited for; at the boot's budget for 100ms more, " +
+		"then named as still running, again at exit if it still is; at the signal, up to the end of the bound)",
 }
 
 var frameRE = regexp.MustCompile(`(?m)^github\.com/lameduck/lameduck\.(\(\*?\w+\)\.\w+|\w+)(?:\.func\d+)*(?:\.\d+)*\(`)
@@ -72,8 +77,8 @@ func TestCensus(t *testing.T) {
 	write := make(chan struct{})
 	h.lc.GoWrite("audit-row", time.Minute, func(context.Context) error { <-write; return nil })
 	h.lc.GoLoop("lease", func(ctx context.Context) error { <-ctx.Done(); return nil })
-	// A check with Refresh: serving starts its refresh loop, a GoLoop the
-	// signal stops and the join waits for.
+	// A check with Refresh: serving starts its refresh, a goroutine of the
+	// Lifecycle's own that the signal stops and Run waits for.
 	if err := h.lc.AddCheck(health.Check{Name: "db", MaxAge: time.Hour, Refresh: true,
 		Func: func(context.Context) error { return nil }}); err != nil {
 		t.Fatal(err)
@@ -118,7 +123,8 @@ func TestCensus(t *testing.T) {
 			t.Errorf("goroutine started by %s is not in the census: list it with what joins it", s)
 		}
 	}
-	for _, want := range []string{"(*Lifecycle).Run", "(*Lifecycle).GoWrite", "(*Lifecycle).GoLoop", "(*Lifecycle).callUntil", "(*Lifecycle).drainHTTP"} {
+	for _, want := range []string{"(*Lifecycle).Run", "(*Lifecycle).GoWrite", "(*Lifecycle).GoLoop", "(*Lifecycle).callUntil", "(*Lifecycle).drainHTTP",
+		"(*Lifecycle).callStartup"} {
 		if !seen[want] {
 			t.Errorf("the census run never saw a goroutine of %s; the test no longer exercises it (saw %v)", want, seen)
 		}

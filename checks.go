@@ -17,8 +17,11 @@ import "github.com/lameduck/lameduck/health"
 // With a MaxAge (ch.MaxAge, or Config.CheckMaxAge), probes within MaxAge of
 // the last answered ping read its result instead of pinging; with Refresh
 // too, the check is pinged on its own schedule from the moment the pod
-// serves until the shutdown signal, as a background loop the join waits for
-// (docs/probes-and-shutdown.md, "A ping budget per dependency").
+// serves (or from AddCheck, for a check added while it serves) until the
+// shutdown signal (docs/probes-and-shutdown.md, "A ping budget per
+// dependency"). The refresh is the Lifecycle's own work, not a background
+// task: it stops at the signal, and the teardown keeps no share of its
+// budget for it.
 //
 // It returns the Checker's error for a bad or duplicate name, a nil Func or
 // a negative Timeout. It is safe for concurrent use, also while probes run.
@@ -28,6 +31,7 @@ func (l *Lifecycle) AddCheck(ch health.Check) error {
 	}
 	if ch.Refresh {
 		l.refreshChecks.Store(true)
+		l.startRefresh() // nothing unless the pod serves: then it starts once serving begins
 	}
 	return nil
 }

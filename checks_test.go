@@ -3,6 +3,7 @@ package lameduck_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -183,5 +184,47 @@ func TestRefreshLoopRunsWhileServingAndIsJoined(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	if got := pings.Load(); got != n {
 		t.Fatalf("%d refreshes after Run returned", got-n)
+	}
+}
+
+// A check with Refresh added once the pod serves is refreshed too, whether
+// the refresh already runs for another check (one pinged about hourly,
+// whose wait must not hold the new one back) or not at all yet; and, like
+// the others, not after Run returned. Before, the refresh started only
+// when the pod began to serve, and looked at new checks only when it woke
+// for an old one.
+func TestRefreshCheckAddedWhileServingIsRefreshed(t *testing.T) {
+	for _, other := range []bool{false, true} {
+		t.Run(fmt.Sprintf("another Refresh check=%v", other), func(t *testing.T) {
+			h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second})
+			if other {
+				if err := h.lc.AddCheck(health.Check{Name: "hourly", MaxAge: time.Hour, Refresh: true,
+					Func: func(context.Context) error { return nil }}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			h.serve(http.NotFoundHandler())
+			h.run()
+			await(t, h.lc.Events().StartupDone)
+			var pings atomic.Int32
+			if err := h.lc.AddCheck(health.Check{Name: "db", MaxAge: 20 * time.Millisecond, Refresh: true,
+				Func: func(context.Context) error { pings.Add(1); return nil }}); err != nil {
+				t.Fatal(err)
+			}
+			for deadline := time.Now().Add(5 * time.Second); pings.Load() < 3; time.Sleep(5 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d refreshes in 5s of a check with MaxAge 20ms added while serving, and no probe", pings.Load())
+				}
+			}
+			h.endWindow(time.Second)
+			if err := h.wait(); err != nil {
+				t.Fatal(err)
+			}
+			n := pings.Load() // as in TestRefreshLoopRunsWhileServingAndIsJoined
+			time.Sleep(100 * time.Millisecond)
+			if got := pings.Load(); got != n {
+				t.Fatalf("%d refreshes after Run returned", got-n)
+			}
+		})
 	}
 }

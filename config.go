@@ -204,7 +204,9 @@ type Config struct {
 	// Run: every startup task, retries included. At the bound the running
 	// task's context is cancelled, no further try or task starts, and Run
 	// returns an error wrapping ErrStartupFailed that names the task, its
-	// tries and the time spent. Size it below the startup probe's budget,
+	// tries and the time spent. A task that ignores its context does not
+	// hold the boot: 100ms after the bound the boot fails without it (it is
+	// left running, and named again at exit if it still runs). Size it below the startup probe's budget,
 	// failureThreshold × periodSeconds
 	// (kubernetes.io/docs/tasks/configure-pod-container/configure-liveness-readiness-startup-probes),
 	// so the process says why it gave up before the kubelet kills it.
@@ -369,7 +371,10 @@ type Config struct {
 	// Fields, when set, adds members to every probe body (such as
 	// {"mode":"cloud"}); it is called once per probe, concurrently.
 	Fields func() map[string]any
-	// Logger receives one line per phase change. Default slog.Default().
+	// Logger receives one line per phase change. Nil means slog.Default()
+	// at the time of each line (not at New): a Lifecycle made before main
+	// calls slog.SetDefault logs through the handler set then. The resolved
+	// Config holds a Logger that does so.
 	Logger *slog.Logger
 	// Clock is the source of time for the window, the budget and request
 	// ages. Default: the system clock. Tests inject lameducktest.Clock.

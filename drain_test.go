@@ -362,6 +362,9 @@ func TestSendRetryAfterDuringTeardown(t *testing.T) {
 	if resp == nil || resp.Header.Get("Retry-After") != "1" || !resp.Close {
 		t.Fatalf("want 503 with Retry-After: 1 and Connection: close, got %+v", resp)
 	}
+	// Probes are not application requests: answered, not refused.
+	get(t, client(t), base+"/healthz").status(t, 200, "ok")
+	get(t, client(t), base+"/readyz").status(t, 503, "draining")
 	close(release)
 	if code := recv(t, slow, "the in-flight request's answer"); code != 200 {
 		t.Fatalf("the in-flight request got %d", code)

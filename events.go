@@ -19,7 +19,7 @@ type Event struct {
 	on   func(*Event, time.Time) // the Lifecycle's report of a firing; nil for none
 	ch   chan struct{}
 	once sync.Once
-	at   atomic.Pointer[time.Time] // set before ch is closed
+	at   atomic.Pointer[time.Time] // set once, when the event happens: before ch is closed
 }
 
 func newEvent(name string) *Event { return &Event{name: name, ch: make(chan struct{})} }
@@ -30,11 +30,23 @@ func (e *Event) Name() string { return e.name }
 // Done returns a channel that is closed when the event fires.
 func (e *Event) Done() <-chan struct{} { return e.ch }
 
-// Fired reports whether the event has fired.
-func (e *Event) Fired() bool { return e.at.Load() != nil }
+// Fired reports whether the event has fired: its channel is closed.
+func (e *Event) Fired() bool {
+	select {
+	case <-e.ch:
+		return true
+	default:
+		return false
+	}
+}
 
 // At returns when the event fired, read from the Lifecycle's clock, and
-// false if it has not fired yet.
+// false if it has not happened yet. The time is known from the instant the
+// event happens, before it is announced (logged, reported to
+// Config.OnTransition, Done closed): a caller told that the event has
+// already happened — BeginShutdown returning false, say — reads its time
+// at once, even while the goroutine that made it happen is still writing
+// its log line.
 func (e *Event) At() (time.Time, bool) {
 	if t := e.at.Load(); t != nil {
 		return *t, true
@@ -42,15 +54,21 @@ func (e *Event) At() (time.Time, bool) {
 	return time.Time{}, false
 }
 
-// fire records at, reports the event (Config.OnTransition) and then closes
-// the channel; it reports whether this call was the one that fired it. The
-// report comes before the close, so a goroutine that waits on Done and fires
-// the next event cannot report it first: OnTransition hears the events in
-// order even when they fire on different goroutines.
+// stamp records at as the event's time, unless a time is recorded already:
+// the event has happened, and fire announces it next.
+func (e *Event) stamp(at time.Time) { e.at.CompareAndSwap(nil, &at) }
+
+// fire records at (unless stamp did first; the stamped time is kept),
+// reports the event (Config.OnTransition) and then closes the channel; it
+// reports whether this call was the one that fired it. The report comes
+// before the close, so a goroutine that waits on Done and fires the next
+// event cannot report it first: OnTransition hears the events in order even
+// when they fire on different goroutines.
 func (e *Event) fire(at time.Time) bool {
 	fired := false
 	e.once.Do(func() {
-		e.at.Store(&at)
+		e.stamp(at)
+		at = *e.at.Load()
 		if e.on != nil {
 			e.on(e, at)
 		}

@@ -17,3 +17,7 @@ func Wrap(l *Lifecycle, h http.Handler) http.Handler { return l.wrap(h) }
 // BackgroundCount returns how many background tasks are running and how
 // many have ended.
 func BackgroundCount(l *Lifecycle) (running, ended int) { return l.bg.count() }
+
+// StartupReturnGrace is how long a startup task has to return once the
+// boot's budget is spent.
+const StartupReturnGrace = startupReturnGrace

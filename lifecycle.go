@@ -66,9 +66,10 @@ type Lifecycle struct {
 	shared  *probeHandler // the probes of the application's listeners
 	probes  http.Handler  // shared, as ProbeHandler returns it (counted for OnTransition)
 	checks  *health.Checker
-	// refreshChecks is set once a check with Refresh is added: serving
-	// then runs Checker.RunRefresh as a background loop.
+	// refreshChecks is set once a check with Refresh is added: while the
+	// pod serves, Checker.RunRefresh then runs (see startRefresh).
 	refreshChecks atomic.Bool
+	refreshWG     sync.WaitGroup // the refresh goroutine; Add only under mu, before the sequence starts
 	exit          func(code int) // os.Exit; replaced by in-package tests
 	startCx       context.Context
 	cancel        context.CancelFunc // cancels startCx and loopCtx: at the signal
@@ -93,6 +94,11 @@ type Lifecycle struct {
 	skipWindow bool          // guarded by mu: it started before the pod was ever ready
 	bySignal   bool          // guarded by mu: a signal started it
 	reason     string        // guarded by mu: what started it
+	refreshing bool          // guarded by mu: the refresh goroutine runs
+	refreshAll bool          // guarded by mu: a Refresh check was added while it runs: look again before it ends
+	// strayStartup is the startup task the boot's budget left running;
+	// guarded by mu.
+	strayStartup *strayTask
 }
 
 type server struct {
@@ -206,7 +212,11 @@ func (l *Lifecycle) AddServer(srv *http.Server, ln net.Listener) error {
 // /startupz and /readyz 503 starting, /healthz 200. Tasks run one after the
 // other in the order they were added; when all have returned nil the phase
 // becomes serving. ctx is cancelled when the shutdown sequence starts, and
-// when Config.StartupTimeout, the boot's budget, is spent.
+// when Config.StartupTimeout, the boot's budget, is spent. A task should
+// return when ctx ends: at the budget, one that has not returned 100ms
+// later fails the boot without being waited for (as below, the error says
+// it was still running), and is left running; at the shutdown signal, Run
+// waits for it within the sequence's bound.
 //
 // With a [Retry] (at most one), a task that fails is tried again after an
 // exponential backoff with jitter, for a dependency that is not up yet:
@@ -264,6 +274,10 @@ func (l *Lifecycle) begin(reason string, bySignal bool) bool {
 		return false
 	}
 	l.initiated, l.bySignal, l.reason = true, bySignal, reason
+	// The start is known before anyone can learn that the sequence has
+	// started (a begin that loses reads it at once), even while the line
+	// below is being written.
+	l.events.ShutdownInitiated.stamp(now)
 	// Loops are refused before readiness flips: whoever sees /readyz 503
 	// and then asks for a loop must be refused (GoLoop's promise).
 	l.bg.refuseLoops()
@@ -522,15 +536,7 @@ wait:
 				break wait
 			case l.phase.CompareAndSwap(int32(PhaseStarting), int32(PhaseServing)):
 				l.events.StartupDone.fire(l.clock.Now())
-				// Checks with Refresh are pinged on their own schedule
-				// while the pod serves; the signal stops it (GoLoop's
-				// context) and the join waits for it.
-				if l.refreshChecks.Load() {
-					_ = l.GoLoop("readiness refresh", func(ctx context.Context) error {
-						l.checks.RunRefresh(ctx)
-						return nil
-					})
-				}
+				l.startRefresh()
 				msg := "lameduck: serving — /startupz and /readyz now 200"
 				if names := l.checks.Names(); len(names) > 0 {
 					msg = "lameduck: serving — /startupz now 200; /readyz follows its checks (" + strings.Join(names, ", ") + ")"
@@ -549,8 +555,11 @@ wait:
 		}
 	}
 
-	// 5. The sequence.
+	// 5. The sequence. Its start was stamped when it began, by whichever
+	// goroutine began it; that goroutine announces it (the draining line,
+	// then the event) at once, and the window's events come after.
 	start, _ := l.events.ShutdownInitiated.At()
+	<-l.events.ShutdownInitiated.Done()
 	l.lameDuckWindow(start)
 	l.events.WindowEnded.fire(l.clock.Now())
 	l.phase.Store(int32(PhaseStopping))
@@ -562,6 +571,8 @@ wait:
 	if !startupOver {
 		l.awaitStartup(startupRunning, start)
 	}
+	l.awaitRefresh(start)
+	l.warnStrayStartup()
 	l.finish(start)
 	return errors.Join(fatal, err)
 }
@@ -613,6 +624,63 @@ func (l *Lifecycle) awaitStartup(done <-chan struct{}, start time.Time) {
 	case <-done:
 	case <-t.C():
 		l.log.Warn("lameduck: a startup task is still running at exit; it ignored its context")
+	}
+}
+
+// startRefresh runs Checker.RunRefresh, which pings the checks with
+// Refresh on their own schedule, from the moment the pod serves until the
+// shutdown signal (the loops' context), once such a check exists: it is
+// called when the phase becomes serving and by AddCheck for each check with
+// Refresh, so one added while serving is refreshed too. It is a goroutine
+// of the Lifecycle's own, not background work: the teardown keeps no share
+// of its budget for it. RunRefresh returns when it finds nothing to
+// refresh; a check added meanwhile makes it look again.
+func (l *Lifecycle) startRefresh() {
+	if !l.refreshChecks.Load() {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.initiated || l.Phase() != PhaseServing:
+		return
+	case l.refreshing:
+		l.refreshAll = true // RunRefresh is woken too (Checker.AddCheck); this covers its return
+		return
+	}
+	l.refreshing = true
+	l.refreshWG.Go(func() {
+		for {
+			l.checks.RunRefresh(l.loopCtx)
+			l.mu.Lock()
+			again := l.refreshAll && l.loopCtx.Err() == nil
+			l.refreshAll, l.refreshing = false, again
+			l.mu.Unlock()
+			if !again {
+				return
+			}
+		}
+	})
+}
+
+// awaitRefresh waits for the refresh goroutine, which returns as soon as
+// the signal has cancelled its context (a ping still running is left to
+// the probes' rules), up to the end of the overall bound.
+func (l *Lifecycle) awaitRefresh(start time.Time) {
+	l.mu.Lock()
+	running := l.refreshing // false: it never ran, or it is returning
+	l.mu.Unlock()
+	if !running {
+		return
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); l.refreshWG.Wait() }()
+	t := l.clock.NewTimer(max(start.Add(l.cfg.maxWindow()+l.cfg.ShutdownTeardown).Sub(l.clock.Now()), 0))
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C():
+		l.log.Warn("lameduck: the readiness refresh is still running at exit")
 	}
 }
 

@@ -3,6 +3,7 @@ package lameduck_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -363,5 +364,93 @@ func TestProbeListener(t *testing.T) {
 	h.clock.Advance(time.Second)
 	if err := h.wait(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// blockOn is a log handler that holds the line whose message begins with
+// prefix until release is closed, as a blocked log pipe would, and closes
+// entered when it starts to; it closes noted once it has written a line
+// that begins with note.
+type blockOn struct {
+	slog.Handler
+	prefix, note            string
+	entered, release, noted chan struct{}
+}
+
+func (h blockOn) Handle(ctx context.Context, r slog.Record) error {
+	if strings.HasPrefix(r.Message, h.prefix) {
+		close(h.entered)
+		<-h.release
+	}
+	err := h.Handler.Handle(ctx, r)
+	if strings.HasPrefix(r.Message, h.note) {
+		close(h.noted)
+	}
+	return err
+}
+
+func (h blockOn) WithAttrs(a []slog.Attr) slog.Handler {
+	return blockOn{h.Handler.WithAttrs(a), h.prefix, h.note, h.entered, h.release, h.noted}
+}
+
+// The sequence's start is known from the instant it begins: while the
+// goroutine that began it still writes its draining line, a BeginShutdown
+// that loses reads ShutdownInitiated's time, and a server that fails then
+// (Run's own begin loses) gets the whole window from that start, and the
+// stopped line. Before, Run read a zero start: the window was skipped and
+// Run returned before ShutdownInitiated fired, without the stopped line.
+func TestSequenceStartKnownBeforeItIsAnnounced(t *testing.T) {
+	entered, release, serveFailed := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	logs := &logBuffer{}
+	h := newHarness(t, lameduck.Config{ShutdownDelay: 2 * time.Second, ShutdownTeardown: time.Second,
+		Logger: slog.New(blockOn{slog.NewTextHandler(logs, nil), "lameduck: draining", "lameduck: serve on", entered, release, serveFailed})})
+	h.logs = logs
+	fail, stopped := make(chan struct{}), make(chan struct{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.lc.AddServerFuncs(lameduck.ServerFuncs{Name: "x",
+		Serve: func(net.Listener) error {
+			select {
+			case <-fail:
+				return errors.New("serve broke")
+			case <-stopped:
+				return nil
+			}
+		},
+		Shutdown: func(context.Context) error { close(stopped); return nil },
+	}, ln); err != nil {
+		t.Fatal(err)
+	}
+	h.run()
+	await(t, h.lc.Events().StartupDone)
+	began := h.clock.Now()
+	go h.lc.BeginShutdown("SIGTERM stand-in")
+	recv(t, entered, "the draining line to be written")
+	if h.lc.BeginShutdown("second") {
+		t.Fatal("a second BeginShutdown started the sequence again")
+	}
+	if at, ok := h.lc.Events().ShutdownInitiated.At(); !ok || !at.Equal(began) {
+		t.Fatalf("ShutdownInitiated.At() = %v, %v while the draining line is written; want %v, true", at, ok, began)
+	}
+	if h.lc.Events().ShutdownInitiated.Fired() {
+		t.Fatal("ShutdownInitiated fired before its line was written")
+	}
+	close(fail) // Run's own begin loses to the one writing its line
+	// Logged before the error is handed to Run, which collects it by the
+	// end of the teardown at the latest (the teardown waits for Serve).
+	recv(t, serveFailed, "the serve error's line")
+	close(release)
+	h.timers(1)
+	h.clock.Advance(2 * time.Second)
+	if err := h.wait(); err == nil || !strings.Contains(err.Error(), "serve broke") {
+		t.Fatalf("Run = %v; want the serve error", err)
+	}
+	if got := windowLength(t, h.lc); got != 2*time.Second {
+		t.Fatalf("window %s; want the 2s of a serving pod", got)
+	}
+	if !strings.Contains(logs.String(), "lameduck: stopped") {
+		t.Fatalf("no stopped line:\n%s", logs)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log"
 	"log/slog"
 	"net/http"
 	"regexp"
@@ -149,5 +150,49 @@ func TestJSONLogWritesEveryDurationTheSameWay(t *testing.T) {
 	}
 	if lines < 12 || sawDuration < 15 {
 		t.Fatalf("scanned %d lines and %d durations; want the whole sequence", lines, sawDuration)
+	}
+}
+
+// A Lifecycle made before slog.SetDefault (a package-level variable, an
+// init) logs through the handler set later, each line at its own level with
+// its attributes as attributes, and a check's line too. Before, New kept
+// the slog.Default() of its moment, whose lines reach the later handler
+// only through the log package's bridge: all at INFO, attributes folded
+// into the message.
+func TestDefaultLoggerIsResolvedWhenLogging(t *testing.T) {
+	lc, err := lameduck.New(lameduck.Config{IgnoreSignals: true, ShutdownTeardown: time.Second,
+		LookupEnv: func(string) (string, bool) { return "", false }, Environ: func() []string { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The process-wide default, replaced for this test only: SetDefault
+	// also points the log package at the new handler, so both are restored.
+	old, oldOut, oldFlags := slog.Default(), log.Writer(), log.Flags()
+	t.Cleanup(func() { slog.SetDefault(old); log.SetOutput(oldOut); log.SetFlags(oldFlags) })
+	logs := &logBuffer{}
+	slog.SetDefault(slog.New(slog.NewJSONHandler(logs, nil)))
+
+	lc.BeginShutdown("test") // before Run: Run binds nothing, warns, then stops
+	if err := lc.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var warned, draining bool
+	for line := range strings.Lines(logs.String()) {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("not a JSON line: %q", line)
+		}
+		msg, _ := rec["msg"].(string)
+		switch {
+		case strings.HasPrefix(msg, "lameduck: no listener serves the probes"):
+			warned = rec["level"] == "WARN"
+		case strings.HasPrefix(msg, "lameduck: draining"):
+			draining = rec["level"] == "INFO" && rec["reason"] == "test"
+		case !strings.HasPrefix(msg, "lameduck: "):
+			t.Errorf("a line that is not lameduck's, as the log bridge writes it: %q", line)
+		}
+	}
+	if !warned || !draining {
+		t.Fatalf("want the no-listener line at WARN and the draining line at INFO with reason=test, through the handler set after New:\n%s", logs)
 	}
 }

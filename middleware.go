@@ -69,8 +69,8 @@ func (l *Lifecycle) wrap(app http.Handler) http.Handler {
 			// net/http turns the header into a GOAWAY once it is written.
 			w.Header().Set("Connection", "close")
 		}
-		rec := l.track.begin(r.Method, r.URL.Path, r)
-		defer l.track.end(rec)
+		rec, gen := l.track.begin(r.Method, r.URL.Path, r)
+		defer l.track.end(rec, gen)
 		app.ServeHTTP(w, r)
 	})
 }
@@ -164,22 +164,32 @@ func (l *Lifecycle) TrackRequest(method, path string, upgrade bool) (Tracked, Ve
 	if v.Probe || v.Refuse != "" {
 		return Tracked{}, v
 	}
-	return Tracked{l.track.begin(method, path, nil)}, v
+	rec, gen := l.track.begin(method, path, nil)
+	return Tracked{rec, gen}, v
 }
 
 // Tracked is one request in flight, from [Lifecycle.TrackRequest]. Its zero
 // value (the answer for a request that is not tracked) does nothing. A
-// Tracked is used by the request's own goroutine; End must be called once.
+// Tracked is used by the request's own goroutine; End is called once.
+//
+// Misuse is harmless: a second End, an End or Hijacked after the request
+// ended (by End, or by the close of a connection Hijacked tied it to), or a
+// copy of the Tracked used after that, does nothing. A Tracked names one
+// request, never the record the Lifecycle recycles for the next one, so a
+// stale Tracked can neither end another request nor bring its own back in
+// flight.
 type Tracked struct {
 	rec *reqRecord
+	gen uint64 // rec's generation when this request began
 }
 
-// End records that the request has finished: its handler returned. It must
-// be called exactly once per tracked request (not after Hijacked reported
-// true). It allocates nothing.
+// End records that the request has finished: its handler returned. Call it
+// once per tracked request, and not after Hijacked reported true (the
+// connection's close ends the request then); a call on a request that has
+// already ended does nothing. It allocates nothing.
 func (t Tracked) End() {
 	if t.rec != nil {
-		t.rec.t.end(t.rec)
+		t.rec.t.end(t.rec, t.gen)
 	}
 }
 
@@ -196,23 +206,22 @@ func (t Tracked) End() {
 // handed to ServerFuncs.Serve (as fasthttp's RequestCtx.Conn is for a Fiber
 // app), the request ends when conn is closed, by its handler or by the
 // teardown, and Hijacked reports true: do not call End. Otherwise it
-// reports false and the caller calls End when the session ends.
+// reports false and the caller calls End when the session ends. On a
+// request that has already ended it does nothing and reports false.
 func (t Tracked) Hijacked(conn net.Conn) bool {
 	rec := t.rec
-	if rec == nil {
+	if rec == nil || !rec.holdGen(t.gen) {
 		return false
 	}
-	// The owner goroutine alone writes method and path: read them unlocked.
-	method, path := strings.Clone(rec.method), strings.Clone(rec.path)
-	rec.hold() // in flight until End: a reader may be copying its fields
-	rec.method, rec.path = method, path
+	// Held, in this request's generation: the fields are this request's.
+	rec.method, rec.path = strings.Clone(rec.method), strings.Clone(rec.path)
 	rec.hijacked, rec.conn = true, conn
-	rec.release()
+	rec.release(t.gen | recBusy)
 	c, ok := conn.(*extConn)
 	if !ok {
 		return false
 	}
-	if !c.endOnClose(rec) {
+	if !c.endOnClose(t) {
 		t.End() // closed already
 	}
 	return true

@@ -85,7 +85,8 @@ func stuckServer(t *testing.T, h *harness) (send func(path string), results <-ch
 // started, plus as much again if closers are registered; if that is more
 // than T/2, each is T/4 instead. A service that uses neither gives
 // in-flight requests all of T. With T = 3s and one GoWrite, the cut line
-// reads after 2.5s."
+// reads after 2.5s." A readiness check with Refresh is the Lifecycle's own
+// work, not background work: it keeps no tail (it used to, as a GoLoop).
 func TestHTTPDrainKeepsATailForTheJoin(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
@@ -93,15 +94,23 @@ func TestHTTPDrainKeepsATailForTheJoin(t *testing.T) {
 		background bool
 		closer     bool
 		httpEnd    time.Duration
+		refresh    bool // a readiness check with MaxAge and Refresh
 	}{
-		{"neither", 3 * time.Second, false, false, 3 * time.Second},
-		{"one GoWrite", 3 * time.Second, true, false, 2500 * time.Millisecond},
-		{"a closer", 3 * time.Second, false, true, 2500 * time.Millisecond},
-		{"GoWrite and a closer", 3 * time.Second, true, true, 2 * time.Second},
-		{"more than half of T", 1500 * time.Millisecond, true, true, 750 * time.Millisecond},
+		{"neither", 3 * time.Second, false, false, 3 * time.Second, false},
+		{"neither, with a Refresh check", 3 * time.Second, false, false, 3 * time.Second, true},
+		{"one GoWrite", 3 * time.Second, true, false, 2500 * time.Millisecond, false},
+		{"a closer", 3 * time.Second, false, true, 2500 * time.Millisecond, false},
+		{"GoWrite and a closer", 3 * time.Second, true, true, 2 * time.Second, false},
+		{"more than half of T", 1500 * time.Millisecond, true, true, 750 * time.Millisecond, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: tc.teardown})
+			if tc.refresh {
+				if err := h.lc.AddCheck(health.Check{Name: "db", MaxAge: time.Second, Refresh: true,
+					Func: func(context.Context) error { return nil }}); err != nil {
+					t.Fatal(err)
+				}
+			}
 			if tc.background {
 				done := make(chan struct{})
 				if err := h.lc.GoWrite("audit-row", 0, func(context.Context) error { close(done); return nil }); err != nil {
@@ -130,6 +139,9 @@ func TestHTTPDrainKeepsATailForTheJoin(t *testing.T) {
 			want := "HTTP drain cut 1 in-flight request(s) after " + tc.httpEnd.String() + ": GET /stuck"
 			if !strings.Contains(h.logs.String(), want) {
 				t.Fatalf("the log lacks %q:\n%s", want, h.logs)
+			}
+			if !tc.background && strings.Contains(h.logs.String(), "join done") {
+				t.Fatalf("a join line for a service that started no background work:\n%s", h.logs)
 			}
 		})
 	}

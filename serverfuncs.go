@@ -152,8 +152,8 @@ type extConn struct {
 	once sync.Once
 
 	mu     sync.Mutex
-	closed bool       // guarded by mu
-	rec    *reqRecord // a hijacked request that ends when the connection closes; guarded by mu
+	closed bool    // guarded by mu
+	tr     Tracked // a hijacked request that ends when the connection closes; guarded by mu
 }
 
 func (c *extConn) Read(p []byte) (int, error) {
@@ -174,25 +174,23 @@ func (c *extConn) Close() error {
 		c.ln.t.connState(c, http.StateClosed)
 		c.mu.Lock()
 		c.closed = true
-		rec := c.rec
-		c.rec = nil
+		tr := c.tr
+		c.tr = Tracked{}
 		c.mu.Unlock()
-		if rec != nil {
-			rec.t.end(rec)
-		}
+		tr.End() // the zero Tracked does nothing
 	})
 	return err
 }
 
-// endOnClose ties rec to the connection: Close ends it. It reports false,
+// endOnClose ties tr to the connection: Close ends it. It reports false,
 // doing nothing, when the connection is closed already.
-func (c *extConn) endOnClose(rec *reqRecord) bool {
+func (c *extConn) endOnClose(tr Tracked) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
 		return false
 	}
-	c.rec = rec
+	c.tr = tr
 	return true
 }
 

@@ -242,6 +242,9 @@ func TestServerFuncsRejectModeRefuses(t *testing.T) {
 	if got.code != 503 || !strings.Contains(got.body, "retry on another instance") {
 		t.Fatalf("a request in reject mode got %d %q", got.code, got.body)
 	}
+	// Probes are not application requests: answered, not refused.
+	get(t, client(t), base+"/healthz").status(t, 200, "ok")
+	get(t, client(t), base+"/readyz").status(t, 503, "draining")
 	close(release)
 	if p := recv(t, slow, "the in-flight request's answer"); p.err != nil || p.code != 200 {
 		t.Fatalf("the in-flight request got %d (%v)", p.code, p.err)

@@ -3,7 +3,6 @@ package lameduck
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"slices"
 	"strconv"
@@ -288,7 +287,7 @@ func (c Config) resolve() (Config, map[string]string, []error) {
 		}
 	}
 	if c.Logger == nil {
-		c.Logger = slog.Default()
+		c.Logger = defaultLogger() // slog.Default() at the time of each line
 	}
 	if c.Clock == nil {
 		c.Clock = systemClock{}

@@ -2,6 +2,7 @@ package lameduck
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"time"
@@ -98,6 +99,15 @@ func (l *Lifecycle) runTaskTries(ctx context.Context, t startupTask, deadline ti
 	spent := func() string { return l.clock.Now().Sub(began).Round(time.Millisecond).String() }
 	for try := 1; ; try++ {
 		err := l.callStartup(ctx, t)
+		if errors.Is(err, errStillRunning) {
+			// The budget is spent and the task had not returned when its
+			// context ended. The boot fails now, naming it; the task is
+			// left running (Run says so again at exit if it still is).
+			err = fmt.Errorf("lameduck: startup task %q: %w after %s in %s%s: it was still running %s after its context ended, and is not waited for "+
+				"(a startup task must return when its context ends)", t.name, ErrStartupFailed, triesText(try), spent(), l.budgetSpent(), startupReturnGrace)
+			l.log.Error(err.Error(), "task", t.name, "tries", try, "took", spent())
+			return err
+		}
 		if err == nil {
 			l.log.Info("lameduck: startup task done", "task", t.name, "tries", try, "took", spent())
 			return nil
@@ -111,8 +121,7 @@ func (l *Lifecycle) runTaskTries(ctx context.Context, t startupTask, deadline ti
 		var wait time.Duration
 		switch r := t.retry; {
 		case ctx.Err() != nil:
-			why = fmt.Sprintf("; the startup budget %sSTARTUP_TIMEOUT=%s is spent (raise it, within the startup probe's failureThreshold × periodSeconds)",
-				l.cfg.EnvPrefix, l.cfg.StartupTimeout)
+			why = l.budgetSpent()
 		case r == nil:
 		case r.Tries > 0 && try >= r.Tries:
 			why = fmt.Sprintf("; Retry.Tries=%d reached", r.Tries)
@@ -126,11 +135,7 @@ func (l *Lifecycle) runTaskTries(ctx context.Context, t startupTask, deadline ti
 			}
 		}
 		if wait == 0 {
-			tries := "1 try"
-			if try > 1 {
-				tries = fmt.Sprintf("%d tries", try)
-			}
-			err = fmt.Errorf("lameduck: startup task %q: %w after %s in %s%s: %w", t.name, ErrStartupFailed, tries, spent(), why, err)
+			err = fmt.Errorf("lameduck: startup task %q: %w after %s in %s%s: %w", t.name, ErrStartupFailed, triesText(try), spent(), why, err)
 			l.log.Error(err.Error(), "task", t.name, "tries", try, "took", spent())
 			return err
 		}
@@ -147,11 +152,95 @@ func (l *Lifecycle) runTaskTries(ctx context.Context, t startupTask, deadline ti
 	}
 }
 
-func (l *Lifecycle) callStartup(ctx context.Context, t startupTask) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = fmt.Errorf("panic: %v", v)
-		}
+// budgetSpent is the reason of a failure at the end of the boot's budget.
+func (l *Lifecycle) budgetSpent() string {
+	return fmt.Sprintf("; the startup budget %sSTARTUP_TIMEOUT=%s is spent (raise it, within the startup probe's failureThreshold × periodSeconds)",
+		l.cfg.EnvPrefix, l.cfg.StartupTimeout)
+}
+
+func triesText(try int) string {
+	if try == 1 {
+		return "1 try"
+	}
+	return fmt.Sprintf("%d tries", try)
+}
+
+// startupReturnGrace is how long, once the boot's budget is spent, a
+// startup task has to return (its context has ended) before the boot fails
+// without it.
+const startupReturnGrace = 100 * time.Millisecond
+
+// errStillRunning is callStartup's answer when the boot's budget is spent
+// and the task has not returned within startupReturnGrace.
+var errStillRunning = errors.New("lameduck: startup task still running at the end of the startup budget")
+
+// callStartup runs one try of t in a goroutine of its own and waits for it:
+// until it returns, or, when Config.StartupTimeout's budget (ctx's
+// deadline) is spent first, for startupReturnGrace more and no longer: it
+// reports errStillRunning and leaves the task running, noted in
+// l.strayStartup. At the shutdown signal
+// (which also ends ctx) it waits for the task to return, within the
+// sequence's bound (Run's awaitStartup), as before a signal.
+func (l *Lifecycle) callStartup(ctx context.Context, t startupTask) error {
+	res := make(chan error, 1)
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		err := errors.New("the task called runtime.Goexit")
+		defer func() {
+			if v := recover(); v != nil {
+				err = fmt.Errorf("panic: %v", v)
+			}
+			res <- err
+		}()
+		err = t.fn(ctx)
 	}()
-	return t.fn(ctx)
+	select {
+	case err := <-res:
+		return err
+	case <-ctx.Done():
+	}
+	select {
+	case err := <-res: // it returned as its context ended
+		return err
+	default:
+	}
+	if l.startCx.Err() != nil {
+		return <-res // the signal: Run bounds this wait
+	}
+	// The budget: a task that honours its context returns now.
+	grace := l.clock.NewTimer(startupReturnGrace)
+	defer grace.Stop()
+	select {
+	case err := <-res:
+		return err
+	case <-grace.C():
+	}
+	l.mu.Lock()
+	l.strayStartup = &strayTask{name: t.name, exited: exited}
+	l.mu.Unlock()
+	return errStillRunning
+}
+
+// strayTask is a startup task left running when the boot's budget was
+// spent.
+type strayTask struct {
+	name   string
+	exited <-chan struct{}
+}
+
+// warnStrayStartup names, at exit, a startup task the budget left running
+// that is still running.
+func (l *Lifecycle) warnStrayStartup() {
+	l.mu.Lock()
+	st := l.strayStartup
+	l.mu.Unlock()
+	if st == nil {
+		return
+	}
+	select {
+	case <-st.exited:
+	default:
+		l.log.Warn("lameduck: startup task "+st.name+" is still running at exit; it ignored its context", "task", st.name)
+	}
 }

@@ -169,6 +169,44 @@ func TestStartupBudgetCancelsARunningTry(t *testing.T) {
 	}
 }
 
+// A task that ignores its context does not hold the boot past its budget:
+// at STARTUP_TIMEOUT the boot fails, naming the task and the setting, the
+// pod never serves, and Run returns, saying at exit that the task is still
+// running. Before, the task was called synchronously: the boot stayed
+// "starting" with nothing logged, and Run waited for the task for good.
+func TestStartupBudgetDoesNotWaitForATaskIgnoringItsContext(t *testing.T) {
+	h := newHarness(t, lameduck.Config{StartupTimeout: 5 * time.Second})
+	tried, release := make(chan struct{}, 1), make(chan struct{})
+	defer close(release)
+	h.lc.AddStartupTask("migrate", func(context.Context) error { tried <- struct{}{}; <-release; return nil })
+	h.serve(nil)
+	h.run()
+	recv(t, tried, "the task's first try")
+	h.timers(1) // the budget's
+	h.clock.Advance(5 * time.Second)
+	h.timers(1) // the task's grace to return
+	h.clock.Advance(lameduck.StartupReturnGrace)
+	err := h.wait()
+	if !errors.Is(err, lameduck.ErrStartupFailed) {
+		t.Fatalf("Run = %v, want ErrStartupFailed", err)
+	}
+	for _, want := range []string{`startup task "migrate"`, "after 1 try in 5.1s; the startup budget LAMEDUCK_STARTUP_TIMEOUT=5s is spent",
+		"still running 100ms after its context ended"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the failure %q lacks %q", err, want)
+		}
+	}
+	if h.lc.Events().StartupDone.Fired() {
+		t.Error("the pod served although its boot failed")
+	}
+	if n := strings.Count(h.logs.String(), "level=ERROR"); n != 1 {
+		t.Errorf("%d error lines; want the failure once:\n%s", n, h.logs)
+	}
+	if !strings.Contains(h.logs.String(), "startup task migrate is still running at exit") {
+		t.Errorf("no line says the task still runs at exit:\n%s", h.logs)
+	}
+}
+
 func TestStartupRetryTriesCap(t *testing.T) {
 	h := newHarness(t, lameduck.Config{})
 	fn, tries := flaky(1000)

@@ -26,8 +26,8 @@ import (
 //  3. closers, in reverse order, each with an equal share of what is left.
 //
 // The tail of T kept for steps 2 and 3, should requests overrun, is
-// joinReserve (or JoinBudget when set) when background work was ever
-// started, plus as much again when closers are registered (at most half of
+// joinReserve (or JoinBudget when set) when background work (GoWrite,
+// GoLoop; not the readiness refresh, see startRefresh) was ever started, plus as much again when closers are registered (at most half of
 // T in all), so the whole teardown fits T whatever handlers and tasks do; a
 // service that uses neither gives its in-flight requests all of T (a write
 // started during the drain is then joined from what the drain left). It

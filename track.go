@@ -20,8 +20,9 @@ import (
 // the pod's traffic has stopped (DrainIdle).
 //
 // Its hot path (begin/end, on every request) allocates nothing, takes no
-// lock and makes two atomic writes: one that publishes the request's record
-// as in flight, one that frees it. Records come from a sync.Pool, which keeps
+// lock and makes three atomic writes: one that publishes the request's record
+// as in flight, and at its end one that takes it back (checking that it is
+// still that request's, see reqRecord) and one that frees it. Records come from a sync.Pool, which keeps
 // them per P, so a request writes memory its processor wrote last; every
 // record ever made is listed, by a weak pointer, in a registry that the cold
 // paths (snapshot, activity, inflight) walk, and that a record joins once,
@@ -70,19 +71,30 @@ type tracker struct {
 // exact to within it. It is far below any idle window (seconds).
 const coarseTick = 10 * time.Millisecond
 
-// A reqRecord's state.
+// A reqRecord's state word holds its generation above its state bits (see
+// reqRecord).
 const (
-	recFree uint32 = iota // in the pool or on its way there: no reader reads its fields
-	recBusy               // a request in flight: its fields are set
-	recHeld               // in flight, and a reader (or Hijacked) is reading or editing its fields
+	recFree  uint64 = iota // in the pool or on its way there: no reader reads its fields
+	recBusy                // a request in flight: its fields are set
+	recHeld                // in flight, and a reader (or Hijacked, or end) is reading or editing its fields
+	recState uint64 = 3    // the state bits
+	recGen   uint64 = 4    // one generation: added each time the record is handed to a request
 )
 
 // reqRecord is one request in flight. Its owner (the request's goroutine)
 // writes its fields while it is free, then publishes it (state recBusy);
 // from then on only a holder (recHeld) reads or changes them, until end
 // frees it again, which waits for any hold to pass.
+//
+// The state word also counts the requests the record has served (its
+// generation, the bits above recState): begin starts a new generation, and
+// a Tracked names the generation it began. end and Hijacked act only while
+// the record is in that generation and in flight, so a Tracked ended twice,
+// or used after its record went back to the pool and on to another request,
+// touches nothing (it reads no field either: the generation is checked by
+// the same compare-and-swap that takes the record).
 type reqRecord struct {
-	state    atomic.Uint32
+	state    atomic.Uint64 // generation | recFree, recBusy or recHeld
 	method   string
 	path     string
 	start    time.Duration // offset of the arrival
@@ -92,16 +104,17 @@ type reqRecord struct {
 	t        *tracker      // immutable
 }
 
-// hold takes rec for reading or editing its fields and reports true, or
-// reports false when rec is not in flight. Release the hold with release.
-func (rec *reqRecord) hold() bool {
+// hold takes rec for reading or editing its fields and returns the state
+// word to hand back to release, or reports false when rec is not in flight.
+func (rec *reqRecord) hold() (uint64, bool) {
 	for {
-		switch rec.state.Load() {
+		s := rec.state.Load()
+		switch s & recState {
 		case recFree:
-			return false
+			return 0, false
 		case recBusy:
-			if rec.state.CompareAndSwap(recBusy, recHeld) {
-				return true
+			if rec.state.CompareAndSwap(s, s&^recState|recHeld) {
+				return s, true
 			}
 		default:
 			runtime.Gosched() // another holder copies a few fields
@@ -109,7 +122,26 @@ func (rec *reqRecord) hold() bool {
 	}
 }
 
-func (rec *reqRecord) release() { rec.state.Store(recBusy) }
+// holdGen is hold for the owner of generation gen: it reports false, and
+// holds nothing, when rec is no longer in flight in that generation (its
+// request has ended, and the record may serve another one by now).
+func (rec *reqRecord) holdGen(gen uint64) bool {
+	for {
+		switch s := rec.state.Load(); s {
+		case gen | recBusy:
+			if rec.state.CompareAndSwap(s, gen|recHeld) {
+				return true
+			}
+		case gen | recHeld:
+			runtime.Gosched() // a reader copies a few fields
+		default:
+			return false
+		}
+	}
+}
+
+// release hands back a hold; s is what hold returned.
+func (rec *reqRecord) release(s uint64) { rec.state.Store(s) }
 
 func newTracker(c Clock) *tracker {
 	_, sys := c.(systemClock)
@@ -219,17 +251,26 @@ func (t *tracker) refresh() {
 	t.ticking.Store(false)
 }
 
-// begin records a request as in flight and returns the record to pass to
-// end. r, when not nil, is the net/http request (for its connection).
-func (t *tracker) begin(method, path string, r *http.Request) *reqRecord {
+// begin records a request as in flight and returns the record and its
+// generation to pass to end. r, when not nil, is the net/http request (for
+// its connection).
+func (t *tracker) begin(method, path string, r *http.Request) (*reqRecord, uint64) {
 	rec := t.pool.Get().(*reqRecord)
 	rec.method, rec.path, rec.start, rec.req = method, path, t.arrival(), r
-	rec.state.Store(recBusy) // publish: readers see the fields written above
-	return rec
+	gen := rec.state.Load()&^recState + recGen // free: nobody else writes it
+	rec.state.Store(gen | recBusy)             // publish: readers see the fields written above
+	return rec, gen
 }
 
-// end removes rec from the in-flight set and recycles it.
-func (t *tracker) end(rec *reqRecord) {
+// end removes rec from the in-flight set and recycles it, if it is still in
+// flight in generation gen; otherwise (a second end, or one after the record
+// was reused) it does nothing.
+func (t *tracker) end(rec *reqRecord, gen uint64) {
+	// Taken first, before any field is read: a stale caller stops here.
+	// The hold waits for a reader copying the fields.
+	if !rec.holdGen(gen) {
+		return
+	}
 	if rec.req != nil && t.anyHijack.Load() {
 		t.forgetHijack(rec.req)
 	}
@@ -239,10 +280,8 @@ func (t *tracker) end(rec *reqRecord) {
 		// sees this completion too.
 		t.moved(t.now())
 	}
-	for !rec.state.CompareAndSwap(recBusy, recFree) {
-		runtime.Gosched() // a reader copies its fields; it is done in nanoseconds
-	}
 	rec.method, rec.path, rec.req, rec.conn, rec.hijacked = "", "", nil, nil, false
+	rec.state.Store(gen | recFree)
 	t.pool.Put(rec)
 	if stamp {
 		t.wake()
@@ -385,7 +424,8 @@ type InFlightRequest struct {
 func (t *tracker) snapshot() []InFlightRequest {
 	var out []InFlightRequest
 	t.each(func(r *reqRecord) {
-		if !r.hold() {
+		held, ok := r.hold()
+		if !ok {
 			return
 		}
 		// The clock is read once the record is held: a request is stamped
@@ -400,7 +440,7 @@ func (t *tracker) snapshot() []InFlightRequest {
 		// that its server reuses once the request has ended.
 		out = append(out, InFlightRequest{Method: strings.Clone(r.method), Path: strings.Clone(r.path),
 			Age: now - r.start, Hijacked: r.hijacked || t.isHijacked(r.req), conn: conn})
-		r.release()
+		r.release(held)
 	})
 	sort.Slice(out, func(i, j int) bool { return out[i].Age > out[j].Age })
 	return out
@@ -410,7 +450,7 @@ func (t *tracker) snapshot() []InFlightRequest {
 func (t *tracker) inflight() int64 {
 	var n int64
 	t.each(func(r *reqRecord) {
-		if r.state.Load() != recFree {
+		if r.state.Load()&recState != recFree {
 			n++
 		}
 	})
@@ -423,13 +463,14 @@ func (t *tracker) inflight() int64 {
 // latest arrival, completion (from the signal on) or KeepAlive.
 func (t *tracker) activity() (busy int, last time.Time) {
 	t.each(func(r *reqRecord) {
-		if !r.hold() {
+		held, ok := r.hold()
+		if !ok {
 			return
 		}
 		if !r.hijacked && !t.isHijacked(r.req) {
 			busy++
 		}
-		r.release()
+		r.release(held)
 	})
 	off := max(time.Duration(t.lastMove.Load()), time.Duration(t.touched.Load()))
 	if off == 0 {

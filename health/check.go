@@ -71,6 +71,9 @@ type Check struct {
 	// passing one; a ping in flight is never answered from an older result,
 	// so a check that is timing out or stalled is reported so, never from
 	// an earlier "ok". A result read this way carries Cached and its Age.
+	// The age is judged when the probe's report is built: a result that
+	// reaches MaxAge while the probe waits for its other checks is not
+	// served; the check is pinged again for that probe.
 	//
 	// Zero means CheckerOptions.DefaultMaxAge (itself zero: ping on every
 	// probe); negative means ping on every probe whatever the default.
@@ -194,6 +197,9 @@ type Checker struct {
 
 	mu  sync.Mutex               // serialises writers of reg
 	reg atomic.Pointer[registry] // copy-on-write; nil means empty
+	// refreshWake wakes RunRefresh when a check it should refresh is
+	// added; capacity 1, made on first use. Guarded by mu.
+	refreshWake chan struct{}
 
 	hooking sync.Map // check name → *hookSlot: its OnPanic calls, one at a time
 
@@ -301,7 +307,22 @@ func (c *Checker) add(e *entry, kind string) error {
 		byName[x.name] = i
 	}
 	c.reg.Store(&registry{entries: entries, byName: byName})
+	if cs := e.check; cs != nil && cs.Refresh && cs.maxAge > 0 {
+		select { // RunRefresh looks at the registry again
+		case c.refreshWakeLocked() <- struct{}{}:
+		default:
+		}
+	}
 	return nil
+}
+
+// refreshWakeLocked returns refreshWake, making it on first use. The
+// caller holds c.mu.
+func (c *Checker) refreshWakeLocked() chan struct{} {
+	if c.refreshWake == nil {
+		c.refreshWake = make(chan struct{}, 1)
+	}
+	return c.refreshWake
 }
 
 func validName(name string) error {

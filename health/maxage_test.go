@@ -244,6 +244,86 @@ func TestRunRefreshKeepsResultFresh(t *testing.T) {
 	})
 }
 
+// A reused result is judged when the report is built, not when the probe
+// began: beside a check that takes 1s, a result 200ms old at the start of
+// the probe is 1.2s old when the answer is written. With a MaxAge of 300ms
+// it is not served (db is pinged again, and its failure since shows); with
+// a MaxAge of 2s it is, labelled with its age then. Before, the age was
+// judged and labelled at the probe's start: "ok (age 200ms)", 1.2s after
+// db's last answer and 1.2s into its outage.
+func TestMaxAgeJudgedWhenTheAnswerIsBuilt(t *testing.T) {
+	for _, tc := range []struct {
+		maxAge time.Duration
+		served bool // the cached ok is served
+	}{{300 * time.Millisecond, false}, {2 * time.Second, true}} {
+		t.Run(tc.maxAge.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				c := health.NewChecker(health.CheckerOptions{Logger: quiet()})
+				var failing atomic.Bool
+				mustAdd(t, c, health.Check{Name: "db", MaxAge: tc.maxAge, Func: func(context.Context) error {
+					if failing.Load() {
+						return errors.New("down")
+					}
+					return nil
+				}})
+				mustAdd(t, c, health.Check{Name: "slow", Timeout: 2 * time.Second, Func: func(context.Context) error {
+					time.Sleep(time.Second)
+					return nil
+				}})
+				if r, err := c.Run(t.Context(), "db", nil); err != nil || !r.Results[0].Outcome.Passing() {
+					t.Fatalf("db's first ping: %+v, %v", r, err)
+				}
+				failing.Store(true)
+				time.Sleep(200 * time.Millisecond)
+				db := mustRun(t, c, t.Context()).Results[0]
+				if db.Name != "db" {
+					t.Fatalf("results in name order, got %q first", db.Name)
+				}
+				if !tc.served {
+					if db.Cached || db.Outcome.Passing() {
+						t.Fatalf("db read %+v: a result 1.2s old served with MaxAge %s", db, tc.maxAge)
+					}
+					return
+				}
+				if !db.Cached || db.Age != 1200*time.Millisecond {
+					t.Fatalf("db read %+v; want the cached ok, labelled 1.2s old", db)
+				}
+			})
+		})
+	}
+}
+
+// A check with Refresh added while RunRefresh waits for another one (due
+// within the hour) is refreshed from then on, first within one MaxAge of
+// being added. Before, RunRefresh looked at the registry again only when
+// it woke for the old check.
+func TestRunRefreshWakesForACheckAddedWhileItRuns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := health.NewChecker(health.CheckerOptions{Logger: quiet()})
+		mustAdd(t, c, health.Check{Name: "hourly", MaxAge: time.Hour, Refresh: true, Func: func(context.Context) error { return nil }})
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { defer close(done); c.RunRefresh(ctx) }()
+		synctest.Wait() // RunRefresh sleeps until the hourly check is due
+		var pings atomic.Int32
+		mustAdd(t, c, health.Check{Name: "db", MaxAge: time.Second, Refresh: true, Func: func(context.Context) error {
+			pings.Add(1)
+			return nil
+		}})
+		time.Sleep(time.Second) // the first refresh comes within one MaxAge of AddCheck
+		synctest.Wait()
+		if n := pings.Load(); n < 1 {
+			t.Fatalf("%d refreshes in the MaxAge after AddCheck, want 1", n)
+		}
+		time.Sleep(5 * time.Second)
+		if n := pings.Load(); n < 5 {
+			t.Fatalf("%d refreshes in 6s with MaxAge 1s, want about one per MaxAge", n)
+		}
+		cancel()
+		<-done
+	})
+}
+
 // The probe cost when served from a fresh result: no ping, no goroutine.
 func BenchmarkServeReadinessFromFreshResult(b *testing.B) {
 	benchServeReadiness(b, threeTrivialWith(b, health.CheckerOptions{Logger: quiet(), DefaultMaxAge: time.Hour}))

@@ -17,15 +17,19 @@ import (
 // A refresh is a ping like a probe's, under the same rules: single-flight
 // with the probes (a probe that comes while it runs joins it), the check's
 // deadline, never launched while an earlier ping is captive (it is tried
-// again one MaxAge later), panics recovered. Checks added after RunRefresh
-// started are refreshed from the next time it wakes up for another check;
-// call RunRefresh after adding them to be sure. RunRefresh starts no
-// goroutine that outlives it but the pings themselves (one per check at
-// most, see [Checker]); it returns at once when ctx has ended or when no
-// check has Refresh set. Run it once per Checker: lameduck runs it from the
+// again one MaxAge later), panics recovered. A check with Refresh added
+// while RunRefresh runs wakes it, and is first pinged within one MaxAge of
+// being added, as the others were within one of the start. RunRefresh
+// starts no goroutine that outlives it but the pings themselves (one per
+// check at most, see [Checker]); it returns when ctx ends, and at once when
+// no check has Refresh set and a MaxAge above zero (run it again once one
+// is added). Run one at a time per Checker: lameduck runs it from the
 // moment the pod serves and stops it at the shutdown signal, so a draining
 // pod pings nothing.
 func (c *Checker) RunRefresh(ctx context.Context) {
+	c.mu.Lock()
+	wake := c.refreshWakeLocked()
+	c.mu.Unlock()
 	due := map[*checkState]time.Time{}
 	var tm *time.Timer
 	defer func() {
@@ -77,6 +81,7 @@ func (c *Checker) RunRefresh(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 		case <-tm.C:
+		case <-wake: // a check to refresh was added: schedule it (Reset discards the timer's old tick)
 		}
 	}
 }

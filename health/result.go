@@ -80,10 +80,12 @@ type Result struct {
 	// earlier ping (Cached), when that ping answered.
 	Time time.Time
 	// Cached is true when the result was read from an earlier ping, within
-	// the check's MaxAge, rather than from a ping that ran for this probe.
+	// the check's MaxAge when the probe's report was built, rather than from
+	// a ping that ran for this probe.
 	Cached bool
-	// Age is how old a Cached result was when this probe read it; zero
-	// otherwise. The verbose and application/health+json bodies show it.
+	// Age is how old a Cached result was when the probe's report was built
+	// (once it had waited for its pings); zero otherwise. The verbose and
+	// application/health+json bodies show it.
 	Age time.Duration
 }
 

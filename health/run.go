@@ -42,7 +42,10 @@ import (
 // Unless a check has a MaxAge, no result is cached: every result comes from
 // a ping that returned after this probe began, or that was still running
 // when it began. With a MaxAge, a result may come from a ping that answered
-// less than MaxAge before this probe began (Result.Cached, Result.Age). Run does not
+// less than MaxAge before the report was built (Result.Cached, and
+// Result.Age, its age then): a reused result is judged once the probe has
+// waited for its pings, and one that reached its MaxAge meanwhile is
+// replaced by a fresh ping, which this probe waits for too. Run does not
 // set Fields or Code. It is safe for concurrent use; concurrent probes share
 // pings rather than start their own.
 func (c *Checker) Run(ctx context.Context, only string, exclude []string) (Report, error) {
@@ -179,8 +182,59 @@ func (c *Checker) probe(ctx context.Context, sel []*entry, results []Result, reu
 			results[i] = e.check.wait(ctx, f, start, &tm)
 		}
 	}
+	if reuse {
+		c.rejudge(ctx, sel, results, flights, start, &tm)
+	}
 	if tm != nil {
 		tm.Stop()
+	}
+}
+
+// rejudge judges the reused results of a probe (Result.Cached) when its
+// answer is built, after it waited for its pings, rather than at its start:
+// each is labelled with its age now, and one that has reached its MaxAge
+// meanwhile is replaced by a fresh verdict (a ping this probe launches, or
+// joins, as a probe arriving now would, reading no result). That waits
+// again, so the reused results left are judged again, until none has
+// expired: each round replaces at least one, so there are at most as many
+// rounds as checks. flights is probe's scratch slice, reused here.
+func (c *Checker) rejudge(ctx context.Context, sel []*entry, results []Result, flights []*flight, start time.Time, tm **time.Timer) {
+	for {
+		var now time.Time
+		var batch []flight
+		expired := false
+		for i, e := range sel {
+			flights[i] = nil
+			r := &results[i]
+			if !r.Cached {
+				continue
+			}
+			if now.IsZero() {
+				now = time.Now()
+			}
+			if age := now.Sub(r.Time); age < e.check.maxAge {
+				r.Age = max(age, 0)
+				continue
+			}
+			expired = true
+			f, res, answered := e.check.arrive(ctx, now, &batch, len(sel)-i, false)
+			if answered {
+				results[i] = res
+			} else {
+				flights[i] = f
+			}
+		}
+		if !expired {
+			return
+		}
+		if len(batch) > 0 {
+			launch(batch)
+		}
+		for i, e := range sel {
+			if f := flights[i]; f != nil {
+				results[i] = e.check.wait(ctx, f, start, tm)
+			}
+		}
 	}
 }
 

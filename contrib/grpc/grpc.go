@@ -35,6 +35,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -46,8 +47,14 @@ import (
 )
 
 // Server ties gRPC servers to one Lifecycle: its interceptors track every
-// RPC and end streams at the window's end, and its health service answers
-// grpc.health.v1 from the Lifecycle's phase and readiness checks.
+// application RPC and end streams at the window's end, and its health
+// service answers grpc.health.v1 from the Lifecycle's phase and readiness
+// checks. The health service's own RPCs (Check, Watch, List) are probes,
+// not application traffic, as HTTP probes are
+// (docs/probes-and-shutdown.md): they are not counted in flight
+// (Lifecycle.InFlight), do not keep the idle drain (DrainIdle) open, are
+// never named as cut, and are answered in reject mode
+// (Config.SendRetryAfter); a Watch stream still ends at the window's end.
 //
 // Create one with [New]. Its methods are safe for concurrent use.
 type Server struct {
@@ -165,7 +172,22 @@ var endedAtDrain = status.Error(codes.Unavailable, "lameduck: the server is shut
 // errDrained is the cause of a stream context cancelled at the window's end.
 var errDrained = errors.New("lameduck: the lame-duck window ended")
 
+// healthPrefix begins the full method name of every RPC of the health
+// service (grpc.health.v1.Health: Check, Watch, List), which Serve
+// registers on every grpc.Server it serves.
+var healthPrefix = "/" + healthpb.Health_ServiceDesc.ServiceName + "/"
+
+// isProbe reports whether method is one of the health service's: a probe
+// (the kubelet's gRPC probe, grpc-health-probe, client-side health
+// checking), which, like an HTTP probe, is not application traffic: never
+// tracked, so it neither holds the idle drain nor the teardown and is never
+// named as cut, and never refused in reject mode.
+func isProbe(method string) bool { return strings.HasPrefix(method, healthPrefix) }
+
 func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if isProbe(info.FullMethod) {
+		return handler(ctx, req)
+	}
 	tr, v := s.lc.TrackRequest("POST", info.FullMethod, false)
 	if v.Refuse != "" {
 		return nil, refused(v.Refuse)
@@ -175,11 +197,13 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 }
 
 func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	tr, v := s.lc.TrackRequest("POST", info.FullMethod, false)
-	if v.Refuse != "" {
-		return refused(v.Refuse)
+	if !isProbe(info.FullMethod) { // a Watch is a probe: untracked, but ended at the window's end too
+		tr, v := s.lc.TrackRequest("POST", info.FullMethod, false)
+		if v.Refuse != "" {
+			return refused(v.Refuse)
+		}
+		defer tr.End()
 	}
-	defer tr.End()
 	if !info.IsServerStream {
 		// Client streams end when their client stops sending; the
 		// teardown's budget bounds them.

@@ -62,12 +62,13 @@ func (s *testService) StreamingOutputCall(req *testpb.StreamingOutputCallRequest
 
 // served is a Lifecycle serving a gRPC server, and a client of it.
 type served struct {
-	lc   *lameduck.Lifecycle
-	srv  *ldgrpc.Server
-	svc  *testService
-	cc   *grpc.ClientConn
-	wait func() error
-	log  *syncBuffer
+	lc      *lameduck.Lifecycle
+	srv     *ldgrpc.Server
+	svc     *testService
+	cc      *grpc.ClientConn
+	wait    func() error
+	log     *syncBuffer
+	release func() // ends the UnaryCalls that wait (ResponseSize -1); safe to call twice
 }
 
 type syncBuffer struct {
@@ -100,8 +101,8 @@ func serve(t *testing.T, lc *lameduck.Lifecycle, logs *syncBuffer) *served {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.cc.Close() })
-	var once sync.Once
-	t.Cleanup(func() { once.Do(func() { close(s.svc.release) }) })
+	s.release = sync.OnceFunc(func() { close(s.svc.release) })
+	t.Cleanup(s.release)
 	return s
 }
 
@@ -395,5 +396,102 @@ func TestHealthCheck(t *testing.T) {
 	}
 	if ldgrpc.HealthCheck(health.Check{Name: "up"}, nil, "").Func(ctx) == nil {
 		t.Error("a nil connection passed")
+	}
+}
+
+// The health service's RPCs are probes, not application traffic, as HTTP
+// probes are: an open Watch and a Check are never in flight, they do not
+// keep the idle drain open (with no application RPC at all, the window ends
+// at its 1s minimum, a Watch open and Checks asked throughout), and the
+// Watch still ends at the window's end. Before, they were tracked like
+// application RPCs: the Watch held the idle drain to DRAIN_TIMEOUT.
+func TestHealthRPCsAreNotApplicationTraffic(t *testing.T) {
+	logs := &syncBuffer{}
+	lc, clk := lameducktest.New(t, lameduck.Config{DrainMode: lameduck.DrainIdle, ShutdownDelay: time.Second,
+		IdleWindow: 2 * time.Second, DrainTimeout: 20 * time.Second, ShutdownTeardown: 5 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(io.MultiWriter(logs, t.Output()), nil))})
+	s := serve(t, lc, logs)
+	s.wait = lameducktest.Start(t, lc)
+	ctx := contribtest.Context(t, 30*time.Second) // a hang guard
+	watch, err := healthpb.NewHealthClient(s.cc).Watch(ctx, &healthpb.HealthCheckRequest{Service: ldgrpc.ServiceReadiness})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first, err := watch.Recv(); err != nil || first.GetStatus() != serving {
+		t.Fatalf("the Watch's first answer: %v, %v", first, err)
+	}
+	wantStatus(t, s.cc, "serving", map[string]healthpb.HealthCheckResponse_ServingStatus{ldgrpc.ServiceLiveness: serving, "": serving})
+	if got := lc.InFlight(); len(got) != 0 {
+		t.Fatalf("InFlight() with a Watch open = %v; want none", got)
+	}
+	// Off the clock's first instant, which the idle drain could not tell
+	// from no traffic at all: a Check counted as traffic would show.
+	clk.Advance(100 * time.Millisecond)
+	lc.BeginShutdown("SIGTERM")
+	if st, err := watch.Recv(); err != nil || st.GetStatus() != notServing {
+		t.Fatalf("the Watch at the signal: %v, %v", st, err)
+	}
+	wantStatus(t, s.cc, "in the window", map[string]healthpb.HealthCheckResponse_ServingStatus{ldgrpc.ServiceLiveness: serving, "": notServing})
+	contribtest.Timers(t, clk, 1) // the window's
+	clk.Advance(time.Second)
+	contribtest.Await(t, lc.Events().WindowEnded)
+	if a, _ := lc.Events().ShutdownInitiated.At(); !a.Add(time.Second).Equal(clk.Now()) {
+		t.Fatalf("the window did not end at its 1s minimum")
+	}
+	for {
+		if _, err = watch.Recv(); err != nil {
+			break
+		}
+	}
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("the Watch ended with %v at the window's end, want Unavailable", err)
+	}
+	if err := s.wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// In reject mode (SEND_RETRY_AFTER) the health service still answers while
+// application RPCs are refused: "liveness" SERVING, readiness NOT_SERVING,
+// as /healthz and /readyz do on HTTP. Before, a Check was refused
+// Unavailable like an application RPC.
+func TestHealthAnswersInRejectMode(t *testing.T) {
+	logs := &syncBuffer{}
+	lc, err := lameduck.New(lameduck.Config{ShutdownDelay: lameduck.NoDelay, ShutdownTeardown: 10 * time.Second,
+		SendRetryAfter: true, IgnoreSignals: true, LookupEnv: func(string) (string, bool) { return "", false },
+		Logger: slog.New(slog.NewTextHandler(io.MultiWriter(logs, t.Output()), nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := serve(t, lc, logs)
+	s.wait = lameducktest.Start(t, lc)
+	client := testpb.NewTestServiceClient(s.cc)
+	ctx := contribtest.Context(t, 30*time.Second) // a hang guard
+	slow := make(chan error, 1)
+	go func() {
+		_, err := client.UnaryCall(ctx, &testpb.SimpleRequest{ResponseSize: -1}) // until release
+		slow <- err
+	}()
+	inFlight(t, lc, 1)
+	lc.BeginShutdown("SIGTERM")
+	contribtest.Await(t, lc.Events().WindowEnded)
+	// The teardown waits for the slow call, refusing new ones.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		_, err := client.UnaryCall(ctx, &testpb.SimpleRequest{})
+		if status.Code(err) == codes.Unavailable && strings.Contains(err.Error(), "retry on another instance") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no refusal in reject mode after 10s: %v", err)
+		}
+	}
+	wantStatus(t, s.cc, "in reject mode", map[string]healthpb.HealthCheckResponse_ServingStatus{
+		ldgrpc.ServiceLiveness: serving, ldgrpc.ServiceReadiness: notServing, "": notServing})
+	s.release()
+	if err := contribtest.Recv(t, slow, "the slow call's answer"); err != nil {
+		t.Fatalf("the call in flight: %v", err)
+	}
+	if err := s.wait(); err != nil {
+		t.Fatal(err)
 	}
 }
