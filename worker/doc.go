@@ -34,8 +34,16 @@
 // mode "interrupt" its context is cancelled at once (cause
 // [ErrInterrupted]) so it can checkpoint. A job whose handler returns an
 // error is handed back to the queue; one that returns nil is acknowledged.
-// The pod's terminationGracePeriodSeconds must cover the drain bound plus
-// the teardown (the checkpoint margin); the startup log does that sum.
+// A handler that ignores its cancelled context has its job handed back at
+// the end of the teardown's hook share while it still runs, so no job
+// waits for the queue's ack deadline. The pod's
+// terminationGracePeriodSeconds must cover the drain bound plus the
+// teardown (the checkpoint margin); the startup log does that sum.
+//
+// Whether a job is in flight never depends on its ID: a job with an empty
+// ID (or one whose ID panics) is named <loop>#<n> in logs, n its delivery's
+// number in the loop. Startup tasks added to the Lifecycle run before the
+// loops start.
 //
 // # Rollout epochs
 //
