@@ -26,6 +26,7 @@ type loop struct {
 	deliveries uint64    // guarded by mu: jobs delivered to this loop so far
 	cur        *inFlight // guarded by mu: the job in flight; nil when idle
 	failing    bool      // guarded by mu: the last fetch failed (logged once)
+	silent     int       // guarded by mu: fetches in a row that ended in silence (ErrNoReply)
 }
 
 // inFlight is a job the loop is running. Whether a job is in flight is
@@ -42,7 +43,11 @@ type inFlight struct {
 
 // busy reports the job in flight, if any: its name and age.
 func (l *loop) busy() (name string, age time.Duration, ok bool) {
-	now := l.w.clock.Now()
+	return l.busyAt(l.w.clock.Now())
+}
+
+// busyAt is busy with the age taken at now.
+func (l *loop) busyAt(now time.Time) (name string, age time.Duration, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.cur == nil {
@@ -97,18 +102,19 @@ func (l *loop) cycle() {
 }
 
 // idle reports, for an idle loop that has started, how long since it last
-// cycled (or started); ok is false while a job runs or before the start.
-func (l *loop) idle(now time.Time) (idleFor time.Duration, ok bool) {
+// cycled (or started), and how many fetches in a row ended in silence; ok
+// is false while a job runs or before the start.
+func (l *loop) idle(now time.Time) (idleFor time.Duration, silent int, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.cur != nil || l.began.IsZero() {
-		return 0, false
+		return 0, 0, false
 	}
 	ref := l.lastCycle
 	if ref.IsZero() {
 		ref = l.began
 	}
-	return now.Sub(ref), true
+	return now.Sub(ref), l.silent, true
 }
 
 // run is the loop's goroutine: fetch, run, acknowledge or hand back, until
@@ -130,9 +136,17 @@ func (l *loop) run() {
 			continue
 		}
 		job, err := l.fetch(ctx)
+		if errors.Is(err, ErrNoReply) {
+			// Silence: the queue server neither delivered nor ended the
+			// request, nor sent a heartbeat. Not a cycle: a loop that only
+			// gets silence is stalled, however often it asks.
+			l.fetchFailed(err, true)
+			w.sleep(ctx, min(l.FetchWait, time.Second))
+			continue
+		}
 		l.cycle()
 		if err != nil {
-			l.fetchFailed(err)
+			l.fetchFailed(err, false)
 			w.sleep(ctx, min(l.FetchWait, time.Second))
 			continue
 		}
@@ -181,12 +195,23 @@ func (l *loop) fetch(ctx context.Context) (job Job, err error) {
 	return l.Source.Fetch(ctx, l.FetchWait)
 }
 
-func (l *loop) fetchFailed(err error) {
+// fetchFailed records a failed fetch, logged when the loop starts failing
+// or its failure changes kind (silence, or an error).
+func (l *loop) fetchFailed(err error, silent bool) {
 	l.mu.Lock()
-	was := l.failing
+	was, wasSilent := l.failing, l.silent > 0
 	l.failing = true
+	if silent {
+		l.silent++
+	} else {
+		l.silent = 0
+	}
 	l.mu.Unlock()
-	if !was {
+	switch {
+	case silent && (!was || !wasSilent):
+		l.w.log.Warn(fmt.Sprintf("lameduck: worker: fetch got no reply from the queue server; retrying (not a cycle: liveness fails after %s of this)", l.threshold),
+			"loop", l.Name, "error", err.Error())
+	case !silent && (!was || wasSilent):
 		l.w.log.Warn("lameduck: worker: fetch failed; retrying (the loop keeps cycling, so liveness stays 200)",
 			"loop", l.Name, "error", err.Error())
 	}
@@ -195,7 +220,7 @@ func (l *loop) fetchFailed(err error) {
 func (l *loop) fetchOK() {
 	l.mu.Lock()
 	was := l.failing
-	l.failing = false
+	l.failing, l.silent = false, 0
 	l.mu.Unlock()
 	if was {
 		l.w.log.Info("lameduck: worker: fetch works again", "loop", l.Name)

@@ -216,6 +216,7 @@ func New(cfg Config) (*Worker, error) {
 	w.pollCtx, w.stopPoll = context.WithCancel(context.Background())
 	err = errors.Join(
 		lc.AnswerProbes(w.answer),
+		lc.CountInFlight(w.jobsInFlight),
 		lc.AddDrainWait("jobs in flight", w.drain),
 		lc.AddDrainHook("consume loops", w.joinLoops),
 	)
@@ -255,6 +256,20 @@ func (w *Worker) AddLoop(l Loop) error {
 	}
 	w.loops = append(w.loops, &loop{Loop: l, w: w, threshold: max(w.floor, stallFactor*l.FetchWait), cycled: make(chan struct{})})
 	return nil
+}
+
+// jobsInFlight counts the loops running a job.
+func (w *Worker) jobsInFlight() int {
+	w.mu.Lock()
+	loops := w.loops
+	w.mu.Unlock()
+	n := 0
+	for _, l := range loops {
+		if _, _, ok := l.busy(); ok {
+			n++
+		}
+	}
+	return n
 }
 
 // exitWait bounds Run's wait, after the Lifecycle's sequence, for the loops
@@ -330,7 +345,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 	}
 	if n := w.cut.Load(); n > 0 {
-		err = errors.Join(err, fmt.Errorf("lameduck: worker: %d job(s) cut at the drain bound %s and handed back: %w", n, w.cfg.DrainTimeout, ErrDrainBound))
+		cut := fmt.Errorf("lameduck: worker: %d job(s) cut at the drain bound %s and handed back: %w", n, w.cfg.DrainTimeout, ErrDrainBound)
+		w.log.Error(cut.Error()+"; exiting non-zero", "setting", w.cfg.EnvPrefix+"DRAIN_TIMEOUT")
+		err = errors.Join(err, cut)
 	}
 	return err
 }
