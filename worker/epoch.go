@@ -87,21 +87,11 @@ func (w *Worker) ask(ctx context.Context) (uint64, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, w.poll)
 	defer cancel()
-	type answer struct {
-		n   uint64
-		err error
-	}
-	res := make(chan answer, 1)
+	res := make(chan epochAnswer, 1)
 	w.asks.Go(func() {
-		defer w.asking.Store(false)
-		defer func() {
-			if v := recover(); v != nil {
-				w.panicked("epoch source", v)
-				res <- answer{err: fmt.Errorf("panic: %v", v)}
-			}
-		}()
-		n, err := w.epochs.Newest(ctx, w.cfg.Epoch)
-		res <- answer{n, err}
+		a := w.newest1(ctx)
+		w.asking.Store(false) // before the answer: the next poll may follow it at once
+		res <- a
 	})
 	select {
 	case a := <-res:
@@ -114,6 +104,23 @@ func (w *Worker) ask(ctx context.Context) (uint64, error) {
 			return 0, fmt.Errorf("no answer within the poll interval %s: %w", w.poll, ctx.Err())
 		}
 	}
+}
+
+type epochAnswer struct {
+	n   uint64
+	err error
+}
+
+// newest1 calls Newest once, recovering a panic as an error.
+func (w *Worker) newest1(ctx context.Context) (a epochAnswer) {
+	defer func() {
+		if v := recover(); v != nil {
+			w.panicked("epoch source", v)
+			a = epochAnswer{err: fmt.Errorf("panic: %v", v)}
+		}
+	}()
+	n, err := w.epochs.Newest(ctx, w.cfg.Epoch)
+	return epochAnswer{n, err}
 }
 
 // pollEpoch asks the epoch source once, bounded by the poll interval, and
