@@ -134,7 +134,10 @@ type Config struct {
 	// (PreStopDelay), the longest window (ShutdownDelay, or DrainTimeout in
 	// DrainIdle mode) and a margin of a tenth of the grace period (at least
 	// 2s, at most 10s), never below 1s: 22s for the 30s default grace and a
-	// 5s delay. Elsewhere 60s. Kubernetes sends SIGKILL when the grace period
+	// 5s delay. For a runner whose DrainTimeout is unset too, with a known
+	// grace period: a third of what the grace leaves after the preStop
+	// sleep and the margin, at most 30s (9s of a 30s grace), the drain
+	// bound then taking the rest. Elsewhere 60s. Kubernetes sends SIGKILL when the grace period
 	// ends (kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle,
 	// "Termination of Pods").
 	ShutdownTeardown time.Duration

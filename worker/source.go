@@ -38,11 +38,18 @@ var ErrNoReply = errors.New("worker: no reply from the queue server")
 // once, after the handler has returned (or without running it, when the
 // job must go back).
 type Job interface {
-	// ID names the job in logs.
+	// ID names the job in logs. It may be empty (the loop then names the
+	// job <loop>#<n>, n its delivery's number); whether a job is in flight
+	// never depends on it. A panic is recovered as an empty ID.
 	ID() string
 	// Ack tells the queue the job is done: it is not delivered again.
 	Ack(ctx context.Context) error
 	// HandBack returns the job to the queue to be delivered again after
 	// delay (zero: at once), to this runner or another: a NAK with delay.
+	// It should return only once the queue has the job back, so that a
+	// process exiting next cannot strand it. [HandBackCause](ctx) says why:
+	// nil for the job's own failure (which should count against the
+	// queue's delivery limit), the runner's reason otherwise, after which
+	// the job must stay deliverable even at its last delivery.
 	HandBack(ctx context.Context, delay time.Duration) error
 }

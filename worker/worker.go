@@ -27,7 +27,9 @@ type Config struct {
 	// Lifecycle configures the Lifecycle the worker runs on; New sets its
 	// Runner field, so the runner's defaults and settings apply: probes on
 	// ProbeAddr (":9090"), DrainMode DrainComplete or DrainInterrupt,
-	// DrainTimeout 8h, Epoch, EpochMismatchDelay, FetchWait, all from
+	// DrainTimeout (what LAMEDUCK_TERMINATION_GRACE leaves after the
+	// teardown and a margin; 8h when the grace is unknown), Epoch,
+	// EpochMismatchDelay, FetchWait, all from
 	// LAMEDUCK_* variables when unset (see lameduck.Config).
 	Lifecycle lameduck.Config
 	// Epochs reports the newest rollout epoch of the fleet. Nil means
