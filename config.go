@@ -134,7 +134,10 @@ type Config struct {
 	// (PreStopDelay), the longest window (ShutdownDelay, or DrainTimeout in
 	// DrainIdle mode) and a margin of a tenth of the grace period (at least
 	// 2s, at most 10s), never below 1s: 22s for the 30s default grace and a
-	// 5s delay. Elsewhere 60s. Kubernetes sends SIGKILL when the grace period
+	// 5s delay. For a runner whose DrainTimeout is unset too, with a known
+	// grace period: a third of what the grace leaves after the preStop
+	// sleep and the margin, at most 30s (9s of a 30s grace), the drain
+	// bound then taking the rest. Elsewhere 60s. Kubernetes sends SIGKILL when the grace period
 	// ends (kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle,
 	// "Termination of Pods").
 	ShutdownTeardown time.Duration
@@ -172,7 +175,13 @@ type Config struct {
 	// grace period. In DrainIdle mode it must be at least ShutdownDelay. For
 	// a runner it bounds the wait for the jobs in flight: at the bound their
 	// contexts are cancelled and each is named in the log with its age.
-	// Zero means unset. Env: DRAIN_TIMEOUT. Default 30s; 8h for a runner.
+	// Zero means unset. Env: DRAIN_TIMEOUT. Default 30s. For a runner with
+	// a known grace period (TerminationGrace), what the grace leaves after
+	// the preStop sleep, the teardown and the margin (a tenth of the grace,
+	// 2s to 10s), never below 1s: 18s for a 30s grace, whose runner
+	// teardown defaults to 9s; 8h for a runner whose grace is unknown
+	// (docs/runners.md, "Sizing"). A value longer than the grace allows is
+	// a startup warning with both numbers and the fix.
 	DrainTimeout time.Duration
 	// SendRetryAfter keeps the listeners open during teardown, until the
 	// in-flight requests have drained, and answers every new request with

@@ -76,6 +76,7 @@ type Lifecycle struct {
 	loopCtx       context.Context    // the context of GoLoop tasks
 	bg            *registry
 	answer        atomic.Pointer[ProbeAnswer] // set by AnswerProbes before Run
+	countWork     atomic.Pointer[func() int]  // set by CountInFlight before Run
 	unprobed      atomic.Bool                 // Run bound no listener: nothing serves the probes
 
 	tokenSet     bool         // Config.PreStopToken is set
@@ -319,7 +320,7 @@ func (l *Lifecycle) begin(reason string, bySignal bool) bool {
 			flip, l.cfg.IdleWindow, w, l.cfg.DrainTimeout)
 	}
 	l.log.Info(msg, "reason", reason, "window", w.String(), "teardown", l.cfg.ShutdownTeardown.String(),
-		"in_flight", l.track.inflight())
+		"in_flight", l.inFlight())
 	l.events.ShutdownInitiated.fire(now)
 	l.cancel()
 	return true

@@ -400,9 +400,12 @@ func (c Config) resolve() (Config, map[string]string, []error) {
 		c.IdleWindow, src["IDLE_WINDOW"] = defaultIdleWindow, "default"
 	}
 	if c.DrainTimeout == 0 {
-		if c.Runner {
-			c.DrainTimeout, src["DRAIN_TIMEOUT"] = DefaultRunnerDrainTimeout, "default for a runner"
-		} else {
+		switch {
+		case c.Runner && c.TerminationGrace > 0:
+			runnerDrainDefault(&c, src)
+		case c.Runner:
+			c.DrainTimeout, src["DRAIN_TIMEOUT"] = DefaultRunnerDrainTimeout, "default for a runner whose grace period is unknown; set "+c.EnvPrefix+"TERMINATION_GRACE to derive it"
+		default:
 			c.DrainTimeout, src["DRAIN_TIMEOUT"] = defaultDrainTimeout, "default"
 		}
 	}
@@ -454,6 +457,29 @@ func named(c *Config, src map[string]string, name string) string {
 		return s
 	}
 	return c.EnvPrefix + name
+}
+
+// runnerDrainDefault chooses a runner's drain bound, unset, from its known
+// grace period: what the grace leaves after the preStop sleep, the
+// teardown and the margin, never below 1s (the budget line then says it
+// does not fit). The teardown, when unset too, is chosen first: a third of
+// what the grace leaves after the preStop sleep and the margin, at least 1s
+// and at most the 30s a runner's teardown defaults to without a grace
+// period (docs/runners.md, "Sizing").
+func runnerDrainDefault(c *Config, src map[string]string) {
+	grace, margin := c.TerminationGrace, graceMargin(c.TerminationGrace)
+	room := grace - c.PreStopDelay - margin
+	if c.ShutdownTeardown == 0 {
+		c.ShutdownTeardown = min(defaultRunnerTeardown, max(room/3, minDefaultTeardown))
+		src["SHUTDOWN_TEARDOWN"] = fmt.Sprintf("default for a runner: a third of terminationGracePeriodSeconds %s − preStop %s − margin %s, at most %s",
+			grace, c.PreStopDelay, margin, defaultRunnerTeardown)
+	}
+	d := room - c.ShutdownTeardown
+	rule := fmt.Sprintf("default for a runner: terminationGracePeriodSeconds %s − preStop %s − teardown %s − margin %s", grace, c.PreStopDelay, c.ShutdownTeardown, margin)
+	if d < minDefaultTeardown {
+		d, rule = minDefaultTeardown, rule+fmt.Sprintf(" = %s, raised to the %s minimum", d, minDefaultTeardown)
+	}
+	c.DrainTimeout, src["DRAIN_TIMEOUT"] = d, rule
 }
 
 // defaultTeardown chooses the teardown budget the code and the environment

@@ -58,7 +58,7 @@ func (l *Lifecycle) teardown(servers []*server, serving *sync.WaitGroup) error {
 	httpEnd := end.Add(-join - closeReserve)
 	bgRunning, _ := l.bg.count()
 	l.log.Info("lameduck: teardown — closing listeners, draining in-flight requests",
-		"budget", budget.String(), "in_flight", l.track.inflight(), "servers", len(servers),
+		"budget", budget.String(), "in_flight", l.inFlight(), "servers", len(servers),
 		"hooks", len(hooks), "background", bgRunning)
 
 	var hookErr, httpErr error

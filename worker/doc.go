@@ -22,20 +22,39 @@
 //
 // A cycle is a fetch that returned (a job, nothing, or an error), a job
 // that ended, or, while the runner is superseded and fetches nothing on
-// purpose, each pause of one fetch wait. Every body carries version and
-// commit.
+// purpose, each pause of one fetch wait. A fetch that ended in silence
+// ([ErrNoReply]) is not. While a job runs, /healthz says "busy" with the
+// oldest job's "job" and "job_age". Every body carries version and commit.
+//
+// # Hand-backs
+//
+// [Job.HandBack] learns from [HandBackCause] whether the job failed (nil:
+// it should count against the queue's delivery limit) or the runner gives
+// it back for its own reason (it must stay deliverable, whatever the
+// limit); docs/runners.md, "Hand-backs and delivery limits".
 //
 // # Drain
 //
 // From the signal (SIGTERM) on no loop takes a new job. In mode "complete"
 // (LAMEDUCK_DRAIN_MODE, the default) the job in flight finishes, bounded by
-// LAMEDUCK_DRAIN_TIMEOUT (default 8h); at the bound its context is
-// cancelled (cause [ErrDrainBound]) and the log names it with its age. In
+// LAMEDUCK_DRAIN_TIMEOUT (default: what LAMEDUCK_TERMINATION_GRACE leaves
+// after the teardown and a margin; 8h when the grace is unknown); at the
+// bound its context is cancelled (cause [ErrDrainBound]), the log names it
+// with its age, it is handed back, and Run returns an error so the process
+// exits non-zero before the kubelet's SIGKILL. In
 // mode "interrupt" its context is cancelled at once (cause
 // [ErrInterrupted]) so it can checkpoint. A job whose handler returns an
 // error is handed back to the queue; one that returns nil is acknowledged.
-// The pod's terminationGracePeriodSeconds must cover the drain bound plus
-// the teardown (the checkpoint margin); the startup log does that sum.
+// A handler that ignores its cancelled context has its job handed back at
+// the end of the teardown's hook share while it still runs, so no job
+// waits for the queue's ack deadline. The pod's
+// terminationGracePeriodSeconds must cover the drain bound plus the
+// teardown (the checkpoint margin); the startup log does that sum.
+//
+// Whether a job is in flight never depends on its ID: a job with an empty
+// ID (or one whose ID panics) is named <loop>#<n> in logs, n its delivery's
+// number in the loop. Startup tasks added to the Lifecycle run before the
+// loops start.
 //
 // # Rollout epochs
 //

@@ -2,6 +2,8 @@ package worker
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 )
 
@@ -25,7 +27,11 @@ type EpochSource interface {
 	// Newest publishes mine, this runner's epoch, and returns the newest
 	// epoch of the runners alive now, mine included: at least mine. It may
 	// be lower than an earlier answer (a rollback). On an error the worker
-	// keeps its last answer and logs the failure once.
+	// keeps its last answer and logs the failure once. ctx ends after
+	// Config.EpochPoll; a call still running then counts as an error, is
+	// never waited for (not by the poller, not by Run's exit beyond its 1s
+	// wait), and the source is not asked again until it has returned. A
+	// panic is recovered as an error.
 	Newest(ctx context.Context, mine uint64) (uint64, error)
 }
 
@@ -66,13 +72,62 @@ func (w *Worker) pollLoop() {
 	}
 }
 
+// errStillAsking is the answer of a poll made while the previous call of
+// Newest, past its bound, has not returned.
+var errStillAsking = errors.New("the previous call of Newest has not returned; it ignored its context")
+
+// ask calls the epoch source's Newest in a goroutine of its own (counted in
+// asks), bounded by the poll interval, and waits for it no longer than
+// that: a source that ignores its context delays neither the poller nor
+// Run, and is not asked again until that call has returned. A panic is
+// recovered as an error.
+func (w *Worker) ask(ctx context.Context) (uint64, error) {
+	if !w.asking.CompareAndSwap(false, true) {
+		return 0, errStillAsking
+	}
+	ctx, cancel := context.WithTimeout(ctx, w.poll)
+	defer cancel()
+	res := make(chan epochAnswer, 1)
+	w.asks.Go(func() {
+		a := w.newest1(ctx)
+		w.asking.Store(false) // before the answer: the next poll may follow it at once
+		res <- a
+	})
+	select {
+	case a := <-res:
+		return a.n, a.err
+	case <-ctx.Done():
+		select {
+		case a := <-res: // it returned as its context ended
+			return a.n, a.err
+		default:
+			return 0, fmt.Errorf("no answer within the poll interval %s: %w", w.poll, ctx.Err())
+		}
+	}
+}
+
+type epochAnswer struct {
+	n   uint64
+	err error
+}
+
+// newest1 calls Newest once, recovering a panic as an error.
+func (w *Worker) newest1(ctx context.Context) (a epochAnswer) {
+	defer func() {
+		if v := recover(); v != nil {
+			w.panicked("epoch source", v)
+			a = epochAnswer{err: fmt.Errorf("panic: %v", v)}
+		}
+	}()
+	n, err := w.epochs.Newest(ctx, w.cfg.Epoch)
+	return epochAnswer{n, err}
+}
+
 // pollEpoch asks the epoch source once, bounded by the poll interval, and
 // logs what changed: superseded or not, reachable or not. On an error the
 // last answer stands.
 func (w *Worker) pollEpoch(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, w.poll)
-	defer cancel()
-	n, err := w.epochs.Newest(ctx, w.cfg.Epoch)
+	n, err := w.ask(ctx)
 	w.epochMu.Lock()
 	defer w.epochMu.Unlock()
 	if err != nil {

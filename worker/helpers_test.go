@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -305,4 +307,32 @@ func (h *harness) nextPoll() {
 		h.t.Fatalf("the epoch poller never slept: %v", err)
 	}
 	h.clock.Advance(h.poll)
+}
+
+// silentSource is a fakeSource whose fetches the test may also end in
+// silence (an error wrapping worker.ErrNoReply) or with an error.
+type silentSource struct {
+	*fakeSource
+	silent chan struct{}
+	fail   chan struct{}
+}
+
+func newSilentSource() *silentSource {
+	return &silentSource{fakeSource: newSource(), silent: make(chan struct{}), fail: make(chan struct{})}
+}
+
+func (s *silentSource) Fetch(ctx context.Context, _ time.Duration) (worker.Job, error) {
+	s.fetches <- struct{}{}
+	select {
+	case j := <-s.jobs:
+		return j, nil
+	case <-s.idle:
+		return nil, nil
+	case <-s.silent:
+		return nil, fmt.Errorf("%w: no heartbeat within 2s", worker.ErrNoReply)
+	case <-s.fail:
+		return nil, errors.New("connection refused")
+	case <-ctx.Done():
+		return nil, nil
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lameduck/lameduck"
@@ -18,35 +19,73 @@ type loop struct {
 	threshold time.Duration // immutable: max(floor, 20 × FetchWait)
 	cycled    chan struct{} // closed at the first cycle
 
-	mu        sync.Mutex
-	began     time.Time               // guarded by mu: when the loop started; zero before
-	lastCycle time.Time               // guarded by mu: the end of the last fetch or job
-	cycles    uint64                  // guarded by mu
-	jobID     string                  // guarded by mu: the job in flight; "" when idle
-	jobBegan  time.Time               // guarded by mu
-	jobCancel context.CancelCauseFunc // guarded by mu: cancels the job in flight
-	failing   bool                    // guarded by mu: the last fetch failed (logged once)
+	mu         sync.Mutex
+	began      time.Time // guarded by mu: when the loop started; zero before
+	lastCycle  time.Time // guarded by mu: the end of the last fetch or job
+	cycles     uint64    // guarded by mu
+	deliveries uint64    // guarded by mu: jobs delivered to this loop so far
+	cur        *inFlight // guarded by mu: the job in flight; nil when idle
+	failing    bool      // guarded by mu: the last fetch failed (logged once)
+	silent     int       // guarded by mu: fetches in a row that ended in silence (ErrNoReply)
 }
 
-// busy reports the job in flight, if any, and its age.
-func (l *loop) busy() (id string, age time.Duration, ok bool) {
-	now := l.w.clock.Now()
+// inFlight is a job the loop is running. Whether a job is in flight is
+// whether the loop holds one, never what its ID says: a job may have an
+// empty ID.
+type inFlight struct {
+	job     Job                     // immutable
+	name    string                  // immutable: its ID, or <loop>#<delivery> when it has none
+	began   time.Time               // immutable
+	ctx     context.Context         // immutable: the handler's
+	cancel  context.CancelCauseFunc // immutable
+	settled atomic.Bool             // Ack or HandBack was called (by the loop, or by the drain at its end): never twice
+}
+
+// busy reports the job in flight, if any: its name and age.
+func (l *loop) busy() (name string, age time.Duration, ok bool) {
+	return l.busyAt(l.w.clock.Now())
+}
+
+// busyAt is busy with the age taken at now.
+func (l *loop) busyAt(now time.Time) (name string, age time.Duration, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.jobID == "" {
+	if l.cur == nil {
 		return "", 0, false
 	}
-	return l.jobID, now.Sub(l.jobBegan), true
+	return l.cur.name, now.Sub(l.cur.began), true
 }
 
 // cancelJob cancels the job in flight, if any, with cause.
 func (l *loop) cancelJob(cause error) {
 	l.mu.Lock()
-	cancel := l.jobCancel
+	cur := l.cur
 	l.mu.Unlock()
-	if cancel != nil {
-		cancel(cause)
+	if cur != nil {
+		cur.cancel(cause)
 	}
+}
+
+// giveUp hands the job in flight back now, if the loop has not settled it:
+// at the end of the teardown's hook share, where its handler has still not
+// returned after its context was cancelled. The handler's late return then
+// settles nothing.
+func (l *loop) giveUp() {
+	now := l.w.clock.Now()
+	l.mu.Lock()
+	cur := l.cur
+	l.mu.Unlock()
+	if cur == nil || !cur.settled.CompareAndSwap(false, true) {
+		return
+	}
+	cause := context.Cause(cur.ctx)
+	if cause == nil || errors.Is(cause, context.Canceled) {
+		cause = errExit
+	}
+	age := now.Sub(cur.began).Round(time.Millisecond)
+	l.w.log.Error("lameduck: worker: job's handler ignored its context; handing the job back while it still runs, so the queue does not wait for its ack deadline",
+		"loop", l.Name, "job", cur.name, "age", age.String(), "cause", cause.Error())
+	l.handBack(cur.job, cur.name, 0, cause, fmt.Sprintf("%s; its handler ignored its context (age %s)", cause.Error(), age))
 }
 
 // cycle records one idle cycle (a fetch that returned, or a job that ended).
@@ -63,18 +102,19 @@ func (l *loop) cycle() {
 }
 
 // idle reports, for an idle loop that has started, how long since it last
-// cycled (or started); ok is false while a job runs or before the start.
-func (l *loop) idle(now time.Time) (idleFor time.Duration, ok bool) {
+// cycled (or started), and how many fetches in a row ended in silence; ok
+// is false while a job runs or before the start.
+func (l *loop) idle(now time.Time) (idleFor time.Duration, silent int, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.jobID != "" || l.began.IsZero() {
-		return 0, false
+	if l.cur != nil || l.began.IsZero() {
+		return 0, 0, false
 	}
 	ref := l.lastCycle
 	if ref.IsZero() {
 		ref = l.began
 	}
-	return now.Sub(ref), true
+	return now.Sub(ref), l.silent, true
 }
 
 // run is the loop's goroutine: fetch, run, acknowledge or hand back, until
@@ -96,9 +136,17 @@ func (l *loop) run() {
 			continue
 		}
 		job, err := l.fetch(ctx)
+		if errors.Is(err, ErrNoReply) {
+			// Silence: the queue server neither delivered nor ended the
+			// request, nor sent a heartbeat. Not a cycle: a loop that only
+			// gets silence is stalled, however often it asks.
+			l.fetchFailed(err, true)
+			w.sleep(ctx, min(l.FetchWait, time.Second))
+			continue
+		}
 		l.cycle()
 		if err != nil {
-			l.fetchFailed(err)
+			l.fetchFailed(err, false)
 			w.sleep(ctx, min(l.FetchWait, time.Second))
 			continue
 		}
@@ -106,18 +154,20 @@ func (l *loop) run() {
 		if job == nil {
 			continue
 		}
+		name := l.deliver(job)
 		switch {
 		case ctx.Err() != nil || w.lc.Phase() >= lameduck.PhaseDraining:
 			// Delivered as the drain began: never started, so it goes back
 			// at once for another runner.
-			l.handBack(job, 0, "delivered as the drain began; not started")
+			l.handBack(job, name, 0, ErrNotStarted, ErrNotStarted.Error())
 		case w.isSuperseded():
 			// Delivered as the runner was superseded (the fetch was under
 			// way): handed back once; the loop fetches no more.
 			d := w.cfg.EpochMismatchDelay
-			l.handBack(job, d, fmt.Sprintf("superseded: epoch %d < newest %d; not started, redelivery delayed %s", w.cfg.Epoch, w.newest.Load(), d))
+			l.handBack(job, name, d, ErrSuperseded,
+				fmt.Sprintf("%s: epoch %d < newest %d; not started, redelivery delayed %s", ErrSuperseded.Error(), w.cfg.Epoch, w.newest.Load(), d))
 		default:
-			l.runJob(job)
+			l.runJob(job, name)
 		}
 	}
 }
@@ -145,12 +195,23 @@ func (l *loop) fetch(ctx context.Context) (job Job, err error) {
 	return l.Source.Fetch(ctx, l.FetchWait)
 }
 
-func (l *loop) fetchFailed(err error) {
+// fetchFailed records a failed fetch, logged when the loop starts failing
+// or its failure changes kind (silence, or an error).
+func (l *loop) fetchFailed(err error, silent bool) {
 	l.mu.Lock()
-	was := l.failing
+	was, wasSilent := l.failing, l.silent > 0
 	l.failing = true
+	if silent {
+		l.silent++
+	} else {
+		l.silent = 0
+	}
 	l.mu.Unlock()
-	if !was {
+	switch {
+	case silent && (!was || !wasSilent):
+		l.w.log.Warn(fmt.Sprintf("lameduck: worker: fetch got no reply from the queue server; retrying (not a cycle: liveness fails after %s of this)", l.threshold),
+			"loop", l.Name, "error", err.Error())
+	case !silent && (!was || wasSilent):
 		l.w.log.Warn("lameduck: worker: fetch failed; retrying (the loop keeps cycling, so liveness stays 200)",
 			"loop", l.Name, "error", err.Error())
 	}
@@ -159,23 +220,49 @@ func (l *loop) fetchFailed(err error) {
 func (l *loop) fetchOK() {
 	l.mu.Lock()
 	was := l.failing
-	l.failing = false
+	l.failing, l.silent = false, 0
 	l.mu.Unlock()
 	if was {
 		l.w.log.Info("lameduck: worker: fetch works again", "loop", l.Name)
 	}
 }
 
+// deliver counts a delivered job and names it: its ID, or <loop>#<n>, the
+// delivery's number in this loop, when the ID is empty or panics.
+func (l *loop) deliver(job Job) string {
+	l.mu.Lock()
+	l.deliveries++
+	n := l.deliveries
+	l.mu.Unlock()
+	id := l.jobID(job)
+	if id == "" {
+		id = fmt.Sprintf("%s#%d", l.Name, n)
+	}
+	return id
+}
+
+// jobID calls the Job's ID, recovering a panic as "".
+func (l *loop) jobID(job Job) (id string) {
+	defer func() {
+		if v := recover(); v != nil {
+			l.w.panicked("job ID "+l.Name, v)
+			id = ""
+		}
+	}()
+	return job.ID()
+}
+
 // runJob runs one job under a context the drain can cancel, then
-// acknowledges it or hands it back.
-func (l *loop) runJob(job Job) {
+// acknowledges it or hands it back, unless the drain's end already handed
+// it back.
+func (l *loop) runJob(job Job, name string) {
 	w := l.w
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
-	id := job.ID()
 	began := w.clock.Now()
+	cur := &inFlight{job: job, name: name, began: began, ctx: ctx, cancel: cancel}
 	l.mu.Lock()
-	l.jobID, l.jobBegan, l.jobCancel = id, began, cancel
+	l.cur = cur
 	l.mu.Unlock()
 	if w.fetchCtx.Err() != nil && w.cfg.DrainMode == lameduck.DrainInterrupt {
 		cancel(ErrInterrupted) // the drain began between the check and now
@@ -185,21 +272,29 @@ func (l *loop) runJob(job Job) {
 
 	took := w.clock.Now().Sub(began)
 	l.mu.Lock()
-	l.jobID, l.jobBegan, l.jobCancel = "", time.Time{}, nil
+	l.cur = nil
 	l.mu.Unlock()
 	l.cycle()
+	if !cur.settled.CompareAndSwap(false, true) {
+		w.log.Warn("lameduck: worker: job's handler returned after the drain had handed the job back; it is neither acknowledged nor handed back again",
+			"loop", l.Name, "job", name, "ran", took.Round(time.Millisecond).String())
+		return
+	}
 	if err == nil {
 		if aerr := l.settle("ack", func() error { return job.Ack(context.Background()) }); aerr != nil {
 			w.log.Warn("lameduck: worker: job done but its acknowledgement failed; the queue may deliver it again",
-				"loop", l.Name, "job", id, "error", aerr.Error())
+				"loop", l.Name, "job", name, "error", aerr.Error())
 		}
 		return
 	}
+	// A job the runner cancelled (interrupt, drain bound, exit) goes back
+	// for the runner's reason, whatever error its handler returned.
+	cause := context.Cause(ctx)
 	why := "failed: " + err.Error()
-	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+	if cause != nil {
 		why = cause.Error()
 	}
-	l.handBack(job, 0, fmt.Sprintf("%s (ran %s)", why, took.Round(time.Millisecond)))
+	l.handBack(job, name, 0, cause, fmt.Sprintf("%s (ran %s)", why, took.Round(time.Millisecond)))
 }
 
 // handle calls Handle, recovering a panic as an error.
@@ -213,9 +308,15 @@ func (l *loop) handle(ctx context.Context, job Job) (err error) {
 	return l.Handle(ctx, job)
 }
 
-func (l *loop) handBack(job Job, delay time.Duration, why string) {
-	err := l.settle("hand back", func() error { return job.HandBack(context.Background(), delay) })
-	attrs := []any{"loop", l.Name, "job", job.ID(), "delay", delay.String()}
+// handBack hands job back with delay; cause is the runner's reason
+// (HandBackCause), nil for the job's own failure.
+func (l *loop) handBack(job Job, name string, delay time.Duration, cause error, why string) {
+	ctx := context.Background()
+	if cause != nil {
+		ctx = context.WithValue(ctx, causeKey{}, cause)
+	}
+	err := l.settle("hand back", func() error { return job.HandBack(ctx, delay) })
+	attrs := []any{"loop", l.Name, "job", name, "delay", delay.String()}
 	if err != nil {
 		l.w.log.Warn("lameduck: worker: handing job back failed; the queue redelivers it when its ack wait expires: "+why,
 			append(attrs, "error", err.Error())...)

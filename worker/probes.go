@@ -25,7 +25,7 @@ func (w *Worker) answer(probe string, phase lameduck.Phase) (health.Report, bool
 // pod mid-drain: alive.
 func (w *Worker) liveness(phase lameduck.Phase) (health.Report, bool) {
 	if phase >= lameduck.PhaseDraining {
-		return health.Report{}, false
+		return w.busyReport(w.clock.Now(), health.StatusOK, http.StatusOK, nil)
 	}
 	w.mu.Lock()
 	loops := w.loops
@@ -33,26 +33,65 @@ func (w *Worker) liveness(phase lameduck.Phase) (health.Report, bool) {
 	now := w.clock.Now()
 	var worst *loop
 	var worstIdle time.Duration
-	stalled := 0
+	worstSilent, stalled := 0, 0
 	for _, l := range loops {
-		idle, ok := l.idle(now)
+		idle, silent, ok := l.idle(now)
 		if !ok || idle <= l.threshold {
 			continue
 		}
 		stalled++
 		if worst == nil || idle > worstIdle {
-			worst, worstIdle = l, idle
+			worst, worstIdle, worstSilent = l, idle, silent
 		}
 	}
 	if worst == nil {
-		return health.Report{}, false
+		return w.busyReport(now, health.StatusOK, http.StatusOK, nil)
 	}
-	return health.Report{Status: health.StatusStalled, Code: http.StatusServiceUnavailable, Fields: map[string]any{
+	fields := map[string]any{
 		"loop":      worst.Name,
 		"idle_for":  worstIdle.Round(time.Second).String(),
 		"threshold": worst.threshold.String(),
 		"stalled":   stalled,
-	}}, true
+	}
+	if worstSilent > 0 {
+		fields["silent_fetches"] = worstSilent
+	}
+	return health.Report{Status: health.StatusStalled, Code: http.StatusServiceUnavailable, Fields: fields}, true
+}
+
+// busyReport answers with status and code plus, while jobs are in flight,
+// "busy":true, their count, and the oldest one's loop, name and age
+// ("job_age":"1h2m3s"); with no job in flight it leaves the answer to the
+// Lifecycle (answered false) unless fields is set.
+func (w *Worker) busyReport(now time.Time, status health.Status, code int, fields map[string]any) (health.Report, bool) {
+	w.mu.Lock()
+	loops := w.loops
+	w.mu.Unlock()
+	busy := 0
+	var oldest *loop
+	var oldestName string
+	var oldestAge time.Duration
+	for _, l := range loops {
+		name, age, ok := l.busyAt(now)
+		if !ok {
+			continue
+		}
+		busy++
+		if oldest == nil || age > oldestAge {
+			oldest, oldestName, oldestAge = l, name, age
+		}
+	}
+	if busy == 0 && fields == nil {
+		return health.Report{}, false
+	}
+	if fields == nil {
+		fields = map[string]any{}
+	}
+	fields["busy"], fields["jobs_in_flight"] = busy > 0, busy
+	if oldest != nil {
+		fields["loop"], fields["job"], fields["job_age"] = oldest.Name, oldestName, oldestAge.Round(time.Second).String()
+	}
+	return health.Report{Status: status, Code: code, Fields: fields}, true
 }
 
 // readiness answers draining (with busy) from the signal on, and
@@ -61,18 +100,7 @@ func (w *Worker) liveness(phase lameduck.Phase) (health.Report, bool) {
 func (w *Worker) readiness(phase lameduck.Phase) (health.Report, bool) {
 	switch {
 	case phase >= lameduck.PhaseDraining:
-		busy := 0
-		w.mu.Lock()
-		loops := w.loops
-		w.mu.Unlock()
-		for _, l := range loops {
-			if _, _, ok := l.busy(); ok {
-				busy++
-			}
-		}
-		return health.Report{Status: health.StatusDraining, Fields: map[string]any{
-			"busy": busy > 0, "jobs_in_flight": busy,
-		}}, true
+		return w.busyReport(w.clock.Now(), health.StatusDraining, 0, map[string]any{})
 	case phase == lameduck.PhaseServing && w.isSuperseded():
 		return health.Report{Status: health.StatusSuperseded, Fields: map[string]any{
 			"epoch": w.cfg.Epoch, "newest_epoch": w.newest.Load(),

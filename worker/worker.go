@@ -27,7 +27,9 @@ type Config struct {
 	// Lifecycle configures the Lifecycle the worker runs on; New sets its
 	// Runner field, so the runner's defaults and settings apply: probes on
 	// ProbeAddr (":9090"), DrainMode DrainComplete or DrainInterrupt,
-	// DrainTimeout 8h, Epoch, EpochMismatchDelay, FetchWait, all from
+	// DrainTimeout (what LAMEDUCK_TERMINATION_GRACE leaves after the
+	// teardown and a margin; 8h when the grace is unknown), Epoch,
+	// EpochMismatchDelay, FetchWait, all from
 	// LAMEDUCK_* variables when unset (see lameduck.Config).
 	Lifecycle lameduck.Config
 	// Epochs reports the newest rollout epoch of the fleet. Nil means
@@ -73,9 +75,40 @@ var (
 	// ErrDrainBound is the cause when the drain bound (DrainTimeout)
 	// passed with the job still running.
 	ErrDrainBound = errors.New("worker: job cancelled at the drain bound")
+	// ErrNotStarted is the hand-back cause of a job delivered as the drain
+	// began: it never started.
+	ErrNotStarted = errors.New("worker: job delivered as the drain began; not started")
+	// ErrSuperseded is the hand-back cause of a job delivered as the
+	// runner became superseded (a newer rollout epoch exists): it never
+	// started.
+	ErrSuperseded = errors.New("worker: runner superseded by a newer rollout epoch")
 	// errExit is the cause when Run returns with the job still running.
 	errExit = errors.New("worker: the process is exiting")
 )
+
+type causeKey struct{}
+
+// HandBackCause returns why a loop hands a job back, read from the ctx the
+// loop passes to [Job.HandBack]:
+//
+//   - nil when the job failed: its handler returned an error, or panicked,
+//     with nothing cancelled. Such a hand-back should count against the
+//     queue's delivery limit, so a job that always fails ends in the
+//     queue's dead-letter policy instead of looping forever;
+//   - otherwise the runner's own reason, through no fault of the job's:
+//     [ErrNotStarted], [ErrSuperseded], [ErrInterrupted], [ErrDrainBound],
+//     or an error saying the process is exiting. Such a hand-back must
+//     leave the job deliverable whatever the queue's delivery limit: a job
+//     at its last delivery is given a fresh one (re-published, say) rather
+//     than NAKed into the dead-letter path, or every rollout would spend one
+//     of its deliveries.
+//
+// docs/runners.md, "Hand-backs and delivery limits", says how the demo
+// worker does it on JetStream.
+func HandBackCause(ctx context.Context) error {
+	err, _ := ctx.Value(causeKey{}).(error)
+	return err
+}
 
 // Worker runs consume loops on a [lameduck.Lifecycle] and makes the
 // Lifecycle's probes tell their truth (docs/runners.md):
@@ -94,7 +127,15 @@ var (
 // flight finish, bounded by DrainTimeout, at which their contexts are
 // cancelled and each is logged with its age; in DrainInterrupt mode their
 // contexts are cancelled at once. A job whose handler returns an error is
-// handed back; one that returns nil is acknowledged.
+// handed back; one that returns nil is acknowledged. A handler that has
+// not returned when the teardown's hook share ends (Config.HookShare of
+// ShutdownTeardown) has its job handed back there, while it still runs, so
+// the job never waits for the queue's ack deadline; its late return then
+// settles nothing.
+//
+// Whether a job is in flight never depends on its ID: a job whose ID is
+// empty (or panics) is named in logs <loop>#<n>, n its delivery's number in
+// the loop.
 //
 // Create one with [New]; the zero value is not usable. Its methods are safe
 // for concurrent use. It runs once.
@@ -120,10 +161,14 @@ type Worker struct {
 	stopPoll  context.CancelFunc
 	exited    chan struct{}  // closed when every loop goroutine has returned
 	poller    sync.WaitGroup // the epoch poller and the signal's watcher
+	asks      sync.WaitGroup // calls of Epochs.Newest, each in a goroutine of its own
+	asking    atomic.Bool    // a call of Epochs.Newest is running (a wedged one is not piled on)
+	cut       atomic.Int32   // jobs cut at the drain bound
 
 	mu      sync.Mutex
-	loops   []*loop // guarded by mu; fixed once started
-	started bool    // guarded by mu
+	loops   []*loop // guarded by mu; fixed once Run is called
+	ran     bool    // guarded by mu: Run was called
+	started bool    // guarded by mu: the loops started
 }
 
 // New returns a Worker on a new Lifecycle configured by cfg.Lifecycle with
@@ -173,7 +218,7 @@ func New(cfg Config) (*Worker, error) {
 	w.pollCtx, w.stopPoll = context.WithCancel(context.Background())
 	err = errors.Join(
 		lc.AnswerProbes(w.answer),
-		lc.AddStartupTask("consume loops", w.start),
+		lc.CountInFlight(w.jobsInFlight),
 		lc.AddDrainWait("jobs in flight", w.drain),
 		lc.AddDrainHook("consume loops", w.joinLoops),
 	)
@@ -188,9 +233,9 @@ func New(cfg Config) (*Worker, error) {
 func (w *Worker) Lifecycle() *lameduck.Lifecycle { return w.lc }
 
 // AddLoop registers a consume loop; it starts when Run has bound the probe
-// listener. It returns an error for a missing name, Source or Handle, a
-// duplicate name or a negative FetchWait, and lameduck.ErrAlreadyRunning
-// once Run has started.
+// listener and every startup task has returned. It returns an error for a
+// missing name, Source or Handle, a duplicate name or a negative FetchWait,
+// and lameduck.ErrAlreadyRunning once Run has been called.
 func (w *Worker) AddLoop(l Loop) error {
 	switch {
 	case l.Name == "" || l.Source == nil || l.Handle == nil:
@@ -203,7 +248,7 @@ func (w *Worker) AddLoop(l Loop) error {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.started {
+	if w.ran {
 		return lameduck.ErrAlreadyRunning
 	}
 	for _, o := range w.loops {
@@ -215,36 +260,96 @@ func (w *Worker) AddLoop(l Loop) error {
 	return nil
 }
 
-// Run runs the Lifecycle (see lameduck.Lifecycle.Run) with the loops: the
-// probe listener is bound, the loops start and /readyz turns 200 when each
-// has cycled once; the signal drains them as [Worker] describes. Run
-// returns the Lifecycle's error when the sequence has finished and the
-// loops have returned; a loop whose handler ignores its context past the
-// end is named in the log and left behind.
+// jobsInFlight counts the loops running a job.
+func (w *Worker) jobsInFlight() int {
+	w.mu.Lock()
+	loops := w.loops
+	w.mu.Unlock()
+	n := 0
+	for _, l := range loops {
+		if _, _, ok := l.busy(); ok {
+			n++
+		}
+	}
+	return n
+}
+
+// exitWait bounds Run's wait, after the Lifecycle's sequence, for the loops
+// and the epoch source's calls to return.
+const exitWait = time.Second
+
+// Run runs the Lifecycle (see lameduck.Lifecycle.Run) with the loops, in
+// order:
+//
+//  1. the probe listener is bound and the Lifecycle's startup tasks run,
+//     in the order they were added; the loops start only when every one
+//     of them has returned, so no job is handled while the runner is
+//     starting; /readyz turns 200 when each loop has cycled once;
+//  2. the signal drains the loops as [Worker] describes;
+//  3. once the sequence has finished, Run waits up to 1s for the loops
+//     and the epoch source: a handler or an EpochSource that ignores its
+//     context past then is named in the log and left behind.
+//
+// Run returns the Lifecycle's error, joined with an error wrapping
+// [ErrDrainBound] when the drain bound cut a job (so the process exits
+// non-zero: the job did not finish here). Run runs once: a second call
+// returns lameduck.ErrAlreadyRunning at once and changes nothing, and so
+// does a call after the Lifecycle's own Run was called (run a worker with
+// Worker.Run, never with its Lifecycle's).
 func (w *Worker) Run(ctx context.Context) error {
+	w.mu.Lock()
+	if w.ran {
+		w.mu.Unlock()
+		return lameduck.ErrAlreadyRunning
+	}
+	w.ran = true
+	w.mu.Unlock()
+	// Registered last, so it runs after every startup task the
+	// application added (a migration ends before the first job).
+	if err := w.lc.AddStartupTask("consume loops", w.start); err != nil {
+		return err
+	}
 	err := w.lc.Run(ctx)
 	w.stopFetch()
 	w.stopPoll()
-	w.poller.Wait()
+	w.poller.Wait() // never inside Newest: see ask
 	w.mu.Lock()
 	loops, started := w.loops, w.started
 	w.mu.Unlock()
 	for _, l := range loops {
 		l.cancelJob(errExit)
 	}
-	if started {
-		t := w.clock.NewTimer(time.Second)
-		defer t.Stop()
+	asked := make(chan struct{})
+	go func(done chan struct{}) { w.asks.Wait(); close(done) }(asked) // returns once a wedged Newest does; see ask
+	exited := w.exited
+	if !started {
+		exited = nil
+	}
+	t := w.clock.NewTimer(exitWait)
+	defer t.Stop()
+	for exited != nil || asked != nil {
 		select {
-		case <-w.exited:
+		case <-exited:
+			exited = nil
+		case <-asked:
+			asked = nil
 		case <-t.C():
 			for _, l := range loops {
-				if id, age, busy := l.busy(); busy {
+				if id, age, busy := l.busy(); busy && exited != nil {
 					w.log.Error("lameduck: worker: job still running at exit; its handler ignored its context",
 						"loop", l.Name, "job", id, "age", age.Round(time.Millisecond).String())
 				}
 			}
+			if asked != nil {
+				w.log.Error("lameduck: worker: the epoch source's Newest still running at exit; it ignored its context")
+			}
+			exited, asked = nil, nil
 		}
+	}
+	if n := w.cut.Load(); n > 0 {
+		cut := fmt.Errorf("lameduck: worker: %d job(s) cut at the drain bound %s and handed back: %w", n, w.cfg.DrainTimeout, ErrDrainBound)
+		w.log.Error(cut.Error()+"; exiting non-zero", "setting", w.cfg.EnvPrefix+"DRAIN_TIMEOUT")
+		err = errors.Join(err, cut)
 	}
 	return err
 }
@@ -310,7 +415,8 @@ func (w *Worker) drain(ctx context.Context) error {
 	}
 	for _, l := range loops {
 		if id, age, busy := l.busy(); busy {
-			w.log.Warn(fmt.Sprintf("lameduck: worker: drain bound %s reached: cancelling job %s of loop %s (age %s); it will be handed back",
+			w.cut.Add(1)
+			w.log.Warn(fmt.Sprintf("lameduck: worker: drain bound %s reached: cancelling job %s of loop %s (age %s); it will be handed back and the process will exit non-zero",
 				w.cfg.DrainTimeout, id, l.Name, age.Round(time.Second)),
 				"loop", l.Name, "job", id, "age", age.Round(time.Millisecond).String(),
 				"setting", w.cfg.EnvPrefix+"DRAIN_TIMEOUT")
@@ -321,10 +427,11 @@ func (w *Worker) drain(ctx context.Context) error {
 }
 
 // joinLoops is the drain hook: it waits, within the teardown's hook share,
-// for the loops cancelled at the bound to hand their jobs back.
+// for the loops cancelled at the bound to hand their jobs back, and at the
+// share's end hands back itself each job whose handler has not returned.
 func (w *Worker) joinLoops(ctx context.Context) error {
 	w.mu.Lock()
-	started := w.started
+	loops, started := w.loops, w.started
 	w.mu.Unlock()
 	if !started {
 		return nil
@@ -333,8 +440,11 @@ func (w *Worker) joinLoops(ctx context.Context) error {
 	case <-w.exited:
 		return nil
 	case <-ctx.Done():
-		return ctx.Err()
 	}
+	for _, l := range loops {
+		l.giveUp()
+	}
+	return ctx.Err()
 }
 
 // sleep waits d on the worker's clock, or until ctx is done.

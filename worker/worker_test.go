@@ -507,14 +507,22 @@ func TestRunnerConfiguration(t *testing.T) {
 
 func TestBudgetLogDoesTheRunnerArithmetic(t *testing.T) {
 	for _, tc := range []struct {
-		grace, want string
+		grace, drain, want string
 	}{
 		// The teardown's default is what the grace period leaves: 29100s − 8h − a 10s margin.
-		{"29100s", "shutdown budget runner drain bound 8h0m0s + teardown 4m50s = 8h4m50s ≤ terminationGracePeriodSeconds 8h5m0s (margin 10s)"},
-		{"1h", "shutdown budget does not fit: runner drain bound 8h0m0s + teardown 1s = 8h0m1s > terminationGracePeriodSeconds 1h0m0s"},
+		{"29100s", "8h", "shutdown budget runner drain bound 8h0m0s + teardown 4m50s = 8h4m50s ≤ terminationGracePeriodSeconds 8h5m0s (margin 10s)"},
+		// The drain bound's default is what the grace leaves after a 30s teardown and the margin.
+		{"29100s", "", "shutdown budget runner drain bound 8h4m20s + teardown 30s = 8h4m50s ≤ terminationGracePeriodSeconds 8h5m0s (margin 10s)"},
+		// An explicit bound longer than the grace allows: a warning with both numbers and the fix.
+		{"1h", "8h", "level=WARN msg=\"lameduck: shutdown budget does not fit: runner drain bound 8h0m0s + teardown 1s = 8h0m1s > terminationGracePeriodSeconds 1h0m0s; " +
+			"the kubelet will SIGKILL the pod mid-teardown; lower LAMEDUCK_DRAIN_TIMEOUT or LAMEDUCK_SHUTDOWN_TEARDOWN, or raise terminationGracePeriodSeconds to at least 8h0m1s\""},
 	} {
 		src, hd := newSource(), newHandler()
-		h := serving(t, worker.Config{}, map[string]string{"LAMEDUCK_ENV": "kubernetes", "LAMEDUCK_TERMINATION_GRACE": tc.grace}, src, hd)
+		vars := map[string]string{"LAMEDUCK_ENV": "kubernetes", "LAMEDUCK_TERMINATION_GRACE": tc.grace}
+		if tc.drain != "" {
+			vars["LAMEDUCK_DRAIN_TIMEOUT"] = tc.drain
+		}
+		h := serving(t, worker.Config{}, vars, src, hd)
 		if logs := h.logs.String(); !strings.Contains(logs, tc.want) {
 			t.Fatalf("logs lack %q:\n%s", tc.want, logs)
 		}

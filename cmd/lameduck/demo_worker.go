@@ -32,6 +32,9 @@ type workerOptions struct {
 	logFormat    string
 	loops        int
 	ackWait      time.Duration
+	ackWaitSet   bool
+	maxDeliver   int
+	maxDelivSet  bool
 	epochSource  string
 	epochPoll    time.Duration
 	stallAfter   int
@@ -45,7 +48,12 @@ func newDemoWorkerCommand() *cobra.Command {
 		Short: "Run a demo runner that consumes jobs from NATS JetStream and drains without losing one",
 		Long: `Run a demo runner built on lameduck's worker package: it consumes jobs from a
 NATS JetStream pull consumer, one at a time per loop, acknowledging each when
-it is done (in-progress acks keep a long job from being redelivered).
+it is done (in-progress acks, every third of the consumer's AckWait, keep a
+long job from being redelivered). --ack-wait and --max-deliver set the
+consumer's AckWait and MaxDeliver when it is created, or when given; an
+existing consumer otherwise keeps its own. A job handed back by the runner
+(drain, interrupt, superseded) at its last delivery is re-published, so it is
+never stranded by MaxDeliver; a job that fails counts against it.
 
 Without --nats it starts an embedded NATS server with JetStream on
 --embedded-addr (default 127.0.0.1:4223), storing in --store, so it runs with
@@ -64,6 +72,7 @@ LAMEDUCK_FETCH_WAIT, LAMEDUCK_TERMINATION_GRACE, ...).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.probeAddrSet = cmd.Flags().Changed("probe-addr")
+			o.ackWaitSet, o.maxDelivSet = cmd.Flags().Changed("ack-wait"), cmd.Flags().Changed("max-deliver")
 			return runDemoWorker(cmd.Context(), o)
 		},
 	}
@@ -76,7 +85,8 @@ LAMEDUCK_FETCH_WAIT, LAMEDUCK_TERMINATION_GRACE, ...).`,
 	lf.StringVar(&o.store, "store", filepath.Join(os.TempDir(), "lameduck-demo-worker"), "JetStream store directory of the embedded server")
 	lf.StringVar(&o.probeAddr, "probe-addr", lameduck.DefaultRunnerProbeAddr, "listen address of the probes (LAMEDUCK_PROBE_ADDR when the flag is not given)")
 	lf.IntVar(&o.loops, "loops", 1, "consume loops, each running one job at a time")
-	lf.DurationVar(&o.ackWait, "ack-wait", 30*time.Second, "the consumer's AckWait; a job in flight sends an in-progress ack every third of it")
+	lf.DurationVar(&o.ackWait, "ack-wait", 30*time.Second, "the consumer's AckWait when this creates it (given: also set on an existing one); a job in flight sends an in-progress ack every third of the consumer's AckWait")
+	lf.IntVar(&o.maxDeliver, "max-deliver", -1, "the consumer's MaxDeliver when this creates it (given: also set on an existing one); -1: unlimited. A job's failures count against it; the runner's own hand-backs never strand a job (docs/runners.md)")
 	lf.StringVar(&o.epochSource, "epoch-source", "kv", `where the fleet's newest LAMEDUCK_EPOCH is read: "kv" (JetStream key-value, each runner publishes its own) or "static" (never superseded)`)
 	lf.DurationVar(&o.epochPoll, "epoch-poll", worker.DefaultEpochPoll, "how often the epoch source is asked")
 	lf.IntVar(&o.stallAfter, "simulate-stall-after", 0, "stop fetching after this many fetches, as a wedged consumer would (0: never)")
@@ -145,6 +155,8 @@ func runDemoWorker(ctx context.Context, o workerOptions) error {
 		return usagef("--loops=%d: must be at least 1", o.loops)
 	case o.ackWait <= 0:
 		return usagef("--ack-wait=%s: must be positive", o.ackWait)
+	case o.maxDeliver == 0 || o.maxDeliver < -1:
+		return usagef("--max-deliver=%d: must be positive, or -1 for unlimited", o.maxDeliver)
 	case o.epochSource != "kv" && o.epochSource != "static":
 		return usagef(`--epoch-source=%q: use "kv" or "static"`, o.epochSource)
 	}
@@ -199,13 +211,7 @@ func runDemoWorker(ctx context.Context, o workerOptions) error {
 		}
 		return exitError{err}
 	}
-	cons, err := st.CreateOrUpdateConsumer(cctx, jetstream.ConsumerConfig{
-		Durable:       demoConsumer(o.queue),
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       o.ackWait,
-		MaxDeliver:    -1,
-		MaxAckPending: 1000,
-	})
+	cons, err := demoConsumerFor(cctx, st, o)
 	if err == nil {
 		if o.epochSource == "kv" {
 			var kve *kvEpochs
@@ -228,16 +234,19 @@ func runDemoWorker(ctx context.Context, o workerOptions) error {
 		}
 		return exitError{err}
 	}
+	cc := cons.CachedInfo().Config
+	ackWait := cc.AckWait
 	log.Info("demo-worker: consuming", "nats", url, "stream", demoStream(o.queue), "consumer", demoConsumer(o.queue), "loops", o.loops,
-		"ack_wait", o.ackWait.String(), "epoch", lc.Config().Epoch, "epoch_source", o.epochSource, "drain_mode", lc.Config().DrainMode)
+		"ack_wait", ackWait.String(), "in_progress_every", (ackWait / 3).String(), "max_deliver", cc.MaxDeliver,
+		"epoch", lc.Config().Epoch, "epoch_source", o.epochSource, "drain_mode", lc.Config().DrainMode)
 
-	src := &natsSource{nc: nc, cons: cons, stallAfter: o.stallAfter, metrics: metrics}
+	src := &natsSource{nc: nc, js: js, cons: cons, maxDeliver: cc.MaxDeliver, stallAfter: o.stallAfter, metrics: metrics}
 	for i := 1; i <= o.loops; i++ {
 		name := "jobs"
 		if o.loops > 1 {
 			name = fmt.Sprintf("jobs-%d", i)
 		}
-		if err := wk.AddLoop(worker.Loop{Name: name, Source: src, Handle: demoHandler(log, o.ackWait, metrics)}); err != nil {
+		if err := wk.AddLoop(worker.Loop{Name: name, Source: src, Handle: demoHandler(log, ackWait, metrics)}); err != nil {
 			return err
 		}
 	}
@@ -247,8 +256,41 @@ func runDemoWorker(ctx context.Context, o workerOptions) error {
 	return nil
 }
 
+// demoConsumerFor returns the queue's durable consumer. It creates it with
+// --ack-wait and --max-deliver when it does not exist; an existing one
+// keeps its own AckWait and MaxDeliver (a real consumer's are an
+// operator's choice), unless the flag was given, which sets it.
+func demoConsumerFor(ctx context.Context, st jetstream.Stream, o workerOptions) (jetstream.Consumer, error) {
+	cons, err := st.Consumer(ctx, demoConsumer(o.queue))
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return st.CreateConsumer(ctx, jetstream.ConsumerConfig{
+			Durable:       demoConsumer(o.queue),
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       o.ackWait,
+			MaxDeliver:    o.maxDeliver,
+			MaxAckPending: 1000,
+		})
+	}
+	if err != nil {
+		return nil, err
+	}
+	cfg := cons.CachedInfo().Config
+	changed := false
+	if o.ackWaitSet && cfg.AckWait != o.ackWait {
+		cfg.AckWait, changed = o.ackWait, true
+	}
+	if o.maxDelivSet && cfg.MaxDeliver != o.maxDeliver {
+		cfg.MaxDeliver, changed = o.maxDeliver, true
+	}
+	if !changed {
+		return cons, nil
+	}
+	return st.UpdateConsumer(ctx, cfg)
+}
+
 // demoHandler runs a demo job: it sleeps the job's duration, sending an
-// in-progress ack every third of the ack wait, and stops when ctx ends.
+// in-progress ack every third of ackWait (the consumer's), and stops when
+// ctx ends.
 func demoHandler(log interface {
 	Info(string, ...any)
 	Warn(string, ...any)

@@ -8,10 +8,14 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -110,11 +114,19 @@ func workerEnv(extra map[string]string) map[string]string {
 }
 
 // startWorker starts `lameduck demo-worker` on url and queue q with its
-// probes on a free loopback port, and waits until /readyz answers 200.
+// probes on a free loopback port and a 2s ack wait, and waits until
+// /readyz answers 200.
 func startWorker(t *testing.T, url, q string, env map[string]string, args ...string) *proc {
 	t.Helper()
+	return startWorkerKeeping(t, url, q, env, append([]string{"--ack-wait", "2s"}, args...)...)
+}
+
+// startWorkerKeeping is startWorker without --ack-wait: an existing
+// consumer keeps its own.
+func startWorkerKeeping(t *testing.T, url, q string, env map[string]string, args ...string) *proc {
+	t.Helper()
 	argv := append([]string{"demo-worker", "--log-format", "json", "--queue", q, "--probe-addr", "127.0.0.1:0",
-		"--ack-wait", "2s", "--epoch-poll", "200ms"}, args...)
+		"--epoch-poll", "200ms"}, args...)
 	if url != "" {
 		argv = append(argv, "--nats", url)
 	}
@@ -582,8 +594,8 @@ func TestE2EWorkerDrainBoundHandsTheJobBack(t *testing.T) {
 	if age, err := time.ParseDuration(cut.rec["age"].(string)); err != nil || age < time.Second {
 		t.Fatalf("cut line %s: want the job's age, at least the 1s bound", cut.raw)
 	}
-	if code, _ := a.waitExit(startTimeout); code != 0 {
-		t.Fatalf("exit %d", code)
+	if code, _ := a.waitExit(startTimeout); code != 1 {
+		t.Fatalf("exit %d; want 1: a job was cut at the drain bound", code)
 	}
 	lg := readLedger(t, a)
 	if rs := lg.runs[ids[0]]; len(rs) != 1 || rs[0].outcome != "stopped" || len(lg.handedBk[ids[0]]) != 1 ||
@@ -678,5 +690,259 @@ func TestReadmeRunnerBlock(t *testing.T) {
 		if len(rs) != 1 || rs[0].outcome != "done" {
 			t.Fatalf("job %s: %+v; want done once", id, rs)
 		}
+	}
+}
+
+// With the pod's grace period known (8s), the runner's drain bound is what
+// it leaves after the teardown and the margin (4s + 2s + 2s), not 8h: the
+// job in flight is cancelled at 4s, handed back at once (a second runner
+// starts it long before the 60s ack wait would have redelivered it), named
+// with its age, and the process exits 1 before the 8s SIGKILL.
+func TestE2EWorkerDrainBoundFitsTheGrace(t *testing.T) {
+	url := privateJetStream(t)
+	q := uniqueQueue(t, url)
+	a := startWorker(t, url, q, map[string]string{"LAMEDUCK_ENV": "kubernetes", "LAMEDUCK_TERMINATION_GRACE": "8s"}, "--ack-wait", "60s")
+	a.waitLog(`the budget line`, startTimeout, msgContains(
+		"shutdown budget runner drain bound 4s + teardown 2s = 6s ≤ terminationGracePeriodSeconds 8s (margin 2s)"))
+	ids := enqueue(t, q, 1, time.Hour, "--nats", url)
+	a.waitLog(`"job started"`, jobsTimeout, func(l logLine) bool { return l.msg() == "demo-worker: job started" })
+	sent := a.signal(syscall.SIGTERM)
+	cut := a.waitLog(`"drain bound"`, startTimeout, msgContains("lameduck: worker: drain bound 4s reached: cancelling job "+ids[0]+" of loop jobs (age "))
+	if age, err := time.ParseDuration(cut.rec["age"].(string)); err != nil || age < 4*time.Second {
+		t.Fatalf("cut line %s: want the job's age, at least the 4s bound", cut.raw)
+	}
+	code, exited := a.waitExit(startTimeout)
+	if code != 1 {
+		t.Fatalf("exit %d; want 1: the job was cut at the drain bound", code)
+	}
+	if took := exited.Sub(sent); took >= 8*time.Second {
+		t.Fatalf("exited %s after SIGTERM: not before the 8s grace period's SIGKILL", took.Round(time.Millisecond))
+	}
+	a.waitLog(`"exiting non-zero"`, startTimeout, msgContains("job(s) cut at the drain bound 4s and handed back"))
+	lg := readLedger(t, a)
+	if rs := lg.runs[ids[0]]; len(rs) != 1 || rs[0].outcome != "stopped" || len(lg.handedBk[ids[0]]) != 1 ||
+		!strings.Contains(lg.handedBk[ids[0]][0], "cancelled at the drain bound") {
+		t.Fatalf("the job was not stopped and handed back: %+v %q", rs, lg.handedBk[ids[0]])
+	}
+	b := startWorker(t, url, q, map[string]string{"LAMEDUCK_DRAIN_MODE": "interrupt"}, "--ack-wait", "60s")
+	again := b.waitLog(`"job started"`, 30*time.Second, func(l logLine) bool { return l.msg() == "demo-worker: job started" })
+	if after := again.at(t).Sub(exited); after >= 30*time.Second {
+		t.Fatalf("the job started again %s after the first runner exited: left to its 60s ack wait", after)
+	}
+	b.signal(syscall.SIGTERM)
+	if code, _ := b.waitExit(startTimeout); code != 0 {
+		t.Fatalf("second runner: exit %d", code)
+	}
+}
+
+// Every hand-back of the runner's leaves the job deliverable, whatever the
+// consumer's MaxDeliver: a job interrupted at its first delivery is NAKed
+// (delivery 1 of 2), and at its last one it is re-published and the
+// original acknowledged, so a third runner still gets it and does it. No
+// max-deliveries advisory (the dead-letter path) is ever published for
+// it. A runner started without --ack-wait and --max-deliver keeps the
+// consumer's (30s, 2) instead of resetting them, and logs the in-progress
+// interval derived from the ack wait.
+func TestE2EWorkerHandBacksLeaveTheJobDeliverable(t *testing.T) {
+	url := privateJetStream(t)
+	q := uniqueQueue(t, url)
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	advisories, err := nc.SubscribeSync("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	interrupt := map[string]string{"LAMEDUCK_DRAIN_MODE": "interrupt"}
+	a := startWorkerKeeping(t, url, q, interrupt, "--ack-wait", "30s", "--max-deliver", "2")
+	ids := enqueue(t, q, 1, 3*time.Second, "--nats", url)
+	var procs []*proc
+	for i, p := range []*proc{a, nil} {
+		if p == nil {
+			p = startWorkerKeeping(t, url, q, interrupt)
+			l := p.waitLog(`"consuming"`, startTimeout, msgContains("demo-worker: consuming"))
+			if l.rec["ack_wait"] != "30s" || l.rec["max_deliver"] != float64(2) || l.rec["in_progress_every"] != "10s" {
+				t.Fatalf("consuming line %s: want the consumer's ack_wait 30s, max_deliver 2, in_progress_every 10s", l.raw)
+			}
+		}
+		procs = append(procs, p)
+		p.waitLog(`"job started"`, jobsTimeout, func(l logLine) bool { return l.msg() == "demo-worker: job started" })
+		p.signal(syscall.SIGTERM)
+		if code, _ := p.waitExit(startTimeout); code != 0 {
+			t.Fatalf("runner %d: exit %d", i, code)
+		}
+		back := p.waitLog(`"job handed back"`, startTimeout, msgContains("lameduck: worker: job handed back: "))
+		if back.rec["job"] != ids[0] {
+			t.Fatalf("runner %d handed back %s", i, back.raw)
+		}
+	}
+	c := startWorkerKeeping(t, url, q, nil)
+	procs = append(procs, c)
+	waitDone(t, ids, procs...)
+	if dups := readLedger(t, procs...).check(t, ids); dups != 2 {
+		t.Fatalf("%d re-runs; want the two interrupted ones", dups)
+	}
+	if m, err := advisories.NextMsg(500 * time.Millisecond); err == nil {
+		t.Fatalf("a max-deliveries advisory was published: %s", m.Data)
+	}
+	c.signal(syscall.SIGTERM)
+	if code, _ := c.waitExit(startTimeout); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+}
+
+// stallingProxy forwards TCP between its clients and a server until told
+// to stop; from then on it reads and drops every byte both ways, keeping
+// the connections open: a server that stopped answering, or a connection
+// black-holed on the way.
+type stallingProxy struct {
+	ln      net.Listener
+	dropped atomic.Bool
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	conns   []net.Conn // guarded by mu
+}
+
+func newStallingProxy(t *testing.T, target string) *stallingProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &stallingProxy{ln: ln}
+	p.wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, s)
+			p.mu.Unlock()
+			p.wg.Go(func() { p.pipe(s, c) })
+			p.wg.Go(func() { p.pipe(c, s) })
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		p.mu.Lock()
+		for _, c := range p.conns {
+			c.Close()
+		}
+		p.mu.Unlock()
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *stallingProxy) pipe(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && !p.dropped.Load() {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			if err != io.EOF {
+				_ = dst.Close()
+			}
+			return
+		}
+	}
+}
+
+// A consume loop whose server stopped answering fetches in name only: its
+// fetches end with neither a job nor the server's end of the request nor a
+// heartbeat. Liveness catches it: an idle loop whose fetches end on the
+// server's idle heartbeats and expiries stays 200 past its threshold, and
+// once the proxy between it and the real JetStream stops forwarding, it
+// turns 503 stalled, counting its silent fetches.
+func TestE2EWorkerSilentServerFailsLiveness(t *testing.T) {
+	url := privateJetStream(t)
+	q := uniqueQueue(t, url)
+	px := newStallingProxy(t, strings.TrimPrefix(url, "nats://"))
+	p := startWorker(t, "nats://"+px.ln.Addr().String(), q, map[string]string{"LAMEDUCK_FETCH_WAIT": "300ms"},
+		"--liveness-floor", "1s", "--epoch-source", "static")
+	// 20 × 300ms: the threshold is 6s. Idle, with the server answering, for
+	// longer than that: alive.
+	for end := time.Now().Add(8 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+		p.want("/healthz", 200, "ok")
+	}
+	px.dropped.Store(true)
+	stopped := time.Now()
+	var r reply
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if r = p.get("/healthz"); r.code == 503 {
+			break
+		}
+		if r.code != 200 || time.Now().After(deadline) {
+			t.Fatalf("GET /healthz = %s %s after the server went silent; want 200 until 503 stalled", r, time.Since(stopped).Round(time.Second))
+		}
+	}
+	if r.status() != "stalled" || r.body["loop"] != "jobs" || r.body["threshold"] != "6s" {
+		t.Fatalf("GET /healthz = %s; want 503 stalled naming loop jobs", r)
+	}
+	if n, _ := r.body["silent_fetches"].(float64); n < 1 {
+		t.Fatalf("GET /healthz = %s; want silent_fetches", r)
+	}
+	if took := time.Since(stopped); took < 5*time.Second { // the last cycle may end a fetch wait before the stop
+		t.Fatalf("stalled %s after the server went silent: before the 6s threshold", took)
+	}
+	p.waitLog(`"no reply"`, startTimeout, msgContains("lameduck: worker: fetch got no reply from the queue server"))
+	p.signal(syscall.SIGTERM)
+	p.waitExit(startTimeout)
+}
+
+// A job's own failure (HandBack with no runner's cause) is a plain NAK even
+// at its last delivery: it counts against MaxDeliver, the server publishes
+// its max-deliveries advisory (the dead-letter hook) and delivers it no
+// more, instead of the runner re-publishing a job that keeps failing.
+func TestNatsJobFailureCountsAtTheLastDelivery(t *testing.T) {
+	url := privateJetStream(t)
+	q := uniqueQueue(t, url)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	nc, js, st, err := connect(ctx, url, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	advisories, err := nc.SubscribeSync("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := st.CreateConsumer(ctx, jetstream.ConsumerConfig{Durable: demoConsumer(q), AckPolicy: jetstream.AckExplicitPolicy,
+		AckWait: 30 * time.Second, MaxDeliver: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, demoSubject(q), []byte(`{"id":"job-f","d":"1s"}`)); err != nil {
+		t.Fatal(err)
+	}
+	src := &natsSource{nc: nc, js: js, cons: cons, maxDeliver: 1}
+	job, err := src.Fetch(ctx, 2*time.Second)
+	if err != nil || job == nil {
+		t.Fatalf("Fetch: %v, %v; want the job", job, err)
+	}
+	if err := job.HandBack(ctx, 0); err != nil {
+		t.Fatalf("HandBack: %v", err)
+	}
+	if again, err := src.Fetch(ctx, time.Second); err != nil || again != nil {
+		t.Fatalf("Fetch after the last delivery failed: %v, %v; want nothing (not re-published)", again, err)
+	}
+	if _, err := advisories.NextMsg(10 * time.Second); err != nil {
+		t.Fatalf("no max-deliveries advisory after the failed job's last delivery: %v", err)
+	}
+	if n, _ := st.Info(ctx); n.State.Msgs != 1 {
+		t.Fatalf("the stream holds %d messages; want the failed job, kept for the dead-letter policy", n.State.Msgs)
 	}
 }

@@ -14,6 +14,7 @@ type workerMetrics struct {
 	started  prometheus.Counter
 	done     prometheus.Counter
 	back     *prometheus.CounterVec
+	requeued prometheus.Counter
 	inFlight prometheus.Gauge
 }
 
@@ -29,11 +30,14 @@ func newWorkerMetrics() *workerMetrics {
 		back: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lameduck_demo_jobs_handed_back_total", Help: "Jobs the demo worker handed back (NAK), by whether a delay was asked (a superseded runner).",
 		}, []string{"delayed"}),
+		requeued: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "lameduck_demo_jobs_requeued_total", Help: "Jobs the demo worker handed back at their last delivery (MaxDeliver) by publishing a copy, so that a drain or a rollout never strands them.",
+		}),
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "lameduck_demo_jobs_in_flight", Help: "Jobs the demo worker is running.",
 		}),
 	}
-	m.reg.MustRegister(m.started, m.done, m.back, m.inFlight, prometheus.NewGoCollector())
+	m.reg.MustRegister(m.started, m.done, m.back, m.requeued, m.inFlight, prometheus.NewGoCollector())
 	return m
 }
 

@@ -119,7 +119,9 @@ func connect(ctx context.Context, url, q string) (*nats.Conn, jetstream.JetStrea
 // natsSource is a worker.Source on a JetStream pull consumer.
 type natsSource struct {
 	nc         *nats.Conn
+	js         jetstream.JetStream
 	cons       jetstream.Consumer
+	maxDeliver int // the consumer's MaxDeliver; ≤ 0: unlimited
 	stallAfter int // when > 0: the consumer stops fetching after this many fetches (a wedged consumer, for tests)
 	metrics    *workerMetrics
 
@@ -127,7 +129,33 @@ type natsSource struct {
 	fetches int // guarded by mu
 }
 
-// Fetch asks for one message, waiting up to wait.
+// fetchHeartbeat is the idle heartbeat a fetch of wait asks the server
+// for: a third of wait, at most 5s (nats.go's own default for long pulls);
+// none under 150ms of wait. Two heartbeats missed end the fetch in silence
+// (worker.ErrNoReply), before the fetch's own deadline.
+func fetchHeartbeat(wait time.Duration) time.Duration {
+	if wait < 150*time.Millisecond {
+		return 0
+	}
+	return min(wait/3, 5*time.Second)
+}
+
+// fetchDeadline is the deadline of a fetch's context such that nats.go's
+// pull request expires on the server after wait (nats.go gives the server
+// the context's time left less a tenth of it, at most 1s).
+func fetchDeadline(wait time.Duration) time.Duration {
+	if wait >= 9*time.Second {
+		return wait + time.Second
+	}
+	return wait * 10 / 9
+}
+
+// Fetch asks for one message, waiting up to wait, with idle heartbeats
+// (fetchHeartbeat): a fetch that ends on the server's expiry of the request
+// (heartbeats came meanwhile) is an idle cycle, (nil, nil); one that ends
+// because two heartbeats were missed is silence, an error wrapping
+// worker.ErrNoReply: the server or the connection stopped answering, and
+// liveness must see it (docs/runners.md, "Liveness").
 func (s *natsSource) Fetch(ctx context.Context, wait time.Duration) (worker.Job, error) {
 	if s.stallAfter > 0 {
 		s.mu.Lock()
@@ -139,34 +167,47 @@ func (s *natsSource) Fetch(ctx context.Context, wait time.Duration) (worker.Job,
 			return nil, nil
 		}
 	}
-	fctx, cancel := context.WithTimeout(ctx, wait)
+	fctx, cancel := context.WithTimeout(ctx, fetchDeadline(wait))
 	defer cancel()
-	batch, err := s.cons.Fetch(1, jetstream.FetchContext(fctx))
+	opts := []jetstream.FetchOpt{jetstream.FetchContext(fctx)}
+	hb := fetchHeartbeat(wait)
+	if hb > 0 {
+		opts = append(opts, jetstream.FetchHeartbeat(hb))
+	}
+	batch, err := s.cons.Fetch(1, opts...)
 	if err != nil {
-		if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
+		if ctx.Err() != nil {
 			return nil, nil
 		}
 		return nil, err
 	}
 	for msg := range batch.Messages() {
 		j := newNatsJob(s.nc, msg)
-		j.metrics = s.metrics
+		j.js, j.maxDeliver, j.metrics = s.js, s.maxDeliver, s.metrics
 		return j, nil
 	}
-	if err := batch.Error(); err != nil && ctx.Err() == nil &&
-		!errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
+	switch err := batch.Error(); {
+	case err == nil || ctx.Err() != nil:
+		return nil, nil
+	case errors.Is(err, jetstream.ErrNoHeartbeat):
+		return nil, fmt.Errorf("%w: no heartbeat for %s, and the server sends one every %s while a fetch waits (%v)", worker.ErrNoReply, 2*hb, hb, err)
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
+		// The request's end came late, heartbeats having come: idle.
+		return nil, nil
+	default:
 		return nil, err
 	}
-	return nil, nil
 }
 
 // natsJob is one delivered message.
 type natsJob struct {
-	metrics *workerMetrics
-	nc      *nats.Conn
-	msg     jetstream.Msg
-	job     demoJob
-	bad     error // the body could not be read
+	metrics    *workerMetrics
+	nc         *nats.Conn
+	js         jetstream.JetStream
+	msg        jetstream.Msg
+	maxDeliver int // the consumer's MaxDeliver; ≤ 0: unlimited
+	job        demoJob
+	bad        error // the body could not be read
 }
 
 func newNatsJob(nc *nats.Conn, msg jetstream.Msg) *natsJob {
@@ -196,11 +237,39 @@ func (j *natsJob) Ack(ctx context.Context) error {
 	return err
 }
 
-// HandBack NAKs the message, with a delay when one is asked for, and waits
-// for the server to have read it (a NAK has no reply; a flush's round trip
-// comes after it), so a process that exits next cannot lose it: the job
-// would come back only when its ack wait expires.
+// Headers of a job the demo worker re-publishes (see HandBack).
+const (
+	// headerRequeuedFrom is the stream sequence of the message the copy
+	// replaces.
+	headerRequeuedFrom = "Lameduck-Requeued-From"
+	// headerRequeueCause is the runner's reason (worker.HandBackCause).
+	headerRequeueCause = "Lameduck-Requeue-Cause"
+)
+
+// HandBack returns the job to the queue, and waits until the server has it,
+// so that a process that exits next cannot lose it (docs/runners.md,
+// "Hand-backs and delivery limits"):
+//
+//   - the job's own failure (worker.HandBackCause nil), or a runner's
+//     reason before the job's last delivery: a NAK, with the delay asked
+//     for, then a flush (a NAK has no reply; the flush's round trip comes
+//     after it). A NAK counts as a delivery: a job that keeps failing
+//     reaches the consumer's MaxDeliver, and the server stops delivering it
+//     and publishes its max-deliveries advisory, the hook of a dead-letter
+//     policy;
+//   - a runner's reason at the job's last delivery (MaxDeliver reached): a
+//     NAK would strand a job that never failed, so a copy is published to
+//     the stream (same subject, data and headers; a fresh Nats-Msg-Id so
+//     the stream's duplicate window does not drop it; the headers
+//     Lameduck-Requeued-From and Lameduck-Requeue-Cause), confirmed by the
+//     server, and then the original is acknowledged. The copy starts with a
+//     fresh delivery count and at the back of the queue, delivered at once
+//     whatever the delay asked. Should the acknowledgement fail after the
+//     copy is stored, the job exists twice (at-least-once, never lost).
 func (j *natsJob) HandBack(ctx context.Context, delay time.Duration) error {
+	if cause := worker.HandBackCause(ctx); cause != nil && j.lastDelivery() {
+		return j.requeue(ctx, cause)
+	}
 	var err error
 	if delay > 0 {
 		err = j.msg.NakWithDelay(delay)
@@ -216,6 +285,50 @@ func (j *natsJob) HandBack(ctx context.Context, delay time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	return j.nc.FlushWithContext(ctx)
+}
+
+// lastDelivery reports whether the consumer will not deliver the message
+// again after a NAK.
+func (j *natsJob) lastDelivery() bool {
+	if j.maxDeliver <= 0 || j.js == nil {
+		return false
+	}
+	md, err := j.msg.Metadata()
+	return err == nil && md.NumDelivered >= uint64(j.maxDeliver)
+}
+
+// requeue publishes a copy of the message and acknowledges the original.
+func (j *natsJob) requeue(ctx context.Context, cause error) error {
+	md, err := j.msg.Metadata()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	out := nats.NewMsg(j.msg.Subject())
+	out.Data = j.msg.Data()
+	for k, v := range j.msg.Headers() {
+		out.Header[k] = append([]string(nil), v...)
+	}
+	seq := strconv.FormatUint(md.Sequence.Stream, 10)
+	id := j.msg.Headers().Get(jetstream.MsgIDHeader)
+	if id == "" {
+		id = j.job.ID
+	}
+	out.Header.Set(jetstream.MsgIDHeader, id+".requeued-from-"+seq)
+	out.Header.Set(headerRequeuedFrom, seq)
+	out.Header.Set(headerRequeueCause, cause.Error())
+	if _, err := j.js.PublishMsg(ctx, out); err != nil {
+		return fmt.Errorf("last delivery (%d of MaxDeliver %d): publishing a copy: %w", md.NumDelivered, j.maxDeliver, err)
+	}
+	if err := j.msg.DoubleAck(ctx); err != nil {
+		return fmt.Errorf("last delivery (%d of MaxDeliver %d): copy published, but acknowledging the original failed (the job may run twice): %w",
+			md.NumDelivered, j.maxDeliver, err)
+	}
+	if j.metrics != nil {
+		j.metrics.requeued.Inc()
+	}
+	return nil
 }
 
 // kvEpochs is a worker.EpochSource on a JetStream key-value bucket that

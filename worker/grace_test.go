@@ -1,0 +1,125 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lameduck/lameduck/worker"
+)
+
+// causeJob records the cause HandBack was called with.
+type causeJob struct {
+	*fakeJob
+	cause chan error
+}
+
+func (j causeJob) HandBack(ctx context.Context, d time.Duration) error {
+	j.cause <- worker.HandBackCause(ctx)
+	return j.fakeJob.HandBack(ctx, d)
+}
+
+// advanceUntil moves the fake clock a step at a time until cond holds (a
+// timer armed after an Advance is then still reached by the next one).
+func (h *harness) advanceUntil(step time.Duration, what string, cond func() bool) {
+	h.t.Helper()
+	for giveUp := time.Now().Add(guard); !cond(); {
+		if time.Now().After(giveUp) {
+			h.t.Fatalf("never %s", what)
+		}
+		h.clock.Advance(step)
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// With the pod's grace period known, a runner's drain bound is what the
+// grace leaves after the teardown and a margin (18s and 9s of a 30s grace),
+// never 8h. At the bound a job whose handler ignores its context is
+// cancelled, handed back within the teardown (not left to the queue's ack
+// deadline) for the runner's reason, named with its age, and Run returns
+// an error wrapping ErrDrainBound so the process exits non-zero, all
+// before the grace period ends.
+func TestTheDrainBoundFitsTheGraceAndHandsTheJobBack(t *testing.T) {
+	src := newSource()
+	h := newHarness(t, worker.Config{}, map[string]string{"LAMEDUCK_ENV": "kubernetes", "LAMEDUCK_TERMINATION_GRACE": "30s"})
+	c := h.w.Lifecycle().Config()
+	if c.DrainTimeout != 18*time.Second || c.ShutdownTeardown != 9*time.Second {
+		t.Fatalf("drain bound %s, teardown %s; want 18s and 9s for a 30s grace", c.DrainTimeout, c.ShutdownTeardown)
+	}
+	started, stuck := make(chan context.Context, 1), make(chan struct{})
+	t.Cleanup(func() { close(stuck) })
+	if err := h.w.AddLoop(worker.Loop{Name: "jobs", Source: src, FetchWait: time.Second, Handle: func(ctx context.Context, _ worker.Job) error {
+		started <- ctx
+		<-stuck // ignores its context
+		return nil
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	h.run()
+	awaitFetch(t, src)
+	src.idleCycle(t)
+	h.awaitEvent(h.w.Lifecycle().Events().StartupDone)
+	j := causeJob{newJob("job-9"), make(chan error, 1)}
+	send(t, src.jobs, worker.Job(j), "job-9")
+	var ctx context.Context
+	select {
+	case ctx = <-started:
+	case <-time.After(guard):
+		t.Fatal("the job never started")
+	}
+	h.clock.Advance(time.Minute) // a minute old at the signal
+	signal := h.clock.Now()
+	h.shutdown()
+	h.advanceUntil(time.Second, "cancelled the job at the drain bound", func() bool { return ctx.Err() != nil })
+	if !errors.Is(context.Cause(ctx), worker.ErrDrainBound) {
+		t.Fatalf("cause %v; want ErrDrainBound", context.Cause(ctx))
+	}
+	if took := h.clock.Now().Sub(signal); took < 18*time.Second || took > 19*time.Second {
+		t.Fatalf("cancelled %s after the signal; want at the 18s bound", took)
+	}
+	var got string
+	h.advanceUntil(100*time.Millisecond, "handed the job back", func() bool {
+		select {
+		case got = <-j.ended:
+			return true
+		default:
+			return false
+		}
+	})
+	if got != "back 0s" {
+		t.Fatalf("job ended %q; want handed back at once", got)
+	}
+	if cause := <-j.cause; !errors.Is(cause, worker.ErrDrainBound) {
+		t.Fatalf("HandBackCause %v; want ErrDrainBound (the runner's reason, not the job's failure)", cause)
+	}
+	if back := h.clock.Now().Sub(signal); back > 18*time.Second+9*time.Second {
+		t.Fatalf("handed back %s after the signal: past the 27s of drain bound and teardown", back)
+	}
+	var err error
+	h.advanceUntil(100*time.Millisecond, "returned from Run", func() bool {
+		select {
+		case err = <-h.done:
+			h.done <- err
+			return true
+		default:
+			return false
+		}
+	})
+	if !errors.Is(err, worker.ErrDrainBound) {
+		t.Fatalf("Run: %v; want an error wrapping ErrDrainBound (a non-zero exit)", err)
+	}
+	if end := h.clock.Now().Sub(signal); end >= 30*time.Second {
+		t.Fatalf("Run returned %s after the signal: not before the 30s grace period's SIGKILL", end)
+	}
+	logs := h.logs.String()
+	for _, want := range []string{
+		"drain bound 18s reached: cancelling job job-9 of loop jobs (age 1m18s)",
+		"handing the job back while it still runs",
+	} {
+		if !strings.Contains(logs, want) {
+			t.Fatalf("logs lack %q:\n%s", want, logs)
+		}
+	}
+}
