@@ -79,7 +79,7 @@ func TestGraceUsesTheBinarysDefaults(t *testing.T) {
 	o := Object{Kind: "Pod", Name: "p", Spec: corev1.PodSpec{TerminationGracePeriodSeconds: &grace, Containers: []corev1.Container{{
 		Name: "app",
 		Env:  []corev1.EnvVar{{Name: "LAMEDUCK_TERMINATION_GRACE", Value: "30s"}},
-		ReadinessProbe: &corev1.Probe{TimeoutSeconds: 3,
+		ReadinessProbe: &corev1.Probe{TimeoutSeconds: 3, PeriodSeconds: 2, FailureThreshold: 2,
 			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz"}}},
 	}}}}
 	if fs, n := Check([]Object{o}, Options{}); n != 1 || len(fs) != 0 {
@@ -101,7 +101,7 @@ func TestPreStopTokenRule(t *testing.T) {
 		return Object{Kind: "Pod", Name: "p", Spec: corev1.PodSpec{TerminationGracePeriodSeconds: &grace, Containers: []corev1.Container{{
 			Name: "app",
 			Env:  append([]corev1.EnvVar{{Name: "LAMEDUCK_TERMINATION_GRACE", Value: "30s"}}, env...),
-			ReadinessProbe: &corev1.Probe{TimeoutSeconds: 3,
+			ReadinessProbe: &corev1.Probe{TimeoutSeconds: 3, PeriodSeconds: 2, FailureThreshold: 2,
 				ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz"}}},
 		}}}}
 	}
@@ -128,7 +128,7 @@ func TestRenamedProbePaths(t *testing.T) {
 			Name: "app",
 			Env: []corev1.EnvVar{{Name: "LAMEDUCK_TERMINATION_GRACE", Value: "30s"},
 				{Name: "LAMEDUCK_READINESS_PATH", Value: "/-/readyz"}, {Name: "LAMEDUCK_LIVENESS_PATHS", Value: "/-/healthz"}},
-			ReadinessProbe: &corev1.Probe{TimeoutSeconds: 3,
+			ReadinessProbe: &corev1.Probe{TimeoutSeconds: 3, PeriodSeconds: 2, FailureThreshold: 2,
 				ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: readiness}}},
 			LivenessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: liveness}}},
 		}}}}
@@ -178,7 +178,7 @@ func TestGRPCProbes(t *testing.T) {
 			Name:           "app",
 			Env:            append([]corev1.EnvVar{{Name: "LAMEDUCK_TERMINATION_GRACE", Value: "30s"}}, env...),
 			LivenessProbe:  &corev1.Probe{ProbeHandler: corev1.ProbeHandler{GRPC: &corev1.GRPCAction{Port: 9000, Service: live}}},
-			ReadinessProbe: &corev1.Probe{TimeoutSeconds: 3, ProbeHandler: corev1.ProbeHandler{GRPC: &corev1.GRPCAction{Port: 9000, Service: ready}}},
+			ReadinessProbe: &corev1.Probe{TimeoutSeconds: 3, PeriodSeconds: 2, FailureThreshold: 2, ProbeHandler: corev1.ProbeHandler{GRPC: &corev1.GRPCAction{Port: 9000, Service: ready}}},
 		}}}}
 	}
 	rules := func(fs []Finding) (ids []string) {
@@ -197,9 +197,10 @@ func TestGRPCProbes(t *testing.T) {
 		{svc("liveness"), svc("lameduck.demo.Demo"), ""},
 		{nil, svc("readiness"), "liveness-path"},
 		{svc(""), svc("readiness"), "liveness-path"},
-		{svc("readiness"), svc("readiness"), "liveness-path"},
+		{svc("readiness"), svc("readiness"), "probes-identical"},
 		{svc("lameduck.demo.Demo"), svc("readiness"), "liveness-path"},
-		{svc("liveness"), svc("liveness"), "readiness-path"},
+		{svc("liveness"), svc("liveness"), "probes-identical"},
+		{svc("readiness"), svc("liveness"), "probes-swapped"},
 	} {
 		fs, _ := Check([]Object{pod(c.live, c.ready)}, Options{})
 		if got := strings.Join(rules(fs), " "); got != c.want {
@@ -225,7 +226,7 @@ func TestReadinessOnAnUnservedPath(t *testing.T) {
 		return Object{Kind: "Pod", Name: "p", Spec: corev1.PodSpec{TerminationGracePeriodSeconds: &grace, Containers: []corev1.Container{{
 			Name: "app",
 			Env:  []corev1.EnvVar{{Name: "LAMEDUCK_TERMINATION_GRACE", Value: "30s"}, {Name: "LAMEDUCK_READINESS_PATH", Value: "/ready"}},
-			ReadinessProbe: &corev1.Probe{TimeoutSeconds: 3,
+			ReadinessProbe: &corev1.Probe{TimeoutSeconds: 3, PeriodSeconds: 2, FailureThreshold: 2,
 				ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path}}},
 		}}}}
 	}
@@ -250,7 +251,7 @@ func TestHugeNumbersSaturate(t *testing.T) {
 		c.Name = "app"
 		c.Env = append(c.Env, corev1.EnvVar{Name: "LAMEDUCK_ENV", Value: "kubernetes"})
 		if c.ReadinessProbe == nil {
-			c.ReadinessProbe = &corev1.Probe{TimeoutSeconds: 3, ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz"}}}
+			c.ReadinessProbe = &corev1.Probe{TimeoutSeconds: 3, PeriodSeconds: 2, FailureThreshold: 2, ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz"}}}
 		}
 		return Object{Kind: "Pod", Name: "p", Spec: corev1.PodSpec{TerminationGracePeriodSeconds: &grace, Containers: []corev1.Container{c}}}
 	}
@@ -260,8 +261,11 @@ func TestHugeNumbersSaturate(t *testing.T) {
 	long := corev1.Container{Env: []corev1.EnvVar{{Name: "LAMEDUCK_CHECK_MAX_AGE", Value: "1h"}},
 		ReadinessProbe: &corev1.Probe{TimeoutSeconds: 3, PeriodSeconds: math.MaxInt32, FailureThreshold: 2,
 			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz"}}}}
-	if fs, _ := Check([]Object{pod(30, long)}, Options{}); len(fs) != 0 {
-		t.Errorf("periodSeconds 2147483647 × failureThreshold 2 against a 1h max age: %+v; want none", fs)
+	// No readiness-max-age: the detection time is far above 1h. The
+	// readiness-window finding is computed in 64 bits, not wrapped.
+	if fs, _ := Check([]Object{pod(30, long)}, Options{}); len(fs) != 1 || fs[0].Rule != "readiness-window" ||
+		negative.MatchString(fs[0].Message) || fs[0].Values["detect_seconds"] != float64(2*math.MaxInt32) {
+		t.Errorf("periodSeconds 2147483647 × failureThreshold 2 against a 1h max age: %+v; want readiness-window alone, with (2 − 1) × 2147483647 + 2147483647 s", fs)
 	}
 	boot := corev1.Container{Env: []corev1.EnvVar{{Name: "LAMEDUCK_STARTUP_TIMEOUT", Value: "1h"}},
 		StartupProbe: &corev1.Probe{PeriodSeconds: math.MaxInt32, FailureThreshold: math.MaxInt32,
