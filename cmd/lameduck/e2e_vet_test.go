@@ -227,6 +227,10 @@ type vetReport struct {
 		Message string         `json:"message"`
 		Values  map[string]any `json:"values"`
 	} `json:"findings"`
+	Judged []struct {
+		Container string   `json:"container"`
+		Signs     []string `json:"signs"`
+	} `json:"judged"`
 	Skipped []struct {
 		Container string `json:"container"`
 		Reason    string `json:"reason"`
@@ -268,8 +272,9 @@ func TestVetDefaultsOnly(t *testing.T) {
 		} else {
 			rep, code = vetJSON(t, "", path)
 		}
-		if code != 1 || rep.Summary.Containers != 1 || rep.Summary.Verdict != "findings" {
-			t.Fatalf("stdin %v: exit %d, summary %+v; want exit 1 and one container judged", stdin, code, rep.Summary)
+		if code != 1 || rep.Summary.Containers != 1 || rep.Summary.Verdict != "findings" || len(rep.Judged) != 1 ||
+			!slices.Contains(rep.Judged[0].Signs, "livenessProbe is httpGet /readyz, a path lameduck serves") {
+			t.Fatalf("stdin %v: exit %d, summary %+v, judged %+v; want exit 1 and one container judged by its liveness probe", stdin, code, rep.Summary, rep.Judged)
 		}
 		at := map[string]int{}
 		for _, f := range rep.Findings {
@@ -320,6 +325,10 @@ func TestVetNothingJudged(t *testing.T) {
 	// defaults): its readiness on / is a finding, not a skip.
 	if rep, code := vetJSON(t, "", "--container", "nginx", path); code != 1 || rep.Summary.Containers != 1 || len(rep.Skipped) != 0 {
 		t.Errorf("--container nginx: exit %d, %+v", code, rep)
+	}
+	// --skip: a container that shows a sign (a probe on /readyz) is not judged.
+	if out, _, code := vetRun(t, "", "--skip", "app", "testdata/vet/defaults.yaml"); code != 3 || !strings.Contains(out, "skipped: named with --skip") {
+		t.Errorf("--skip app: exit %d\n%s", code, out)
 	}
 }
 

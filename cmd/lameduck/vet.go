@@ -75,7 +75,7 @@ Examples:
 			out := cmd.OutOrStdout()
 			switch format {
 			case "json":
-				err = vet.WriteJSON(out, findings, rep.Skipped, sum)
+				err = vet.WriteJSON(out, findings, rep.Judged, rep.Skipped, sum)
 			case "sarif":
 				err = vet.WriteSARIF(out, findings, sum, versionText())
 			default:
@@ -98,6 +98,7 @@ Examples:
 	f := cmd.Flags()
 	f.StringArrayVar(&opt.Containers, "container", nil, "also judge the container with this name, whatever its manifest shows (repeatable)")
 	f.StringArrayVar(&opt.Runners, "runner", nil, "judge the container with this name as a runner (package worker; repeatable)")
+	f.StringArrayVar(&opt.Skip, "skip", nil, "never judge the container with this name, whatever it shows (repeatable)")
 	f.StringVar(&format, "format", "text", "output: text, json or sarif")
 	return cmd
 }

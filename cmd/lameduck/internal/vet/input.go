@@ -24,7 +24,7 @@ import (
 type Object struct {
 	Kind, Namespace, Name string
 	File                  string // as given on the command line; "-" for stdin
-	Line                  int    // the first line of its YAML document, from 1
+	Line                  int    // the line where the object begins (its first key), from 1
 	Spec                  corev1.PodSpec
 	// spec is where the pod spec is in the file, for the lines of
 	// findings; the zero place when unknown (findings then point at Line).

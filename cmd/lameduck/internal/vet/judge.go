@@ -93,6 +93,9 @@ func (j *judged) finding(id string, line int, path, msg, fix string, values map[
 // returns the judged container, or nil and why it was skipped.
 func judge(o *Object, k podContainer, opt Options) (*judged, string) {
 	c := k.c
+	if slices.Contains(opt.Skip, c.Name) {
+		return nil, "named with --skip"
+	}
 	j := &judged{o: o, podContainer: k}
 	for _, e := range c.Env {
 		if strings.HasPrefix(e.Name, lameduck.DefaultEnvPrefix) {

@@ -58,11 +58,15 @@ func WriteText(w io.Writer, fs []Finding, skipped []Skip, s Summary) error {
 	return err
 }
 
-// WriteJSON writes {"summary": {...}, "findings": [...], "skipped": [...]},
+// WriteJSON writes {"summary": {...}, "findings": [...], "judged": [...],
+// "skipped": [...]},
 // with "verdict" in the summary: "clean", "findings" or "nothing judged".
-func WriteJSON(w io.Writer, fs []Finding, skipped []Skip, s Summary) error {
+func WriteJSON(w io.Writer, fs []Finding, judged []Judged, skipped []Skip, s Summary) error {
 	if fs == nil {
 		fs = []Finding{}
+	}
+	if judged == nil {
+		judged = []Judged{}
 	}
 	if skipped == nil {
 		skipped = []Skip{}
@@ -81,7 +85,7 @@ func WriteJSON(w io.Writer, fs []Finding, skipped []Skip, s Summary) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false) // "35s > terminationGracePeriodSeconds 20", not \u003e
-	return enc.Encode(map[string]any{"summary": sum, "findings": fs, "skipped": skipped})
+	return enc.Encode(map[string]any{"summary": sum, "findings": fs, "judged": judged, "skipped": skipped})
 }
 
 // WriteSARIF writes a SARIF 2.1.0 log (https://docs.oasis-open.org/sarif/sarif/v2.1.0/sarif-v2.1.0.html)

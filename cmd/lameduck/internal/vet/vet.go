@@ -106,13 +106,28 @@ type Skip struct {
 	Reason    string `json:"reason"`
 }
 
+// Judged is a container vet judged, and why.
+type Judged struct {
+	Object    string `json:"object"`
+	Container string `json:"container"`
+	File      string `json:"file"`
+	Line      int    `json:"line"`
+	Runner    bool   `json:"runner"`
+	// Signs say what in the manifest shows it runs lameduck, such as
+	// "sets LAMEDUCK_ENV" or "livenessProbe is httpGet /healthz, a path
+	// lameduck serves".
+	Signs []string `json:"signs"`
+}
+
 // Report is the outcome of Run.
 type Report struct {
 	// Findings are sorted by file (in input order), line, rule (in Rules
 	// order), container and message: one order on every run.
 	Findings []Finding
-	// Containers is how many containers were judged.
+	// Containers is how many containers were judged; Judged lists them,
+	// in input order.
 	Containers int
+	Judged     []Judged
 	// Skipped are the containers of the workloads read that were not
 	// judged, in input order.
 	Skipped []Skip
@@ -127,6 +142,9 @@ type Options struct {
 	// Runners are names of containers to check as runners (package
 	// worker), besides those recognised by their settings.
 	Runners []string
+	// Skip are names of containers never to judge, whatever they show
+	// (a third-party workload with a /healthz probe of its own).
+	Skip []string
 }
 
 // Kubernetes' probe defaults
@@ -164,6 +182,7 @@ func Run(objs []Object, opt Options) Report {
 				continue
 			}
 			r.Containers++
+			r.Judged = append(r.Judged, Judged{Object: o.Ref(), Container: k.c.Name, File: o.File, Line: o.lineOf(k.at), Runner: j.runner, Signs: j.signs})
 			pod = append(pod, j)
 			for _, check := range containerRules {
 				r.Findings = append(r.Findings, check(j)...)

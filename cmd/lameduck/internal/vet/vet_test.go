@@ -289,3 +289,101 @@ func TestHugeNumbersSaturate(t *testing.T) {
 		t.Errorf("sleep 106751d in a grace period of 10000000000s: %+v", fs)
 	}
 }
+
+// The kubelet's worst case to see readiness flip: (failureThreshold − 1)
+// × periodSeconds + max(periodSeconds, timeoutSeconds), with Kubernetes'
+// defaults for unset fields.
+func TestReadinessDetect(t *testing.T) {
+	for _, c := range []struct {
+		period, failures, timeout int32
+		want                      time.Duration
+	}{
+		{0, 0, 0, 30 * time.Second}, // 10s × 3, timeout 1s
+		{2, 2, 3, 5 * time.Second},  // the chart's: the probe in flight holds the next one back 1s
+		{2, 2, 2, 4 * time.Second},
+		{1, 2, 3, 4 * time.Second},
+		{5, 1, 10, 10 * time.Second},
+		{2, 1, 1, 2 * time.Second},
+	} {
+		p := &corev1.Probe{PeriodSeconds: c.period, FailureThreshold: c.failures, TimeoutSeconds: c.timeout}
+		if got := readinessDetect(p); got != c.want {
+			t.Errorf("period %d, failures %d, timeout %d: %s; want %s", c.period, c.failures, c.timeout, got, c.want)
+		}
+	}
+}
+
+// A container is judged by any sign of lameduck: a probe on one of its
+// paths or gRPC services, or its preStop hook; a container with none is
+// skipped with the reason, and --skip wins over every sign.
+func TestJudgedBySigns(t *testing.T) {
+	svc := func(s string) *string { return &s }
+	pod := func(c corev1.Container) []Object {
+		c.Name = "app"
+		return []Object{{Kind: "Pod", Name: "p", Spec: corev1.PodSpec{Containers: []corev1.Container{c}}}}
+	}
+	for _, c := range []struct {
+		c      corev1.Container
+		judged bool
+		sign   string
+	}{
+		{corev1.Container{}, false, ""},
+		{corev1.Container{LivenessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{}}}}, false, ""},
+		{corev1.Container{ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/ready"}}}}, false, ""},
+		{corev1.Container{StartupProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/startupz"}}}}, true, "startupProbe is httpGet /startupz"},
+		{corev1.Container{ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz/db"}}}}, true, "readinessProbe is httpGet /readyz/db"},
+		{corev1.Container{LivenessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{GRPC: &corev1.GRPCAction{Port: 9000, Service: svc("liveness")}}}}, true, `gRPC health service "liveness"`},
+		{corev1.Container{LivenessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{GRPC: &corev1.GRPCAction{Port: 9000}}}}, false, ""},
+		{corev1.Container{Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/prestop"}}}}, true, "preStop hook is httpGet /prestop"},
+		{corev1.Container{Env: []corev1.EnvVar{{Name: "LAMEDUCK_ENV", Value: "kubernetes"}}}, true, "sets LAMEDUCK_ENV"},
+	} {
+		r := Run(pod(c.c), Options{})
+		if c.judged != (r.Containers == 1) || c.judged && !strings.Contains(strings.Join(r.Judged[0].Signs, "; "), c.sign) ||
+			!c.judged && (len(r.Skipped) != 1 || !strings.Contains(r.Skipped[0].Reason, "nothing says it runs lameduck")) {
+			t.Errorf("%+v: %+v; want judged %v by %q", c.c, r, c.judged, c.sign)
+		}
+		if r := Run(pod(c.c), Options{Skip: []string{"app"}, Containers: []string{"app"}}); r.Containers != 0 || r.Skipped[0].Reason != "named with --skip" {
+			t.Errorf("--skip: %+v", r)
+		}
+	}
+}
+
+// The grace period is the pod's: a native sidecar stops after the regular
+// containers, so the pod's sequence is the longest of them plus the
+// sidecar's, even when each fits alone.
+func TestPodGrace(t *testing.T) {
+	always := corev1.ContainerRestartPolicyAlways
+	ready := &corev1.Probe{TimeoutSeconds: 3, PeriodSeconds: 2, FailureThreshold: 2,
+		ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz"}}}
+	lameduckC := func(name, teardown string) corev1.Container {
+		return corev1.Container{Name: name, ReadinessProbe: ready, Env: []corev1.EnvVar{
+			{Name: "LAMEDUCK_SHUTDOWN_TEARDOWN", Value: teardown}, {Name: "LAMEDUCK_TERMINATION_GRACE", Value: "30s"}}}
+	}
+	grace := int64(30)
+	pod := func(init []corev1.Container, main ...corev1.Container) []Object {
+		return []Object{{Kind: "Pod", Name: "p", Spec: corev1.PodSpec{TerminationGracePeriodSeconds: &grace, InitContainers: init, Containers: main}}}
+	}
+	sidecar := lameduckC("proxy", "15s")
+	sidecar.RestartPolicy = &always
+	fs, n := Check(pod([]corev1.Container{sidecar}, lameduckC("app", "10s")), Options{})
+	if n != 2 || len(fs) != 1 || fs[0].Rule != "pod-grace" || fs[0].Values["total_seconds"] != 35.0 ||
+		!strings.Contains(fs[0].Message, `"app" 15s (the longest regular container) + sidecar "proxy" 20s = 35s > terminationGracePeriodSeconds 30`) {
+		t.Errorf("app 15s then sidecar 20s in 30s: %d judged, %+v", n, fs)
+	}
+	// Two regular containers stop in parallel: 15s and 20s fit 30s.
+	if fs, _ := Check(pod(nil, lameduckC("app", "10s"), lameduckC("other", "15s")), Options{}); len(fs) != 0 {
+		t.Errorf("two regular containers: %+v; want none", fs)
+	}
+	// A regular container that is not lameduck counts with its preStop
+	// sleep, the least it takes before the sidecar's turn.
+	sleeper := corev1.Container{Name: "nginx", Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{
+		Exec: &corev1.ExecAction{Command: []string{"sleep", "15"}}}}}
+	fs, _ = Check(pod([]corev1.Container{sidecar}, sleeper), Options{})
+	if len(fs) != 1 || fs[0].Rule != "pod-grace" || fs[0].Container != "proxy" || fs[0].Values["total_seconds"] != 35.0 {
+		t.Errorf("nginx's sleep 15 then the sidecar's 20s: %+v", fs)
+	}
+	// An init container that runs to completion is not a sidecar.
+	plain := lameduckC("migrate", "15s")
+	if fs, n := Check(pod([]corev1.Container{plain}, lameduckC("app", "10s")), Options{}); n != 1 || len(fs) != 0 {
+		t.Errorf("a plain init container: %d judged, %+v", n, fs)
+	}
+}
