@@ -410,3 +410,42 @@ func TestVetChartRenderingsOnStdin(t *testing.T) {
 		}
 	}
 }
+
+// TestVetDocsExamples: every finding docs/vet.md shows ("FILE:LINE: OBJECT
+// container ...: LEVEL [RULE]" and the lines under it) is what vet prints
+// for that file.
+func TestVetDocsExamples(t *testing.T) {
+	doc := strings.Split(mustRead(t, "../../docs/vet.md"), "\n")
+	head := regexp.MustCompile(`^((?:testdata/vet|deploy/helm/rendered)/[^:]+):\d+: `)
+	outs := map[string]string{}
+	n := 0
+	for i, l := range doc {
+		m := head.FindStringSubmatch(l)
+		if m == nil {
+			continue
+		}
+		file := m[1]
+		if _, ok := outs[file]; !ok {
+			arg := file
+			if strings.HasPrefix(file, "deploy/") {
+				arg = "../../" + file
+			}
+			out, _, _ := vetRun(t, "", arg)
+			outs[file] = strings.ReplaceAll(out, "../../deploy/", "deploy/")
+		}
+		block := []string{l}
+		for _, next := range doc[i+1:] {
+			if !strings.HasPrefix(next, "    ") || strings.TrimSpace(next) == "…" {
+				break
+			}
+			block = append(block, next)
+		}
+		if !strings.Contains(outs[file], strings.Join(block, "\n")+"\n") {
+			t.Errorf("docs/vet.md:%d shows\n%s\nbut vet %s prints\n%s", i+1, strings.Join(block, "\n"), file, outs[file])
+		}
+		n++
+	}
+	if n < 5 {
+		t.Fatalf("found %d examples in docs/vet.md", n)
+	}
+}

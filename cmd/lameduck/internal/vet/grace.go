@@ -132,7 +132,7 @@ func checkGraceEnv(j *judged) []Finding {
 // its containers. The regular containers stop in parallel, each after its
 // own preStop hook; native sidecars get SIGTERM only once the last of them
 // has exited, one after the other in reverse order
-// (https://kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/#termination-with-sidecars).
+// (https://kubernetes.io/docs/concepts/workloads/pods/sidecar-containers/).
 // The pod's sequence is the longest regular container's time plus every
 // sidecar's, and it must fit terminationGracePeriodSeconds too. A judged
 // container's time is its budget; another container's is its preStop

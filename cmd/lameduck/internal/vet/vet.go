@@ -32,7 +32,7 @@ var Rules = []Rule{
 	{"runner-grace", "a runner's drain bound + teardown must fit terminationGracePeriodSeconds", "error",
 		"https://kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/#pod-termination"},
 	{"pod-grace", "sidecars stop after the main containers: the pod's whole sequence must fit terminationGracePeriodSeconds", "error",
-		"https://kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/#termination-with-sidecars"},
+		"https://kubernetes.io/docs/concepts/workloads/pods/sidecar-containers/"},
 	{"grace-env", "LAMEDUCK_TERMINATION_GRACE must equal terminationGracePeriodSeconds", "warning",
 		"docs/probes-and-shutdown.md#sizing-terminationgraceperiodseconds"},
 	{"liveness-path", "liveness must not run dependency checks (/readyz, a gRPC service but liveness) nor drain (/prestop); a runner's is not a TCP check", "error",
