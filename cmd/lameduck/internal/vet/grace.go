@@ -137,7 +137,8 @@ func checkGraceEnv(j *judged) []Finding {
 // sidecar's, and it must fit terminationGracePeriodSeconds too. A judged
 // container's time is its budget; another container's is its preStop
 // sleep, the least it takes. Reported once per pod, when it has a sidecar
-// after a regular container, at the line of terminationGracePeriodSeconds.
+// and the sequence is longer than any judged container alone (which
+// grace-period reports), at the line of terminationGracePeriodSeconds.
 func checkPodGrace(o *Object, judgedHere []*judged) []Finding {
 	byName := map[string]*judged{}
 	for _, j := range judgedHere {
@@ -187,7 +188,11 @@ func checkPodGrace(o *Object, judgedHere []*judged) []Finding {
 		}
 	}
 	grace, secs := graceOf(&o.Spec)
-	if total <= grace {
+	var single time.Duration // the longest judged container alone: grace-period reports it
+	for _, j := range judgedHere {
+		single = max(single, j.budget().Total)
+	}
+	if total <= grace || total <= single {
 		return nil
 	}
 	fix := fmt.Sprintf("raise terminationGracePeriodSeconds to at least %d, or shorten the containers' windows and teardowns", ceilSeconds(total))

@@ -381,6 +381,13 @@ func TestPodGrace(t *testing.T) {
 	if len(fs) != 1 || fs[0].Rule != "pod-grace" || fs[0].Container != "proxy" || fs[0].Values["total_seconds"] != 35.0 {
 		t.Errorf("nginx's sleep 15 then the sidecar's 20s: %+v", fs)
 	}
+	// A sidecar that does not fit alone is grace-period's, with no second
+	// finding for the pod.
+	long := lameduckC("proxy", "40s")
+	long.RestartPolicy = &always
+	if fs, _ := Check(pod([]corev1.Container{long}, corev1.Container{Name: "nginx"}), Options{}); len(fs) != 1 || fs[0].Rule != "grace-period" {
+		t.Errorf("a sidecar alone, 45s in 30s: %+v; want grace-period alone", fs)
+	}
 	// An init container that runs to completion is not a sidecar.
 	plain := lameduckC("migrate", "15s")
 	if fs, n := Check(pod([]corev1.Container{plain}, lameduckC("app", "10s")), Options{}); n != 1 || len(fs) != 0 {
