@@ -297,7 +297,7 @@ func checkReadinessWindow(j *judged) []Finding {
 	return []Finding{j.finding("readiness-window", line, path,
 		fmt.Sprintf("%s %s (%sSHUTDOWN_DELAY) is shorter than the %s readiness can take to see the flip to 503: (failureThreshold %d − 1) × periodSeconds %d + max(periodSeconds %d, timeoutSeconds %d) = %s; a load balancer that follows readiness may still route to the pod when the window ends and its listener closes",
 			name, window, rc.EnvPrefix, detect, failures, period, period, timeout, detect),
-		fmt.Sprintf("raise %sSHUTDOWN_DELAY to at least %s (plus the time your load balancer takes to act), or lower readinessProbe periodSeconds or failureThreshold until (failureThreshold − 1) × periodSeconds + max(periodSeconds, timeoutSeconds) ≤ %s",
+		fmt.Sprintf("raise %sSHUTDOWN_DELAY to at least %s (plus the time your load balancer takes to act; the grace period grows with it), or lower readinessProbe periodSeconds or failureThreshold until (failureThreshold − 1) × periodSeconds + max(periodSeconds, timeoutSeconds) ≤ %s",
 			rc.EnvPrefix, detect, window),
 		map[string]any{"window_seconds": seconds(window), "window_setting": rc.EnvPrefix + "SHUTDOWN_DELAY", "drain_mode": rc.DrainMode,
 			"period_seconds": period, "failure_threshold": failures, "timeout_seconds": timeout,
