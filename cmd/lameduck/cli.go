@@ -26,6 +26,15 @@ const (
 	exitUsage = 2
 )
 
+// codeError is an outcome already reported on stdout that sets an exit
+// code of its own: `lameduck vet` judging no container (docs/vet.md).
+type codeError struct {
+	error
+	code int
+}
+
+func (e codeError) Unwrap() error { return e.error }
+
 // usageError is a mistake in the command line: main prints it, points to
 // the command's --help and exits 2.
 type usageError struct{ error }
@@ -107,7 +116,10 @@ func execute(root *cobra.Command, args []string, stderr io.Writer) int {
 	}
 	var logged exitError
 	var usage usageError
+	var coded codeError
 	switch {
+	case errors.As(err, &coded):
+		return coded.code
 	case errors.As(err, &usage) || !started:
 		printErrors(stderr, err)
 		fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())

@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strings"
 
+	yaml3 "go.yaml.in/yaml/v3"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -23,8 +24,11 @@ import (
 type Object struct {
 	Kind, Namespace, Name string
 	File                  string // as given on the command line; "-" for stdin
-	Line                  int    // the first line of its YAML document, from 1
+	Line                  int    // the line where the object begins (its first key), from 1
 	Spec                  corev1.PodSpec
+	// spec is where the pod spec is in the file, for the lines of
+	// findings; the zero place when unknown (findings then point at Line).
+	spec place
 }
 
 // Ref names the object as kubectl does: Kind/name, with the namespace when
@@ -148,7 +152,11 @@ func ReadInputs(paths []string, stdin io.Reader) (objs []Object, docs int, err e
 			}
 			for _, d := range ds {
 				docs++
-				got, err := decode(d)
+				var tree yaml3.Node
+				// The tree only places findings; sigs.k8s.io/yaml below
+				// decides what is valid, so an error here is not reported.
+				_ = yaml3.Unmarshal(d.data, &tree)
+				got, err := decode(d, root(&tree, d.line))
 				if err != nil {
 					return nil, 0, err
 				}
@@ -159,8 +167,9 @@ func ReadInputs(paths []string, stdin io.Reader) (objs []Object, docs int, err e
 	return objs, docs, nil
 }
 
-// decode reads the workloads of one document.
-func decode(d document) ([]Object, error) {
+// decode reads the workloads of one document, or of one item of a List;
+// at is where its object is in the file.
+func decode(d document, at place) ([]Object, error) {
 	var tm metav1.TypeMeta
 	if err := yaml.Unmarshal(d.data, &tm); err != nil {
 		return nil, fmt.Errorf("%s:%d: not a Kubernetes object: %w", d.file, d.line, err)
@@ -171,8 +180,12 @@ func decode(d document) ([]Object, error) {
 		}
 		return nil
 	}
-	obj := func(meta metav1.ObjectMeta, spec corev1.PodSpec) []Object {
-		return []Object{{Kind: tm.Kind, Namespace: meta.Namespace, Name: meta.Name, File: d.file, Line: d.line, Spec: spec}}
+	line := d.line
+	if at.n != nil {
+		line = at.line
+	}
+	obj := func(meta metav1.ObjectMeta, spec corev1.PodSpec, path ...any) []Object {
+		return []Object{{Kind: tm.Kind, Namespace: meta.Namespace, Name: meta.Name, File: d.file, Line: line, Spec: spec, spec: at.at(path...)}}
 	}
 	switch tm.Kind {
 	case "Deployment":
@@ -180,43 +193,43 @@ func decode(d document) ([]Object, error) {
 		if err := into(&o); err != nil {
 			return nil, err
 		}
-		return obj(o.ObjectMeta, o.Spec.Template.Spec), nil
+		return obj(o.ObjectMeta, o.Spec.Template.Spec, "spec", "template", "spec"), nil
 	case "StatefulSet":
 		var o appsv1.StatefulSet
 		if err := into(&o); err != nil {
 			return nil, err
 		}
-		return obj(o.ObjectMeta, o.Spec.Template.Spec), nil
+		return obj(o.ObjectMeta, o.Spec.Template.Spec, "spec", "template", "spec"), nil
 	case "DaemonSet":
 		var o appsv1.DaemonSet
 		if err := into(&o); err != nil {
 			return nil, err
 		}
-		return obj(o.ObjectMeta, o.Spec.Template.Spec), nil
+		return obj(o.ObjectMeta, o.Spec.Template.Spec, "spec", "template", "spec"), nil
 	case "ReplicaSet":
 		var o appsv1.ReplicaSet
 		if err := into(&o); err != nil {
 			return nil, err
 		}
-		return obj(o.ObjectMeta, o.Spec.Template.Spec), nil
+		return obj(o.ObjectMeta, o.Spec.Template.Spec, "spec", "template", "spec"), nil
 	case "Job":
 		var o batchv1.Job
 		if err := into(&o); err != nil {
 			return nil, err
 		}
-		return obj(o.ObjectMeta, o.Spec.Template.Spec), nil
+		return obj(o.ObjectMeta, o.Spec.Template.Spec, "spec", "template", "spec"), nil
 	case "CronJob":
 		var o batchv1.CronJob
 		if err := into(&o); err != nil {
 			return nil, err
 		}
-		return obj(o.ObjectMeta, o.Spec.JobTemplate.Spec.Template.Spec), nil
+		return obj(o.ObjectMeta, o.Spec.JobTemplate.Spec.Template.Spec, "spec", "jobTemplate", "spec", "template", "spec"), nil
 	case "Pod":
 		var o corev1.Pod
 		if err := into(&o); err != nil {
 			return nil, err
 		}
-		return obj(o.ObjectMeta, o.Spec), nil
+		return obj(o.ObjectMeta, o.Spec, "spec"), nil
 	case "List":
 		var l struct {
 			Items []yamlRaw `json:"items"`
@@ -225,8 +238,8 @@ func decode(d document) ([]Object, error) {
 			return nil, err
 		}
 		var out []Object
-		for _, it := range l.Items {
-			got, err := decode(document{file: d.file, line: d.line, data: it})
+		for i, it := range l.Items {
+			got, err := decode(document{file: d.file, line: d.line, data: it}, at.key("items").item(i))
 			if err != nil {
 				return nil, err
 			}

@@ -79,7 +79,7 @@ func TestGraceUsesTheBinarysDefaults(t *testing.T) {
 	o := Object{Kind: "Pod", Name: "p", Spec: corev1.PodSpec{TerminationGracePeriodSeconds: &grace, Containers: []corev1.Container{{
 		Name: "app",
 		Env:  []corev1.EnvVar{{Name: "LAMEDUCK_TERMINATION_GRACE", Value: "30s"}},
-		ReadinessProbe: &corev1.Probe{TimeoutSeconds: 3,
+		ReadinessProbe: &corev1.Probe{TimeoutSeconds: 3, PeriodSeconds: 2, FailureThreshold: 2,
 			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz"}}},
 	}}}}
 	if fs, n := Check([]Object{o}, Options{}); n != 1 || len(fs) != 0 {
@@ -101,7 +101,7 @@ func TestPreStopTokenRule(t *testing.T) {
 		return Object{Kind: "Pod", Name: "p", Spec: corev1.PodSpec{TerminationGracePeriodSeconds: &grace, Containers: []corev1.Container{{
 			Name: "app",
 			Env:  append([]corev1.EnvVar{{Name: "LAMEDUCK_TERMINATION_GRACE", Value: "30s"}}, env...),
-			ReadinessProbe: &corev1.Probe{TimeoutSeconds: 3,
+			ReadinessProbe: &corev1.Probe{TimeoutSeconds: 3, PeriodSeconds: 2, FailureThreshold: 2,
 				ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz"}}},
 		}}}}
 	}
@@ -128,7 +128,7 @@ func TestRenamedProbePaths(t *testing.T) {
 			Name: "app",
 			Env: []corev1.EnvVar{{Name: "LAMEDUCK_TERMINATION_GRACE", Value: "30s"},
 				{Name: "LAMEDUCK_READINESS_PATH", Value: "/-/readyz"}, {Name: "LAMEDUCK_LIVENESS_PATHS", Value: "/-/healthz"}},
-			ReadinessProbe: &corev1.Probe{TimeoutSeconds: 3,
+			ReadinessProbe: &corev1.Probe{TimeoutSeconds: 3, PeriodSeconds: 2, FailureThreshold: 2,
 				ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: readiness}}},
 			LivenessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: liveness}}},
 		}}}}
@@ -178,7 +178,7 @@ func TestGRPCProbes(t *testing.T) {
 			Name:           "app",
 			Env:            append([]corev1.EnvVar{{Name: "LAMEDUCK_TERMINATION_GRACE", Value: "30s"}}, env...),
 			LivenessProbe:  &corev1.Probe{ProbeHandler: corev1.ProbeHandler{GRPC: &corev1.GRPCAction{Port: 9000, Service: live}}},
-			ReadinessProbe: &corev1.Probe{TimeoutSeconds: 3, ProbeHandler: corev1.ProbeHandler{GRPC: &corev1.GRPCAction{Port: 9000, Service: ready}}},
+			ReadinessProbe: &corev1.Probe{TimeoutSeconds: 3, PeriodSeconds: 2, FailureThreshold: 2, ProbeHandler: corev1.ProbeHandler{GRPC: &corev1.GRPCAction{Port: 9000, Service: ready}}},
 		}}}}
 	}
 	rules := func(fs []Finding) (ids []string) {
@@ -197,9 +197,10 @@ func TestGRPCProbes(t *testing.T) {
 		{svc("liveness"), svc("lameduck.demo.Demo"), ""},
 		{nil, svc("readiness"), "liveness-path"},
 		{svc(""), svc("readiness"), "liveness-path"},
-		{svc("readiness"), svc("readiness"), "liveness-path"},
+		{svc("readiness"), svc("readiness"), "probes-identical"},
 		{svc("lameduck.demo.Demo"), svc("readiness"), "liveness-path"},
-		{svc("liveness"), svc("liveness"), "readiness-path"},
+		{svc("liveness"), svc("liveness"), "probes-identical"},
+		{svc("readiness"), svc("liveness"), "probes-swapped"},
 	} {
 		fs, _ := Check([]Object{pod(c.live, c.ready)}, Options{})
 		if got := strings.Join(rules(fs), " "); got != c.want {
@@ -225,7 +226,7 @@ func TestReadinessOnAnUnservedPath(t *testing.T) {
 		return Object{Kind: "Pod", Name: "p", Spec: corev1.PodSpec{TerminationGracePeriodSeconds: &grace, Containers: []corev1.Container{{
 			Name: "app",
 			Env:  []corev1.EnvVar{{Name: "LAMEDUCK_TERMINATION_GRACE", Value: "30s"}, {Name: "LAMEDUCK_READINESS_PATH", Value: "/ready"}},
-			ReadinessProbe: &corev1.Probe{TimeoutSeconds: 3,
+			ReadinessProbe: &corev1.Probe{TimeoutSeconds: 3, PeriodSeconds: 2, FailureThreshold: 2,
 				ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path}}},
 		}}}}
 	}
@@ -250,7 +251,7 @@ func TestHugeNumbersSaturate(t *testing.T) {
 		c.Name = "app"
 		c.Env = append(c.Env, corev1.EnvVar{Name: "LAMEDUCK_ENV", Value: "kubernetes"})
 		if c.ReadinessProbe == nil {
-			c.ReadinessProbe = &corev1.Probe{TimeoutSeconds: 3, ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz"}}}
+			c.ReadinessProbe = &corev1.Probe{TimeoutSeconds: 3, PeriodSeconds: 2, FailureThreshold: 2, ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz"}}}
 		}
 		return Object{Kind: "Pod", Name: "p", Spec: corev1.PodSpec{TerminationGracePeriodSeconds: &grace, Containers: []corev1.Container{c}}}
 	}
@@ -260,8 +261,11 @@ func TestHugeNumbersSaturate(t *testing.T) {
 	long := corev1.Container{Env: []corev1.EnvVar{{Name: "LAMEDUCK_CHECK_MAX_AGE", Value: "1h"}},
 		ReadinessProbe: &corev1.Probe{TimeoutSeconds: 3, PeriodSeconds: math.MaxInt32, FailureThreshold: 2,
 			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz"}}}}
-	if fs, _ := Check([]Object{pod(30, long)}, Options{}); len(fs) != 0 {
-		t.Errorf("periodSeconds 2147483647 × failureThreshold 2 against a 1h max age: %+v; want none", fs)
+	// No readiness-max-age: the detection time is far above 1h. The
+	// readiness-window finding is computed in 64 bits, not wrapped.
+	if fs, _ := Check([]Object{pod(30, long)}, Options{}); len(fs) != 1 || fs[0].Rule != "readiness-window" ||
+		negative.MatchString(fs[0].Message) || fs[0].Values["detect_seconds"] != float64(2*math.MaxInt32) {
+		t.Errorf("periodSeconds 2147483647 × failureThreshold 2 against a 1h max age: %+v; want readiness-window alone, with (2 − 1) × 2147483647 + 2147483647 s", fs)
 	}
 	boot := corev1.Container{Env: []corev1.EnvVar{{Name: "LAMEDUCK_STARTUP_TIMEOUT", Value: "1h"}},
 		StartupProbe: &corev1.Probe{PeriodSeconds: math.MaxInt32, FailureThreshold: math.MaxInt32,
@@ -283,5 +287,110 @@ func TestHugeNumbersSaturate(t *testing.T) {
 	fs, _ = Check([]Object{pod(30, centuries)}, Options{})
 	if len(fs) != 2 || fs[0].Rule != "grace-period" || negative.MatchString(fs[0].Message) {
 		t.Errorf("sleep 106751d in a grace period of 10000000000s: %+v", fs)
+	}
+}
+
+// The kubelet's worst case to see readiness flip: (failureThreshold − 1)
+// × periodSeconds + max(periodSeconds, timeoutSeconds), with Kubernetes'
+// defaults for unset fields.
+func TestReadinessDetect(t *testing.T) {
+	for _, c := range []struct {
+		period, failures, timeout int32
+		want                      time.Duration
+	}{
+		{0, 0, 0, 30 * time.Second}, // 10s × 3, timeout 1s
+		{2, 2, 3, 5 * time.Second},  // the chart's: the probe in flight holds the next one back 1s
+		{2, 2, 2, 4 * time.Second},
+		{1, 2, 3, 4 * time.Second},
+		{5, 1, 10, 10 * time.Second},
+		{2, 1, 1, 2 * time.Second},
+	} {
+		p := &corev1.Probe{PeriodSeconds: c.period, FailureThreshold: c.failures, TimeoutSeconds: c.timeout}
+		if got := readinessDetect(p); got != c.want {
+			t.Errorf("period %d, failures %d, timeout %d: %s; want %s", c.period, c.failures, c.timeout, got, c.want)
+		}
+	}
+}
+
+// A container is judged by any sign of lameduck: a probe on one of its
+// paths or gRPC services, or its preStop hook; a container with none is
+// skipped with the reason, and --skip wins over every sign.
+func TestJudgedBySigns(t *testing.T) {
+	svc := func(s string) *string { return &s }
+	pod := func(c corev1.Container) []Object {
+		c.Name = "app"
+		return []Object{{Kind: "Pod", Name: "p", Spec: corev1.PodSpec{Containers: []corev1.Container{c}}}}
+	}
+	for _, c := range []struct {
+		c      corev1.Container
+		judged bool
+		sign   string
+	}{
+		{corev1.Container{}, false, ""},
+		{corev1.Container{LivenessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{}}}}, false, ""},
+		{corev1.Container{ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/ready"}}}}, false, ""},
+		{corev1.Container{StartupProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/startupz"}}}}, true, "startupProbe is httpGet /startupz"},
+		{corev1.Container{ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz/db"}}}}, true, "readinessProbe is httpGet /readyz/db"},
+		{corev1.Container{LivenessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{GRPC: &corev1.GRPCAction{Port: 9000, Service: svc("liveness")}}}}, true, `gRPC health service "liveness"`},
+		{corev1.Container{LivenessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{GRPC: &corev1.GRPCAction{Port: 9000}}}}, false, ""},
+		{corev1.Container{Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/prestop"}}}}, true, "preStop hook is httpGet /prestop"},
+		{corev1.Container{Env: []corev1.EnvVar{{Name: "LAMEDUCK_ENV", Value: "kubernetes"}}}, true, "sets LAMEDUCK_ENV"},
+	} {
+		r := Run(pod(c.c), Options{})
+		if c.judged != (r.Containers == 1) || c.judged && !strings.Contains(strings.Join(r.Judged[0].Signs, "; "), c.sign) ||
+			!c.judged && (len(r.Skipped) != 1 || !strings.Contains(r.Skipped[0].Reason, "nothing says it runs lameduck")) {
+			t.Errorf("%+v: %+v; want judged %v by %q", c.c, r, c.judged, c.sign)
+		}
+		if r := Run(pod(c.c), Options{Skip: []string{"app"}, Containers: []string{"app"}}); r.Containers != 0 || r.Skipped[0].Reason != "named with --skip" {
+			t.Errorf("--skip: %+v", r)
+		}
+	}
+}
+
+// The grace period is the pod's: a native sidecar stops after the regular
+// containers, so the pod's sequence is the longest of them plus the
+// sidecar's, even when each fits alone.
+func TestPodGrace(t *testing.T) {
+	always := corev1.ContainerRestartPolicyAlways
+	ready := &corev1.Probe{TimeoutSeconds: 3, PeriodSeconds: 2, FailureThreshold: 2,
+		ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz"}}}
+	lameduckC := func(name, teardown string) corev1.Container {
+		return corev1.Container{Name: name, ReadinessProbe: ready, Env: []corev1.EnvVar{
+			{Name: "LAMEDUCK_SHUTDOWN_TEARDOWN", Value: teardown}, {Name: "LAMEDUCK_TERMINATION_GRACE", Value: "30s"}}}
+	}
+	grace := int64(30)
+	pod := func(init []corev1.Container, main ...corev1.Container) []Object {
+		return []Object{{Kind: "Pod", Name: "p", Spec: corev1.PodSpec{TerminationGracePeriodSeconds: &grace, InitContainers: init, Containers: main}}}
+	}
+	sidecar := lameduckC("proxy", "15s")
+	sidecar.RestartPolicy = &always
+	fs, n := Check(pod([]corev1.Container{sidecar}, lameduckC("app", "10s")), Options{})
+	if n != 2 || len(fs) != 1 || fs[0].Rule != "pod-grace" || fs[0].Values["total_seconds"] != 35.0 ||
+		!strings.Contains(fs[0].Message, `"app" 15s (the longest regular container) + sidecar "proxy" 20s = 35s > terminationGracePeriodSeconds 30`) {
+		t.Errorf("app 15s then sidecar 20s in 30s: %d judged, %+v", n, fs)
+	}
+	// Two regular containers stop in parallel: 15s and 20s fit 30s.
+	if fs, _ := Check(pod(nil, lameduckC("app", "10s"), lameduckC("other", "15s")), Options{}); len(fs) != 0 {
+		t.Errorf("two regular containers: %+v; want none", fs)
+	}
+	// A regular container that is not lameduck counts with its preStop
+	// sleep, the least it takes before the sidecar's turn.
+	sleeper := corev1.Container{Name: "nginx", Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{
+		Exec: &corev1.ExecAction{Command: []string{"sleep", "15"}}}}}
+	fs, _ = Check(pod([]corev1.Container{sidecar}, sleeper), Options{})
+	if len(fs) != 1 || fs[0].Rule != "pod-grace" || fs[0].Container != "proxy" || fs[0].Values["total_seconds"] != 35.0 {
+		t.Errorf("nginx's sleep 15 then the sidecar's 20s: %+v", fs)
+	}
+	// A sidecar that does not fit alone is grace-period's, with no second
+	// finding for the pod.
+	long := lameduckC("proxy", "40s")
+	long.RestartPolicy = &always
+	if fs, _ := Check(pod([]corev1.Container{long}, corev1.Container{Name: "nginx"}), Options{}); len(fs) != 1 || fs[0].Rule != "grace-period" {
+		t.Errorf("a sidecar alone, 45s in 30s: %+v; want grace-period alone", fs)
+	}
+	// An init container that runs to completion is not a sidecar.
+	plain := lameduckC("migrate", "15s")
+	if fs, n := Check(pod([]corev1.Container{plain}, lameduckC("app", "10s")), Options{}); n != 1 || len(fs) != 0 {
+		t.Errorf("a plain init container: %d judged, %+v", n, fs)
 	}
 }
