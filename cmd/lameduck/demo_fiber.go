@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"sync"
 	"time"
 
@@ -30,9 +29,12 @@ func (d *demo) addFiber(addr string) error {
 		return send(c, code, body)
 	})
 	app.Get("/slow", func(c *fiber.Ctx) error {
-		// Not c.Context(): fasthttp closes RequestCtx.Done() when the
-		// teardown begins, which would cut the sleep the drain waits for.
-		code, body, _ := d.slow(context.Background(), query(c))
+		// c.Context() lives until the request ends or the teardown budget
+		// cuts it, as r.Context() does on net/http.
+		code, body, ok := d.slow(c.Context(), query(c))
+		if !ok {
+			return nil // cut at the budget: the Lifecycle closes the connection
+		}
 		return send(c, code, body)
 	})
 	app.Post("/echo", func(c *fiber.Ctx) error {
