@@ -153,4 +153,3 @@ func (w *connWatch) idleClosed() int {
 	}
 	return w.closed
 }
-
