@@ -8,6 +8,7 @@ import (
 
 	fiberws "github.com/gofiber/contrib/websocket"
 	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/middleware/adaptor"
 	lameduckfiber "github.com/lameduck/lameduck/contrib/fiber"
 )
 
@@ -49,6 +50,9 @@ func (d *demo) addFiber(addr string) error {
 		code, body := d.loop(query(c))
 		return send(c, code, body)
 	})
+	if d.metrics != nil {
+		app.Get("/metrics", adaptor.HTTPHandler(d.metrics))
+	}
 	app.Get("/ws", fiberws.New(d.fiberEcho))
 	app.Get("/events", func(c *fiber.Ctx) error {
 		c.Set(fiber.HeaderContentType, "text/event-stream")
