@@ -221,4 +221,3 @@ func (s sink) Abandoned(n int) {
 	s.m.overruns.Add(context.Background(), 1)
 	s.m.abandoned.Add(context.Background(), int64(n))
 }
-

@@ -139,9 +139,11 @@ func (s sink) ProbeAnswer(path string, code int) {
 	s.c.probes.WithLabelValues(path, strconv.Itoa(code)).Inc()
 }
 
-func (s sink) StepEnded(step string, d time.Duration) { s.c.steps.WithLabelValues(step).Set(d.Seconds()) }
-func (s sink) Cut(n int)                              { s.c.cut.Add(float64(n)) }
-func (s sink) Abandoned(n int)                        { s.c.overruns.Inc(); s.c.abandoned.Add(float64(n)) }
+func (s sink) StepEnded(step string, d time.Duration) {
+	s.c.steps.WithLabelValues(step).Set(d.Seconds())
+}
+func (s sink) Cut(n int)       { s.c.cut.Add(float64(n)) }
+func (s sink) Abandoned(n int) { s.c.overruns.Inc(); s.c.abandoned.Add(float64(n)) }
 
 // Describe sends the descriptors of every series, for
 // prometheus.Registerer.
