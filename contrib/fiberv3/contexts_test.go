@@ -48,9 +48,8 @@ func livePool(t *testing.T, n int) *pgxpool.Pool {
 // *fasthttp.RequestCtx) — passed to a 1s PostgreSQL query (pg_sleep, which
 // pgx cancels on the server when its context ends) started 100ms before
 // SIGTERM (the test signals its own process), with no lame-duck window:
-// the teardown begins at the signal,
-// and each query still runs to its end, its handler answering 200 with the
-// query's result. Before the teardown let the requests end ahead of
+// the teardown begins at the signal, and each query still runs to its end,
+// its handler answering 200 with the query's result. Before the teardown let the requests end ahead of
 // fasthttp's shutdown, c.RequestCtx() was cancelled at once and the
 // handler answered 500 "context canceled".
 func TestEveryContextLivesThroughTheTeardown(t *testing.T) {
