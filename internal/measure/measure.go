@@ -183,13 +183,17 @@ func NewTracker(sink Sink) *Tracker {
 // Watch makes Phase and InFlight read lc at each collection.
 func (t *Tracker) Watch(lc *lameduck.Lifecycle) { t.lc.Store(lc) }
 
-// Phase returns the current phase: lc's, after Watch, or the last the
-// events told.
+// Phase returns the current phase: the later of lc's (after Watch) and the
+// one the last event led to. Phases only move forward, and the Lifecycle
+// reports an event (window-ended, say) a moment before its own phase
+// follows: the later of the two never shows a step's end with the phase
+// before it.
 func (t *Tracker) Phase() lameduck.Phase {
+	p := lameduck.Phase(t.phase.Load())
 	if lc := t.lc.Load(); lc != nil {
-		return lc.Phase()
+		p = max(p, lc.Phase())
 	}
-	return lameduck.Phase(t.phase.Load())
+	return p
 }
 
 // InFlight returns the application requests in flight, and false before

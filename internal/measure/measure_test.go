@@ -95,9 +95,20 @@ func TestTracker(t *testing.T) {
 	if tr.Phase() != lameduck.PhaseStopped {
 		t.Errorf("Phase = %s before Watch; want the events' stopped", tr.Phase())
 	}
+	// After Watch: the Lifecycle's phase, or the event's when the event
+	// came first (the Lifecycle reports an event a moment before its phase
+	// follows).
+	tr = measure.NewTracker(s)
+	if _, ok := tr.InFlight(); ok {
+		t.Error("InFlight reported before Watch")
+	}
 	tr.Watch(lc)
 	if tr.Phase() != lameduck.PhaseStarting {
 		t.Errorf("Phase = %s after Watch; want the Lifecycle's own (starting)", tr.Phase())
+	}
+	fire(es.WindowEnded, 2*time.Second, lameduck.PhaseStopping)
+	if tr.Phase() != lameduck.PhaseStopping {
+		t.Errorf("Phase = %s after window-ended, the Lifecycle still starting; want stopping", tr.Phase())
 	}
 	if n, ok := tr.InFlight(); !ok || n != 0 {
 		t.Errorf("InFlight = %d, %v after Watch", n, ok)
