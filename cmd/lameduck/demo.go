@@ -33,6 +33,7 @@ type demoOptions struct {
 	checks       checkFlags
 	contrib      contribFlags
 	grpcAddr     string
+	metricsAddr  string
 }
 
 func newDemoCommand() *cobra.Command {
@@ -45,7 +46,9 @@ func newDemoCommand() *cobra.Command {
 Lifecycle (every route below).
 
 Routes: GET / (a small JSON answer), POST /echo (answers with the size of the
-body it read), GET /metrics (the Lifecycle's Prometheus metrics), GET /ws (a WebSocket echo that closes
+body it read), GET /metrics (the Lifecycle's Prometheus metrics; with
+--metrics-addr on a listener of its own instead, readable until the process
+exits), GET /ws (a WebSocket echo that closes
 with 1001 going away when the window ends), GET /events (server-sent events,
 one every 100ms, ending with a final "bye" event when the window ends), GET /slow?d=DURATION (answers after d, at
 most 10m), POST /write?name=NAME&d=DURATION (a background write of d, joined at
@@ -79,6 +82,7 @@ LAMEDUCK_SHUTDOWN_TEARDOWN, LAMEDUCK_ENV, LAMEDUCK_TERMINATION_GRACE, ...).`,
 	f.StringArrayVar(&o.contrib.redis, "check-redis", nil, "a Redis PING readiness check NAME=HOST:PORT[,critical] (repeatable)")
 	f.StringArrayVar(&o.contrib.nats, "check-nats", nil, "a NATS readiness check NAME=URL[,critical] (repeatable)")
 	f.StringArrayVar(&o.contrib.amqp, "check-amqp", nil, "a RabbitMQ readiness check NAME=URL[,critical] (repeatable)")
+	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve GET /metrics on this address (such as :9091) instead of --addr: a listener of its own, open from before the service starts until the process exits, so a scrape reads every step of the shutdown, the join and the closers included, after --addr has closed")
 	f.StringVar(&o.grpcAddr, "grpc-addr", "", "also serve gRPC on this address (such as :9000): the grpc.health.v1 service and lameduck.demo.Demo (Slow, Ticks), drained with the HTTP server")
 	return cmd
 }
@@ -104,6 +108,11 @@ func (o demoOptions) validate(start time.Time, pings pingCounts) (*slog.Logger, 
 		errs = append(errs, fmt.Errorf("--addr=%q: want HOST:PORT or :PORT, such as :8080 or 127.0.0.1:8080", o.addr))
 	case port == "":
 		errs = append(errs, fmt.Errorf("--addr=%q: no port; give one, such as %s:8080 (0 picks a free port)", o.addr, host))
+	}
+	if o.metricsAddr != "" {
+		if _, port, err := net.SplitHostPort(o.metricsAddr); err != nil || port == "" {
+			errs = append(errs, fmt.Errorf("--metrics-addr=%q: want HOST:PORT or :PORT, such as :9091 or 127.0.0.1:9091 (0 picks a free port)", o.metricsAddr))
+		}
 	}
 	if o.startupDelay < 0 {
 		errs = append(errs, fmt.Errorf("--startup-delay=%s: must not be negative; use 0s for none", o.startupDelay))
@@ -151,7 +160,16 @@ func runDemo(ctx context.Context, o demoOptions) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(metrics)
 
-	d := &demo{lc: lc, log: log, metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})}
+	scrape := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+	d := &demo{lc: lc, log: log, metrics: scrape}
+	if o.metricsAddr != "" {
+		stop, err := serveMetrics(log, o.metricsAddr, scrape)
+		if err != nil {
+			return err
+		}
+		defer stop() // after Run has returned: the last scrape sees "stopped"
+		d.metrics = nil
+	}
 	switch o.server {
 	case "http":
 		err = d.addHTTP(o.addr)
@@ -186,6 +204,36 @@ func runDemo(ctx context.Context, o demoOptions) error {
 		return exitError{err} // Run has logged it
 	}
 	return nil
+}
+
+// serveMetrics serves GET /metrics on addr, outside the Lifecycle: its
+// teardown never closes this listener, so a scrape reads the phase, the
+// steps and the counters through the whole shutdown, after the
+// application's listener has closed (docs/prometheus.md, "Where to serve
+// /metrics"). stop shuts it down, for at most a second; call it once Run
+// has returned. The error names the flag when addr cannot be bound.
+func serveMetrics(log *slog.Logger, addr string, h http.Handler) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-addr=%q: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", h)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(ln) // http.ErrServerClosed once stop has run
+	}()
+	log.Info("demo: metrics listening", "addr", ln.Addr().String(), "path", "/metrics")
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if srv.Shutdown(ctx) != nil {
+			_ = srv.Close()
+		}
+		<-done
+	}, nil
 }
 
 // demo holds the demo's routes, written once and served by net/http

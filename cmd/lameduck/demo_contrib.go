@@ -80,6 +80,12 @@ func (f contribFlags) add(lc *lameduck.Lifecycle) error {
 		}
 		return ldmysql.Check(spec, db), db.Close, nil
 	})
+	if len(f.redis) > 0 {
+		// go-redis prints its own lines (a pool that cannot dial) in plain
+		// text on stderr; this routes them through the process's handler,
+		// so --log-format json stays JSON. Process-wide, as go-redis' logger is.
+		redis.SetLogger(ldredis.NewLogger(lc.Config().Logger))
+	}
 	each("check-redis", f.redis, func(spec health.Check, addr string) (health.Check, func() error, error) {
 		if _, _, err := net.SplitHostPort(addr); err != nil {
 			return spec, nil, errors.New("want HOST:PORT, such as cache=127.0.0.1:6379")

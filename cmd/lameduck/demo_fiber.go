@@ -3,12 +3,12 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"sync"
 	"time"
 
 	fiberws "github.com/gofiber/contrib/websocket"
 	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/middleware/adaptor"
 	lameduckfiber "github.com/lameduck/lameduck/contrib/fiber"
 )
 
@@ -30,9 +30,12 @@ func (d *demo) addFiber(addr string) error {
 		return send(c, code, body)
 	})
 	app.Get("/slow", func(c *fiber.Ctx) error {
-		// Not c.Context(): fasthttp closes RequestCtx.Done() when the
-		// teardown begins, which would cut the sleep the drain waits for.
-		code, body, _ := d.slow(context.Background(), query(c))
+		// c.Context() lives until the request ends or the teardown budget
+		// cuts it, as r.Context() does on net/http.
+		code, body, ok := d.slow(c.Context(), query(c))
+		if !ok {
+			return nil // cut at the budget: the Lifecycle closes the connection
+		}
 		return send(c, code, body)
 	})
 	app.Post("/echo", func(c *fiber.Ctx) error {
@@ -47,6 +50,9 @@ func (d *demo) addFiber(addr string) error {
 		code, body := d.loop(query(c))
 		return send(c, code, body)
 	})
+	if d.metrics != nil {
+		app.Get("/metrics", adaptor.HTTPHandler(d.metrics))
+	}
 	app.Get("/ws", fiberws.New(d.fiberEcho))
 	app.Get("/events", func(c *fiber.Ctx) error {
 		c.Set(fiber.HeaderContentType, "text/event-stream")

@@ -9,6 +9,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -248,5 +249,24 @@ func TestE2EContribChecks(t *testing.T) {
 	p.signal(syscall.SIGTERM)
 	if code, _ := p.waitExit(30 * time.Second); code != 0 {
 		t.Errorf("exit code %d, want 0", code)
+	}
+}
+
+// go-redis' own lines (its pool failing to dial a Redis that is down) come
+// out of the demo as JSON records of the process's handler under
+// --log-format json, never as go-redis' plain-text lines on stderr.
+func TestE2ERedisLogsThroughSlog(t *testing.T) {
+	down := holdPort(t, 0) // bound, never listening: every dial is refused
+	p := startChecks(t, nil, "--check-redis", fmt.Sprintf("cache=127.0.0.1:%d", down))
+	p.get("/readyz") // a probe runs the check, and go-redis fails to dial
+	p.waitLog("go-redis' line through slog", 20*time.Second, func(l logLine) bool {
+		return l.rec["client"] == "go-redis" && l.rec["level"] == "WARN"
+	})
+	p.signal(syscall.SIGTERM)
+	if code, _ := p.waitExit(30 * time.Second); code != 0 {
+		t.Errorf("exit code %d, want 0", code)
+	}
+	if l, found := p.findLog(func(l logLine) bool { return l.rec == nil }); found {
+		t.Errorf("a line that is not JSON: %q", l.raw)
 	}
 }

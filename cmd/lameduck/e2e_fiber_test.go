@@ -14,7 +14,7 @@ func demoServer(t *testing.T) string {
 	return "http"
 }
 
-// TestE2EFiber runs the net/http demo's end-to-end cases (34 of 36), unchanged,
+// TestE2EFiber runs the net/http demo's end-to-end cases (35 of 37), unchanged,
 // against `lameduck demo --server fiber`: the same binary, real signals and
 // real clients, the same assertions on answers, exit codes and the
 // process's log. Left out: the h2c hand-off, as fasthttp speaks no HTTP/2; and
@@ -61,6 +61,7 @@ func TestE2EFiber(t *testing.T) {
 		{"ServerSentEventsEndCleanly", TestE2EServerSentEventsEndCleanly},
 		{"RollingRestartZeroFailures", TestE2ERollingRestartZeroFailures},
 		{"RolloutDemoDropsNothing", TestRolloutDemoDropsNothing},
+		{"MetricsScrapedThroughTheTeardown", TestE2EMetricsScrapedThroughTheTeardown},
 	} {
 		t.Run(tc.name, tc.run)
 	}

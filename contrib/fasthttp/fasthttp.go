@@ -5,9 +5,10 @@
 // which add only Fiber's handler types around it.
 //
 //   - [AddServer] registers a *fasthttp.Server: Run binds its listener,
-//     serves it, and stops it with Server.ShutdownWithContext under the
-//     teardown budget, then closes what is left; what is cut is named in
-//     the log with method, path and age.
+//     serves it, and in the teardown lets its requests end before
+//     Server.ShutdownWithContext closes its idle connections ([ServerFuncs]),
+//     all under the teardown budget, then closes what is left; what is cut
+//     is named in the log with method, path and age.
 //   - [Middleware.Handler] wraps the server's handler: it answers /healthz,
 //     /readyz (with /readyz/<check>, ?verbose, ?exclude and
 //     application/health+json), /startupz and /prestop with the very
@@ -17,11 +18,13 @@
 //     Connection: close and refuses upgrades 503 with Retry-After; in reject
 //     mode (LAMEDUCK_SEND_RETRY_AFTER) it refuses every new request.
 //
-// fasthttp closes RequestCtx.Done() when ShutdownWithContext begins, that
-// is when the teardown starts, and never tells a running handler that its
-// client has left (it does not read the connection while the handler runs).
-// A handler whose work the drain should wait for must not treat Done() as
-// a cancellation. Handlers that stream watch Lifecycle.Drain() instead.
+// fasthttp closes RequestCtx.Done() when ShutdownWithContext begins; the
+// teardown calls it only once the requests the server was serving have
+// ended (or the budget is spent), so a handler may hand its RequestCtx to
+// a database call: it is cancelled at the budget, not when the teardown
+// starts. fasthttp never tells a running handler that its client has left
+// (it does not read the connection while the handler runs). Handlers that
+// stream watch Lifecycle.Drain().
 // See the operations guide, docs/probes-and-shutdown.md, for the sequence.
 package lameduckfasthttp
 
@@ -41,25 +44,26 @@ import (
 // AddServer registers srv with lc, as Lifecycle.AddServer does an
 // *http.Server: Run binds addr (or uses ln when not nil), serves srv on it
 // with Server.Serve, and in the teardown, beside the HTTP servers and under
-// the same budget, calls Server.ShutdownWithContext (its listener closes,
-// idle keep-alive connections close, requests in flight finish); at the
-// budget it closes every connection still open, hijacked ones included,
-// and names the requests it cut. Wrap srv.Handler with
+// the same budget, stops it in this order (see [ServerFuncs]): the listener
+// closes; every request srv is serving runs to its end, with its
+// RequestCtx.Done() still open; then Server.ShutdownWithContext closes the
+// idle keep-alive connections (counted in the log) and returns. At the
+// budget every connection still open is closed, hijacked ones included,
+// and the requests cut are named. Wrap srv.Handler with
 // [Middleware.Handler] first, or its requests are neither tracked nor told
-// to close, and the probes are not mounted.
+// to close, and the probes are not mounted. AddServer sets srv.ConnState
+// (chaining the hook srv had).
 //
 // It returns the error of Lifecycle.AddServerFuncs: an error naming an
 // empty addr with a nil ln, or lameduck.ErrAlreadyRunning once Run has
 // started.
 func AddServer(lc *lameduck.Lifecycle, srv *fasthttp.Server, addr string, ln net.Listener) error {
-	return lc.AddServerFuncs(lameduck.ServerFuncs{
-		Name:     "fasthttp",
-		Addr:     addr,
-		Serve:    srv.Serve,
-		Shutdown: srv.ShutdownWithContext,
-		// No Close: fasthttp has no forced stop; the Lifecycle closes the
-		// connections accepted on the listener it handed to Serve.
-	}, ln)
+	// No forced stop of fasthttp's own: at the budget, Close ends the
+	// requests' contexts and the Lifecycle closes the connections accepted
+	// on the listener it handed to Serve.
+	funcs := ServerFuncs(lc, "fasthttp", srv, srv.Serve, srv.ShutdownWithContext)
+	funcs.Addr = addr
+	return lc.AddServerFuncs(funcs, ln)
 }
 
 // Middleware is lameduck's request-tracking middleware for fasthttp: the
@@ -85,7 +89,7 @@ func (m *Middleware) Handler(next fasthttp.RequestHandler) fasthttp.RequestHandl
 		if answered {
 			return
 		}
-		defer End(fc, tr)
+		defer m.End(fc, tr)
 		next(fc)
 	}
 }
@@ -147,6 +151,20 @@ func End(fc *fasthttp.RequestCtx, tr lameduck.Tracked) {
 	if !fc.Hijacked() || !tr.Hijacked(fc.Conn()) {
 		tr.End()
 	}
+}
+
+// End is the package's [End], and it also marks the response Connection:
+// close when the shutdown signal came while the handlers ran (the request
+// began before it, so Begin did not): the connection closes once the
+// response is written instead of going idle, and no keep-alive client
+// reuses it as the teardown closes idle connections. Like End it
+// allocates nothing for a request that was not hijacked; Handler and the
+// Fiber middlewares call it.
+func (m *Middleware) End(fc *fasthttp.RequestCtx, tr lameduck.Tracked) {
+	if !fc.Hijacked() && m.lc.Phase() >= lameduck.PhaseDraining {
+		fc.SetConnectionClose()
+	}
+	End(fc, tr)
 }
 
 // Stream sets fn as fc's streamed response body (RequestCtx.SetBodyStreamWriter)

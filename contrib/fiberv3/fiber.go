@@ -25,10 +25,13 @@
 // The fasthttp half (the tracking, the refusals, the probes) is
 // contrib/fasthttp's Middleware. Handlers that stream (server-sent events,
 // WebSockets) watch Lifecycle.Drain() to finish when the lame-duck window
-// ends; a streamed body goes through [SendStream] to be counted in flight. fasthttp closes RequestCtx.Done() when the teardown starts and never
-// tells a running handler that its client left: a handler whose work the
-// drain should wait for must not treat Done() as a cancellation. See the
-// operations guide, docs/probes-and-shutdown.md, for the sequence.
+// ends; a streamed body goes through [SendStream] to be counted in flight.
+//
+// A handler may pass any of its contexts to a database call: fasthttp's
+// shutdown, which closes RequestCtx.Done(), begins only once the requests
+// in flight have ended or the teardown budget is spent. fasthttp never
+// tells a running handler that its client left. See the operations guide,
+// docs/probes-and-shutdown.md, for the sequence.
 package lameduckfiberv3
 
 import (
@@ -65,28 +68,31 @@ func New(lc *lameduck.Lifecycle, addr string, config ...fiber.Config) (*fiber.Ap
 // AddApp registers app with lc, as Lifecycle.AddServer does an
 // *http.Server: Run binds addr (or uses ln when not nil), serves app on it
 // with App.Listener, and in the teardown, beside the HTTP servers and under
-// the same budget, calls App.ShutdownWithContext (its listener closes, idle
-// keep-alive connections close, requests in flight finish); at the budget it
-// closes every connection still open, WebSockets included, and names the
-// requests it cut. Install [Middleware] first on app, or its requests are
+// the same budget, stops it in this order (lameduckfasthttp.ServerFuncs): its
+// listener closes; the requests in flight run to their end, every context a
+// handler can reach (c itself (fiber.Ctx), c.Context() and c.RequestCtx()) still live; then App.ShutdownWithContext runs
+// Fiber's shutdown hooks and closes the idle keep-alive connections,
+// counted in the log. At the budget it closes every connection still open,
+// WebSockets included, and names the requests it cut. It sets
+// app.Server().ConnState (chaining the hook it had). Install [Middleware] first on app, or its requests are
 // neither tracked nor told to close, and the probes are not mounted.
 //
 // It returns the error of Lifecycle.AddServerFuncs: an error naming an
 // empty addr with a nil ln, or lameduck.ErrAlreadyRunning once Run has
 // started.
 func AddApp(lc *lameduck.Lifecycle, app *fiber.App, addr string, ln net.Listener) error {
-	return lc.AddServerFuncs(lameduck.ServerFuncs{
-		Name: "fiber",
-		Addr: addr,
-		Serve: func(ln net.Listener) error {
-			// The Lifecycle logs the listening line; no signal handling of
-			// Fiber's own (GracefulContext unset): the Lifecycle stops it.
-			return app.Listener(ln, fiber.ListenConfig{DisableStartupMessage: true})
-		},
-		Shutdown: app.ShutdownWithContext,
-		// No Close: fasthttp has no forced stop; the Lifecycle closes
-		// the connections accepted on the listener it handed to Serve.
-	}, ln)
+	// The Lifecycle logs the listening line; no signal handling of Fiber's
+	// own (GracefulContext unset): the Lifecycle stops it. The requests
+	// first, then Fiber's shutdown (its hooks, then fasthttp's, which
+	// closes RequestCtx.Done()); at the budget, the requests' contexts end
+	// and the Lifecycle closes the connections accepted on the listener it
+	// handed to Serve.
+	serve := func(ln net.Listener) error {
+		return app.Listener(ln, fiber.ListenConfig{DisableStartupMessage: true})
+	}
+	funcs := lameduckfasthttp.ServerFuncs(lc, "fiber", app.Server(), serve, app.ShutdownWithContext)
+	funcs.Addr = addr
+	return lc.AddServerFuncs(funcs, ln)
 }
 
 // Middleware returns the request-tracking middleware for lc. Install it
@@ -119,7 +125,7 @@ func Middleware(lc *lameduck.Lifecycle) fiber.Handler {
 		if answered {
 			return nil
 		}
-		defer lameduckfasthttp.End(fc, tr)
+		defer m.End(fc, tr)
 		return c.Next()
 	}
 }

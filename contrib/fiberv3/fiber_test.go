@@ -1,6 +1,7 @@
 package lameduckfiberv3_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -488,5 +489,46 @@ func BenchmarkMiddleware(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// SendStream counts the streamed body in flight, under the request's method
+// and path, until its writer returns: the teardown waits for it, and the
+// stream ends with its final event when the window ends.
+func TestSendStreamIsTracked(t *testing.T) {
+	var r *rig
+	r = newRig(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 5 * time.Second}, false, func(app *fiber.App) {
+		app.Get("/events", func(c fiber.Ctx) error {
+			lameduckfiber.SendStream(r.lc, c, func(w *bufio.Writer) {
+				w.WriteString("data: hello\n\n")
+				if w.Flush() != nil {
+					return
+				}
+				<-r.lc.Drain()
+				w.WriteString("event: bye\n\n")
+			})
+			return nil
+		})
+	})
+	r.start()
+	resp, err := client(t).Get(r.base + "/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	if line, _ := br.ReadString('\n'); line != "data: hello\n" {
+		t.Fatalf("first line %q", line)
+	}
+	if got := r.lc.InFlight(); len(got) != 1 || got[0].Method != "GET" || got[0].Path != "/events" {
+		t.Fatalf("InFlight while streaming = %+v; want GET /events", got)
+	}
+	lameducktest.EndWindow(t, r.lc, r.clk)
+	rest, err := io.ReadAll(br)
+	if err != nil || !strings.HasSuffix(string(rest), "event: bye\n\n") {
+		t.Fatalf("the stream ended with %q, %v; want the final event", rest, err)
+	}
+	if err := r.wait(); err != nil {
+		t.Fatal(err)
 	}
 }

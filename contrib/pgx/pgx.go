@@ -15,7 +15,6 @@ package ldpgx
 import (
 	"context"
 	"fmt"
-	"regexp"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -38,10 +37,13 @@ import (
 // left, and without a timeout a connect to a server that never answers
 // holds a goroutine of the pool's (up to MaxConns of them) for good.
 //
-// Errors: "lameduck: postgres ping: " and pgx's error, with the user name
-// of "failed to connect to `user=... database=...`" and the pool's
-// password, if they appear, replaced by REDACTED; the health engine also
-// redacts the usual credential shapes before a body shows it. A nil pool
+// Errors: "lameduck: postgres ping: " and pgx's error, with the pool's
+// password, if it appears, replaced by REDACTED. The user name and the
+// database of pgx's "failed to connect to `user=... database=...`" are
+// kept: they are not secrets, and they tell an operator which role failed
+// (docs/postgres.md, "What reaches the body"). The health engine also
+// redacts the usual credential shapes (URL user-info, password= pairs,
+// tokens) before a body shows the text. A nil pool
 // makes every call return an error saying so. Safe for concurrent use, as
 // pool is.
 func Check(spec health.Check, pool *pgxpool.Pool) health.Check {
@@ -60,10 +62,7 @@ func Check(spec health.Check, pool *pgxpool.Pool) health.Check {
 	return spec
 }
 
-// reUser matches pgx's "user=NAME" in a connect error.
-var reUser = regexp.MustCompile("user=[^\\s`]*")
-
-// pingError is a ping's error with credentials cut out of its text. It
+// pingError is a ping's error with the password cut out of its text. It
 // wraps pgx's error, so errors.Is and errors.As (context.DeadlineExceeded,
 // *pgconn.PgError) still see it.
 type pingError struct {
@@ -72,7 +71,7 @@ type pingError struct {
 }
 
 func (e *pingError) Error() string {
-	s := reUser.ReplaceAllString(e.err.Error(), "user=REDACTED")
+	s := e.err.Error()
 	if e.password != "" {
 		s = strings.ReplaceAll(s, e.password, "REDACTED")
 	}

@@ -7,7 +7,9 @@
 //	import ldprom "github.com/lameduck/lameduck/contrib/prometheus"
 //
 // It is a module of its own: the core never imports client_golang. It
-// builds on lameduck.Config.OnTransition. The operator's page, with every
+// builds on lameduck.Config.OnTransition. contrib/otel exports the same
+// metrics, from the same list and the same bookkeeping, through
+// OpenTelemetry. The operator's page, with every
 // series and example queries, is docs/prometheus.md in the lameduck
 // repository.
 //
@@ -27,30 +29,19 @@
 package ldprom
 
 import (
-	"maps"
 	"strconv"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/lameduck/lameduck"
 	"github.com/lameduck/lameduck/health"
+	"github.com/lameduck/lameduck/internal/measure"
 	"github.com/prometheus/client_golang/prometheus"
 )
-
-// phases are the values of lameduck_phase's label, in order.
-var phases = [...]lameduck.Phase{lameduck.PhaseStarting, lameduck.PhaseServing, lameduck.PhaseDraining,
-	lameduck.PhaseStopping, lameduck.PhaseStopped}
-
-// outcomes are the values of lameduck_check_status's outcome label.
-var outcomes = [...]health.Outcome{health.OutcomeOK, health.OutcomeError, health.OutcomeTimeout,
-	health.OutcomeStalled, health.OutcomePanic}
 
 // DurationBuckets are the buckets of lameduck_check_duration_seconds, in
 // seconds: a readiness check's deadline is 1s by default, so they are
 // finest below it and end a little above the deadlines one sets.
-var DurationBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5}
+var DurationBuckets = measure.Buckets
 
 // Collector is a prometheus.Collector for one Lifecycle. Create it with
 // [New], pass its Observe method as Config.OnTransition, call Watch with
@@ -64,9 +55,8 @@ var DurationBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.
 //
 // The zero value is not usable. All methods are safe for concurrent use.
 type Collector struct {
-	lc atomic.Pointer[lameduck.Lifecycle] // set by Watch
+	tr *measure.Tracker
 
-	phase     atomic.Int32 // a lameduck.Phase, from the events; used until Watch
 	phaseDesc *prometheus.Desc
 	inFlight  *prometheus.Desc
 	statusD   *prometheus.Desc
@@ -78,141 +68,82 @@ type Collector struct {
 	cut       prometheus.Counter
 	overruns  prometheus.Counter
 	abandoned prometheus.Counter
-
-	mu     sync.Mutex
-	last   map[string]checkState // guarded by mu: check name → last verdict
-	events map[string]time.Time  // guarded by mu: event name → when it fired
 }
 
-type checkState struct {
-	outcome  health.Outcome
-	critical bool
+// promLabels are m's Prometheus label names.
+func promLabels(m measure.Metric) []string {
+	var names []string
+	for _, l := range m.Labels {
+		names = append(names, l.Prom)
+	}
+	return names
+}
+
+func desc(m measure.Metric) *prometheus.Desc {
+	return prometheus.NewDesc(m.Prom, m.Help, promLabels(m), nil)
+}
+
+func counterVec(m measure.Metric) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: m.Prom, Help: m.Help}, promLabels(m))
+}
+
+func counter(m measure.Metric) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: m.Prom, Help: m.Help})
 }
 
 // New returns a Collector with no observation yet: phase starting, no
-// checks, every counter at zero.
+// checks, every counter at zero. Its series are the list every lameduck
+// metrics integration shares, under Prometheus' names (see the package
+// doc).
 func New() *Collector {
-	return &Collector{
-		phaseDesc: prometheus.NewDesc("lameduck_phase",
-			"The Lifecycle's phase: 1 for the current one (starting, serving, draining, stopping, stopped), 0 for the others.",
-			[]string{"phase"}, nil),
-		inFlight: prometheus.NewDesc("lameduck_requests_in_flight",
-			"Application requests in flight on the Lifecycle's servers (probes excluded), WebSockets included.", nil, nil),
-		statusD: prometheus.NewDesc("lameduck_check_status",
-			"Each readiness check's last outcome: 1 for it (ok, error, timeout, stalled, panic), 0 for the others.",
-			[]string{"check", "critical", "outcome"}, nil),
-		results: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lameduck_check_results_total",
-			Help: "Readiness check verdicts, by check and outcome: one per ping, and one per probe that found the check stalled."},
-			[]string{"check", "outcome"}),
-		durations: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "lameduck_check_duration_seconds",
-			Help:    "How long each readiness check's ping took, in seconds, up to its deadline for a timeout; stalled probes are not observed.",
-			Buckets: DurationBuckets}, []string{"check"}),
-		probes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lameduck_probe_answers_total",
-			Help: "Probe answers by path (/healthz, /readyz, /readyz/*, /startupz, /prestop, other) and HTTP status code."},
-			[]string{"path", "code"}),
-		steps: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "lameduck_shutdown_step_duration_seconds",
-			Help: "How long each step of the shutdown sequence took, in seconds (window, hooks, http_drain, join, closers, total), set as each ends."},
-			[]string{"step"}),
-		cut: prometheus.NewCounter(prometheus.CounterOpts{Name: "lameduck_requests_cut_total",
-			Help: "In-flight requests closed by force when the teardown budget ran out."}),
-		overruns: prometheus.NewCounter(prometheus.CounterOpts{Name: "lameduck_join_overruns_total",
-			Help: "Background joins that ran out of budget with tasks still running."}),
-		abandoned: prometheus.NewCounter(prometheus.CounterOpts{Name: "lameduck_background_tasks_abandoned_total",
-			Help: "Background tasks still running when the join ran out of budget, abandoned at exit."}),
-		last:   map[string]checkState{},
-		events: map[string]time.Time{},
+	c := &Collector{
+		phaseDesc: desc(measure.Phase),
+		inFlight:  desc(measure.InFlight),
+		statusD:   desc(measure.CheckStatus),
+		results:   counterVec(measure.CheckResults),
+		durations: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: measure.CheckDuration.Prom,
+			Help: measure.CheckDuration.Help, Buckets: DurationBuckets}, promLabels(measure.CheckDuration)),
+		probes: counterVec(measure.ProbeAnswers),
+		steps: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: measure.StepDuration.Prom, Help: measure.StepDuration.Help},
+			promLabels(measure.StepDuration)),
+		cut:       counter(measure.RequestsCut),
+		overruns:  counter(measure.JoinOverruns),
+		abandoned: counter(measure.TasksAbandoned),
 	}
+	c.tr = measure.NewTracker(sink{c})
+	return c
 }
 
 // Watch makes the Collector read lc's phase and in-flight requests at each
 // scrape. Without it, lameduck_phase follows the events Observe hears and
 // lameduck_requests_in_flight is not exported.
-func (c *Collector) Watch(lc *lameduck.Lifecycle) { c.lc.Store(lc) }
+func (c *Collector) Watch(lc *lameduck.Lifecycle) { c.tr.Watch(lc) }
 
 // Observe records t. Pass it as lameduck.Config.OnTransition. It does not
 // block beyond the metrics' own locks and allocates only for a check or
 // path it has not seen before.
-func (c *Collector) Observe(t lameduck.Transition) {
-	switch t.Kind {
-	case lameduck.TransitionEvent:
-		c.phase.Store(int32(t.Phase))
-		c.eventFired(t.Event.Name(), t.At)
-	case lameduck.TransitionCheck:
-		r := t.Check
-		c.results.WithLabelValues(r.Name, string(r.Outcome)).Inc()
-		if r.Outcome != health.OutcomeStalled {
-			c.durations.WithLabelValues(r.Name).Observe(r.Duration.Seconds())
-		}
-		c.mu.Lock()
-		c.last[r.Name] = checkState{outcome: r.Outcome, critical: r.Critical}
-		c.mu.Unlock()
-	case lameduck.TransitionProbe:
-		c.probes.WithLabelValues(probePath(t.Path), strconv.Itoa(t.Code)).Inc()
-	case lameduck.TransitionCut:
-		c.cut.Add(float64(t.Count))
-	case lameduck.TransitionAbandoned:
-		c.overruns.Inc()
-		c.abandoned.Add(float64(t.Count))
-	}
+func (c *Collector) Observe(t lameduck.Transition) { c.tr.Observe(t) }
+
+// sink records the Tracker's counts in the Collector's series.
+type sink struct{ c *Collector }
+
+func (s sink) CheckResult(check string, o health.Outcome) {
+	s.c.results.WithLabelValues(check, string(o)).Inc()
 }
 
-// probePath bounds the path label: per-check readiness paths are one
-// value, and anything else the probe handler answered (a 404) is "other".
-func probePath(p string) string {
-	switch p {
-	case lameduck.PathLiveness, lameduck.PathReadiness, lameduck.PathStartup, lameduck.PathPreStop:
-		return p
-	}
-	if strings.HasPrefix(p, lameduck.PathReadiness+"/") {
-		return lameduck.PathReadiness + "/*"
-	}
-	return "other"
+func (s sink) CheckDuration(check string, d time.Duration) {
+	s.c.durations.WithLabelValues(check).Observe(d.Seconds())
 }
 
-// steps of the shutdown sequence: the event that ends each, and the event
-// it is measured from (the later of two, for the join).
-var stepEnds = []struct {
-	step, end string
-	from      []string
-}{
-	{"window", "window-ended", []string{"shutdown-initiated"}},
-	{"hooks", "hooks-drained", []string{"window-ended"}},
-	{"http_drain", "http-drained", []string{"window-ended"}},
-	{"join", "joined", []string{"hooks-drained", "http-drained"}},
-	{"closers", "stopped", []string{"joined"}},
-	{"total", "stopped", []string{"shutdown-initiated"}},
+func (s sink) ProbeAnswer(path string, code int) {
+	s.c.probes.WithLabelValues(path, strconv.Itoa(code)).Inc()
 }
 
-func (c *Collector) eventFired(name string, at time.Time) {
-	c.mu.Lock()
-	c.events[name] = at
-	type set struct {
-		step string
-		d    time.Duration
-	}
-	var done []set
-	for _, s := range stepEnds {
-		if s.end != name {
-			continue
-		}
-		var from time.Time
-		ok := true
-		for _, f := range s.from {
-			t, fired := c.events[f]
-			ok = ok && fired
-			if t.After(from) {
-				from = t
-			}
-		}
-		if ok {
-			done = append(done, set{s.step, at.Sub(from)})
-		}
-	}
-	c.mu.Unlock()
-	for _, d := range done {
-		c.steps.WithLabelValues(d.step).Set(d.d.Seconds())
-	}
+func (s sink) StepEnded(step string, d time.Duration) {
+	s.c.steps.WithLabelValues(step).Set(d.Seconds())
 }
+func (s sink) Cut(n int)       { s.c.cut.Add(float64(n)) }
+func (s sink) Abandoned(n int) { s.c.overruns.Inc(); s.c.abandoned.Add(float64(n)) }
 
 // Describe sends the descriptors of every series, for
 // prometheus.Registerer.
@@ -233,29 +164,24 @@ func (c *Collector) metrics() []prometheus.Collector {
 // Collect sends the current value of every series, for
 // prometheus.Gatherer.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
-	cur := lameduck.Phase(c.phase.Load())
-	if lc := c.lc.Load(); lc != nil {
-		cur = lc.Phase()
-		ch <- prometheus.MustNewConstMetric(c.inFlight, prometheus.GaugeValue, float64(len(lc.InFlight())))
+	if n, ok := c.tr.InFlight(); ok {
+		ch <- prometheus.MustNewConstMetric(c.inFlight, prometheus.GaugeValue, float64(n))
 	}
-	for _, p := range phases {
+	cur := c.tr.Phase()
+	for _, p := range measure.Phases {
 		v := 0.0
 		if p == cur {
 			v = 1
 		}
 		ch <- prometheus.MustNewConstMetric(c.phaseDesc, prometheus.GaugeValue, v, p.String())
 	}
-	c.mu.Lock() // copied out: no lock held while the registry reads ch
-	last := make(map[string]checkState, len(c.last))
-	maps.Copy(last, c.last)
-	c.mu.Unlock()
-	for name, st := range last {
-		for _, o := range outcomes {
+	for name, st := range c.tr.Checks() { // a copy: no lock held while the registry reads ch
+		for _, o := range measure.Outcomes {
 			v := 0.0
-			if o == st.outcome {
+			if o == st.Outcome {
 				v = 1
 			}
-			ch <- prometheus.MustNewConstMetric(c.statusD, prometheus.GaugeValue, v, name, strconv.FormatBool(st.critical), string(o))
+			ch <- prometheus.MustNewConstMetric(c.statusD, prometheus.GaugeValue, v, name, strconv.FormatBool(st.Critical), string(o))
 		}
 	}
 	for _, m := range c.metrics() {

@@ -11,6 +11,7 @@ import (
 	"github.com/lameduck/lameduck"
 	ldprom "github.com/lameduck/lameduck/contrib/prometheus"
 	"github.com/lameduck/lameduck/health"
+	"github.com/lameduck/lameduck/internal/measure"
 	"github.com/lameduck/lameduck/lameducktest"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -205,5 +206,42 @@ func TestLint(t *testing.T) {
 	}
 	for _, p := range problems {
 		t.Errorf("%s: %s", p.Metric, p.Text)
+	}
+}
+
+// Every metric of the list contrib/otel reports too is exported, under its
+// Prometheus name and help, as the type the list says, and nothing else is.
+func TestEveryMeasureIsExported(t *testing.T) {
+	col := ldprom.New()
+	lc, _ := lameducktest.New(t, lameduck.Config{})
+	col.Watch(lc)
+	col.Observe(lameduck.Transition{Kind: lameduck.TransitionCheck, Check: health.Result{Name: "db", Outcome: health.OutcomeOK, Duration: time.Millisecond}})
+	col.Observe(lameduck.Transition{Kind: lameduck.TransitionProbe, Path: "/readyz", Code: 200})
+	at := time.Now()
+	col.Observe(lameduck.Transition{Kind: lameduck.TransitionEvent, Event: lc.Events().ShutdownInitiated, At: at})
+	col.Observe(lameduck.Transition{Kind: lameduck.TransitionEvent, Event: lc.Events().WindowEnded, At: at.Add(time.Second)})
+	col.Observe(lameduck.Transition{Kind: lameduck.TransitionCut, Count: 1})
+	col.Observe(lameduck.Transition{Kind: lameduck.TransitionAbandoned, Count: 1})
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(col)
+	fams := gather(t, reg)
+	types := map[measure.Kind]dto.MetricType{measure.Gauge: dto.MetricType_GAUGE, measure.UpDownCounter: dto.MetricType_GAUGE,
+		measure.Counter: dto.MetricType_COUNTER, measure.Histogram: dto.MetricType_HISTOGRAM}
+	listed := map[string]bool{}
+	for _, m := range measure.All {
+		listed[m.Prom] = true
+		f := fams[m.Prom]
+		if f == nil {
+			t.Errorf("%s is not exported", m.Prom)
+			continue
+		}
+		if f.GetType() != types[m.Kind] || f.GetHelp() != m.Help {
+			t.Errorf("%s: %v %q; want %v %q", m.Prom, f.GetType(), f.GetHelp(), types[m.Kind], m.Help)
+		}
+	}
+	for name := range fams {
+		if !listed[name] {
+			t.Errorf("%s is exported but not in the shared list", name)
+		}
 	}
 }

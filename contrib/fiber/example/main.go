@@ -59,9 +59,9 @@ func run(addr, dsn string) error {
 		return err
 	}
 	app.Post("/webhooks/payments", func(c *fiber.Ctx) error {
-		// Not c.Context(): fasthttp cancels it when the teardown begins,
-		// and the teardown waits for this insert.
-		_, err := db.ExecContext(context.Background(),
+		// c.Context() lives until the request ends (or the teardown
+		// budget cuts it): the teardown waits for this insert.
+		_, err := db.ExecContext(c.Context(),
 			"INSERT INTO webhook_events (body) VALUES ($1)", string(c.Body()))
 		if err != nil {
 			return c.Status(fiber.StatusServiceUnavailable).JSON(fiber.Map{"error": "not stored; retry"})

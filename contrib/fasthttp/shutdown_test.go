@@ -1,0 +1,204 @@
+package lameduckfasthttp_test
+
+import (
+	"bufio"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lameduck/lameduck"
+	lameduckfasthttp "github.com/lameduck/lameduck/contrib/fasthttp"
+	"github.com/lameduck/lameduck/internal/contribtest"
+	"github.com/lameduck/lameduck/lameducktest"
+	"github.com/valyala/fasthttp"
+)
+
+// fastRig is a fasthttp server registered with AddServer on a Lifecycle on
+// a fake clock, its handler wrapped by the middleware, with ReadTimeout and
+// IdleTimeout left at 0.
+type fastRig struct {
+	lc   *lameduck.Lifecycle
+	clk  *lameducktest.Clock
+	logs *logBuffer
+	base string
+	wait func() error
+}
+
+func newFastRig(t *testing.T, cfg lameduck.Config, app func(lc *lameduck.Lifecycle) fasthttp.RequestHandler) *fastRig {
+	t.Helper()
+	r := &fastRig{logs: &logBuffer{}}
+	cfg.Logger = slog.New(slog.NewTextHandler(r.logs, nil))
+	r.lc, r.clk = lameducktest.New(t, cfg)
+	ln := listen(t)
+	srv := &fasthttp.Server{Handler: lameduckfasthttp.New(r.lc).Handler(app(r.lc))}
+	if err := lameduckfasthttp.AddServer(r.lc, srv, "", ln); err != nil {
+		t.Fatal(err)
+	}
+	r.base = "http://" + ln.Addr().String()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("logs:\n%s", r.logs)
+		}
+	})
+	r.wait = lameducktest.Start(t, r.lc)
+	return r
+}
+
+// A keep-alive connection idle since before the signal, and one whose
+// request straddles it, with ReadTimeout and IdleTimeout at 0: neither
+// holds the exit. The straddling request's answer says Connection: close
+// (its connection closes instead of going idle), the idle one is closed by
+// fasthttp's shutdown once the requests are done, and the log counts it.
+// Run returns nil without the teardown budget being advanced.
+func TestIdleKeepAliveConnectionsNeverHoldTheExit(t *testing.T) {
+	slowIn := make(chan struct{})
+	r := newFastRig(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 30 * time.Second},
+		func(lc *lameduck.Lifecycle) fasthttp.RequestHandler {
+			return func(fc *fasthttp.RequestCtx) {
+				if string(fc.Path()) == "/slow" {
+					close(slowIn)
+					<-lc.Drain()
+				}
+				fc.SetBodyString("hello")
+			}
+		})
+	idle := client(t)
+	if a := contribtest.Do(t, idle, "GET", r.base+"/", nil); a.Code != 200 || a.Close {
+		t.Fatalf("before the signal: %d close=%v; want 200, kept alive", a.Code, a.Close)
+	}
+	slow := contribtest.GoFetch(client(t), "GET", r.base+"/slow")
+	contribtest.Recv(t, slowIn, "the /slow handler")
+	lameducktest.EndWindow(t, r.lc, r.clk)
+	a := contribtest.Recv(t, slow, "the straddling request's answer").OK(t)
+	if a.Code != 200 || !a.Close {
+		t.Fatalf("the request that straddled the signal: %d close=%v; want 200 with Connection: close", a.Code, a.Close)
+	}
+	if err := r.wait(); err != nil {
+		t.Fatalf("Run = %v; want nil, no budget spent", err)
+	}
+	if !strings.Contains(r.logs.String(), `msg="lameduck: server fasthttp: closed 1 idle keep-alive connection(s)" server=fasthttp idle_closed=1`) {
+		t.Fatalf("the log does not count the idle connection closed:\n%s", r.logs)
+	}
+	if strings.Contains(r.logs.String(), "at the teardown budget") {
+		t.Fatalf("a connection was closed at the budget:\n%s", r.logs)
+	}
+}
+
+// RequestCtx.Done() stays open through the teardown while the request runs,
+// and closes at the teardown budget, which then cuts the request.
+func TestRequestCtxDoneClosesAtTheBudget(t *testing.T) {
+	in, out := make(chan struct{}), make(chan struct{})
+	r := newFastRig(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 4 * time.Second},
+		func(lc *lameduck.Lifecycle) fasthttp.RequestHandler {
+			return func(fc *fasthttp.RequestCtx) {
+				close(in)
+				<-fc.Done()
+				close(out)
+			}
+		})
+	held := contribtest.GoFetch(client(t), "GET", r.base+"/held")
+	contribtest.Recv(t, in, "the handler")
+	lameducktest.EndWindow(t, r.lc, r.clk)
+	contribtest.Timers(t, r.clk, 1) // the teardown's budget
+	select {
+	case <-out:
+		t.Fatal("RequestCtx.Done() closed when the teardown began, with its budget untouched")
+	default:
+	}
+	r.clk.Advance(4 * time.Second)
+	contribtest.Recv(t, out, "RequestCtx.Done() at the budget")
+	if err := r.wait(); err == nil {
+		t.Fatal("Run = nil; want the held request cut at the budget")
+	}
+	_ = contribtest.Recv(t, held, "the held request's end")
+	if !strings.Contains(r.logs.String(), "GET /held") {
+		t.Fatalf("the cut request is not named:\n%s", r.logs)
+	}
+}
+
+// Stream counts the streamed body in flight, under the request's method and
+// path, until its writer returns: the teardown waits for it, and the
+// stream ends with its final event when the window ends.
+func TestStreamIsTracked(t *testing.T) {
+	r := newFastRig(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 5 * time.Second},
+		func(lc *lameduck.Lifecycle) fasthttp.RequestHandler {
+			return func(fc *fasthttp.RequestCtx) {
+				fc.SetContentType("text/event-stream")
+				lameduckfasthttp.Stream(lc, fc, func(w *bufio.Writer) {
+					w.WriteString("data: hello\n\n")
+					if w.Flush() != nil {
+						return
+					}
+					<-lc.Drain()
+					w.WriteString("event: bye\n\n")
+				})
+			}
+		})
+	resp, err := client(t).Get(r.base + "/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	if line, _ := br.ReadString('\n'); line != "data: hello\n" {
+		t.Fatalf("first line %q", line)
+	}
+	if got := r.lc.InFlight(); len(got) != 1 || got[0].Method != "GET" || got[0].Path != "/events" {
+		t.Fatalf("InFlight while streaming = %+v; want GET /events", got)
+	}
+	lameducktest.EndWindow(t, r.lc, r.clk)
+	rest, err := io.ReadAll(br)
+	if err != nil || !strings.HasSuffix(string(rest), "event: bye\n\n") {
+		t.Fatalf("the stream ended with %q, %v; want the final event", rest, err)
+	}
+	if err := r.wait(); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.lc.InFlight(); len(got) != 0 {
+		t.Fatalf("InFlight after the stream = %+v", got)
+	}
+}
+
+// A stream still writing at the budget is cut and named like a request.
+func TestStreamCutAtTheBudgetIsNamed(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	r := newFastRig(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 3 * time.Second},
+		func(lc *lameduck.Lifecycle) fasthttp.RequestHandler {
+			return func(fc *fasthttp.RequestCtx) {
+				lameduckfasthttp.Stream(lc, fc, func(w *bufio.Writer) {
+					w.WriteString("data: hello\n\n")
+					if w.Flush() != nil {
+						return
+					}
+					<-release
+				})
+			}
+		})
+	resp, err := client(t).Post(r.base+"/feed", "text/plain", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if line, _ := bufio.NewReader(resp.Body).ReadString('\n'); line != "data: hello\n" {
+		t.Fatalf("first line %q", line)
+	}
+	lameducktest.EndWindow(t, r.lc, r.clk)
+	contribtest.Timers(t, r.clk, 1)
+	r.clk.Advance(3 * time.Second)
+	if err := r.wait(); err == nil {
+		t.Fatal("Run = nil; want the stream cut")
+	}
+	if !strings.Contains(r.logs.String(), "cut 1 in-flight request(s) after 3s: POST /feed") {
+		t.Fatalf("the cut stream is not named:\n%s", r.logs)
+	}
+}
+
+func client(t *testing.T) *http.Client {
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, Timeout: 10 * time.Second}
+}
