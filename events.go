@@ -15,14 +15,17 @@ import (
 // Event's methods are safe for concurrent use. The zero value is not usable;
 // a Lifecycle makes its own.
 type Event struct {
-	name string
-	on   func(*Event, time.Time) // the Lifecycle's report of a firing; nil for none
-	ch   chan struct{}
-	once sync.Once
-	at   atomic.Pointer[time.Time] // set once, when the event happens: before ch is closed
+	name  string
+	clock Clock                   // read by stamp and fire: the event's time is when it happens
+	on    func(*Event, time.Time) // the Lifecycle's report of a firing; nil for none
+	ch    chan struct{}
+	once  sync.Once
+	at    atomic.Pointer[time.Time] // set once, when the event happens: before ch is closed
 }
 
-func newEvent(name string) *Event { return &Event{name: name, ch: make(chan struct{})} }
+func newEvent(name string, clock Clock) *Event {
+	return &Event{name: name, clock: clock, ch: make(chan struct{})}
+}
 
 // Name returns the event's name, such as "shutdown-initiated".
 func (e *Event) Name() string { return e.name }
@@ -54,21 +57,28 @@ func (e *Event) At() (time.Time, bool) {
 	return time.Time{}, false
 }
 
-// stamp records at as the event's time, unless a time is recorded already:
-// the event has happened, and fire announces it next.
-func (e *Event) stamp(at time.Time) { e.at.CompareAndSwap(nil, &at) }
+// stamp records the clock's time now as the event's time, unless a time is
+// recorded already: the event has happened, and fire announces it next.
+func (e *Event) stamp() {
+	if e.at.Load() == nil {
+		at := e.clock.Now()
+		e.at.CompareAndSwap(nil, &at)
+	}
+}
 
-// fire records at (unless stamp did first; the stamped time is kept),
-// reports the event (Config.OnTransition) and then closes the channel; it
-// reports whether this call was the one that fired it. The report comes
-// before the close, so a goroutine that waits on Done and fires the next
-// event cannot report it first: OnTransition hears the events in order even
-// when they fire on different goroutines.
-func (e *Event) fire(at time.Time) bool {
+// fire records the clock's time now (unless stamp did first; the stamped
+// time is kept), reports the event (Config.OnTransition) and then closes
+// the channel; it reports whether this call was the one that fired it. It
+// takes no time: the event reads its own clock when it fires, so
+// `defer ev.fire()` records the moment the deferred call runs. The report
+// comes before the close, so a goroutine that waits on Done and fires the
+// next event cannot report it first: OnTransition hears the events in order
+// even when they fire on different goroutines.
+func (e *Event) fire() bool {
 	fired := false
 	e.once.Do(func() {
-		e.stamp(at)
-		at = *e.at.Load()
+		e.stamp()
+		at := *e.at.Load()
 		if e.on != nil {
 			e.on(e, at)
 		}
@@ -109,17 +119,17 @@ type Events struct {
 	Stopped *Event
 }
 
-// newEvents makes the events of one Lifecycle; on, when not nil, hears
-// every firing, after the event's channel is closed.
-func newEvents(on func(*Event, time.Time)) *Events {
+// newEvents makes the events of one Lifecycle, timed by clock; on, when
+// not nil, hears every firing, before the event's channel is closed.
+func newEvents(clock Clock, on func(*Event, time.Time)) *Events {
 	es := &Events{
-		StartupDone:       newEvent("startup-done"),
-		ShutdownInitiated: newEvent("shutdown-initiated"),
-		WindowEnded:       newEvent("window-ended"),
-		HooksDrained:      newEvent("hooks-drained"),
-		HTTPDrained:       newEvent("http-drained"),
-		Joined:            newEvent("joined"),
-		Stopped:           newEvent("stopped"),
+		StartupDone:       newEvent("startup-done", clock),
+		ShutdownInitiated: newEvent("shutdown-initiated", clock),
+		WindowEnded:       newEvent("window-ended", clock),
+		HooksDrained:      newEvent("hooks-drained", clock),
+		HTTPDrained:       newEvent("http-drained", clock),
+		Joined:            newEvent("joined", clock),
+		Stopped:           newEvent("stopped", clock),
 	}
 	if on != nil {
 		for _, e := range []*Event{es.StartupDone, es.ShutdownInitiated, es.WindowEnded, es.HooksDrained,

@@ -128,7 +128,7 @@ func New(cfg Config) (*Lifecycle, error) {
 		budget:  res.Budget(),
 		log:     cfg.Logger,
 		clock:   cfg.Clock,
-		events:  newEvents(nil),
+		events:  newEvents(cfg.Clock, nil),
 		track:   newTracker(cfg.Clock),
 		exit:    os.Exit,
 		startCx: ctx,
@@ -138,7 +138,7 @@ func New(cfg Config) (*Lifecycle, error) {
 	}
 	var onResult func(health.Result)
 	if cfg.OnTransition != nil {
-		l.events = newEvents(l.eventFired)
+		l.events = newEvents(cfg.Clock, l.eventFired)
 		onResult = func(r health.Result) {
 			l.transition(Transition{Kind: TransitionCheck, At: r.Time, Check: r})
 		}
@@ -267,7 +267,6 @@ func (l *Lifecycle) BeginShutdown(reason string) bool {
 
 // begin flips readiness and fires ShutdownInitiated, once.
 func (l *Lifecycle) begin(reason string, bySignal bool) bool {
-	now := l.clock.Now()
 	l.mu.Lock()
 	if l.initiated {
 		l.mu.Unlock()
@@ -277,7 +276,7 @@ func (l *Lifecycle) begin(reason string, bySignal bool) bool {
 	// The start is known before anyone can learn that the sequence has
 	// started (a begin that loses reads it at once), even while the line
 	// below is being written.
-	l.events.ShutdownInitiated.stamp(now)
+	l.events.ShutdownInitiated.stamp()
 	// Loops are refused before readiness flips: whoever sees /readyz 503
 	// and then asks for a loop must be refused (GoLoop's promise).
 	l.bg.refuseLoops()
@@ -320,7 +319,7 @@ func (l *Lifecycle) begin(reason string, bySignal bool) bool {
 	}
 	l.log.Info(msg, "reason", reason, "window", w.String(), "teardown", l.cfg.ShutdownTeardown.String(),
 		"in_flight", l.track.inflight())
-	l.events.ShutdownInitiated.fire(now)
+	l.events.ShutdownInitiated.fire()
 	l.cancel()
 	return true
 }
@@ -535,7 +534,7 @@ wait:
 				l.begin("startup failed", false)
 				break wait
 			case l.phase.CompareAndSwap(int32(PhaseStarting), int32(PhaseServing)):
-				l.events.StartupDone.fire(l.clock.Now())
+				l.events.StartupDone.fire()
 				l.startRefresh()
 				msg := "lameduck: serving — /startupz and /readyz now 200"
 				if names := l.checks.Names(); len(names) > 0 {
@@ -561,7 +560,7 @@ wait:
 	start, _ := l.events.ShutdownInitiated.At()
 	<-l.events.ShutdownInitiated.Done()
 	l.lameDuckWindow(start)
-	l.events.WindowEnded.fire(l.clock.Now())
+	l.events.WindowEnded.fire()
 	l.phase.Store(int32(PhaseStopping))
 	err := l.teardown(servers, &serving)
 	// A server that failed during the sequence (the wait loop had left).
@@ -687,8 +686,8 @@ func (l *Lifecycle) awaitRefresh(start time.Time) {
 // finish fires Stopped and logs the end of the sequence.
 func (l *Lifecycle) finish(start time.Time) {
 	l.phase.Store(int32(PhaseStopped))
-	now := l.clock.Now()
-	l.events.Stopped.fire(now)
+	l.events.Stopped.fire()
+	now, _ := l.events.Stopped.At()
 	if !l.events.ShutdownInitiated.Fired() {
 		return
 	}

@@ -64,7 +64,7 @@ func (l *Lifecycle) teardown(servers []*server, serving *sync.WaitGroup) error {
 	var hookErr, httpErr error
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		defer l.events.HooksDrained.fire(l.clock.Now())
+		defer l.events.HooksDrained.fire()
 		if len(hooks) == 0 {
 			return
 		}
@@ -75,7 +75,7 @@ func (l *Lifecycle) teardown(servers []*server, serving *sync.WaitGroup) error {
 		hookErr = l.runHooks(hooks, hooksEnd)
 	})
 	httpErr = l.drainHTTP(servers, serving, httpEnd)
-	l.events.HTTPDrained.fire(l.clock.Now())
+	l.events.HTTPDrained.fire()
 	wg.Wait()
 
 	// The join gets whatever is left, whether or not a tail was kept:
