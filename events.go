@@ -89,6 +89,65 @@ func (e *Event) fire() bool {
 }
 
 // Events are the one-shot events of one Lifecycle, in the order they fire.
+// This comment defines the shutdown sequence's timeline; the operations
+// guide (docs/probes-and-shutdown.md), the package overview and every other
+// doc comment link here rather than repeat it. An event fires once, when
+// the step it ends is over, and its time (Event.At) is read from the
+// Lifecycle's clock at that instant, so the time between two events is the
+// step between them (contrib/prometheus reports them so). Kubernetes' side
+// of the sequence, which runs in parallel and unsynchronised with it, is at
+// https://kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/#pod-termination.
+//
+//	Run ── bind every server (a bind failure returns at once), serve; the probes
+//	 │     answer; startup tasks run: /startupz and /readyz 503 starting
+//	 ▼
+//	StartupDone ── phase serving: /startupz 200, /readyz follows its checks
+//	 │
+//	 ▼
+//	ShutdownInitiated ── t = 0: SIGTERM or SIGINT, GET /prestop, BeginShutdown,
+//	 │     Run's ctx cancelled, a server failing, a startup task failing.
+//	 │     Phase draining: /readyz 503 draining (checks no longer run), /healthz 200;
+//	 │     responses from now on carry Connection: close (HTTP/2: GOAWAY); new
+//	 │     WebSocket upgrades get 503 Retry-After: 1; the contexts of GoLoop and
+//	 │     startup tasks are cancelled, a new GoLoop returns ErrShuttingDown.
+//	 │  the lame-duck window W: the service serves as usual (new GoWrite accepted)
+//	 │     delay mode: W = ShutdownDelay
+//	 │     idle mode:  until no traffic for IdleWindow, in [ShutdownDelay, DrainTimeout]
+//	 │     a runner:   until its jobs in flight end, at most DrainTimeout
+//	 │     never ready (phase starting at t = 0): W = 0
+//	 ▼
+//	WindowEnded ── t = W: Lifecycle.Drain's channel closes (WebSockets send close
+//	 │     1001, streams end); GET /prestop answers 200; phase stopping; the
+//	 │     teardown budget T (ShutdownTeardown) starts
+//	 ├──────────────────────────────────────────┐ side by side
+//	 │  the HTTP drain, until T − tail:         │  the drain hooks, in order, for at most
+//	 │   [SendRetryAfter: 503 Retry-After       │  HookShare × T, never past the HTTP
+//	 │    until nothing is in flight]           │  drain's end
+//	 │   listeners close; a connection          ▼
+//	 │    accepted just before has ≤250ms    HooksDrained
+//	 │    to send its request
+//	 │   Shutdown (http.Server's, ServerFuncs'); wait for every tracked handler,
+//	 │    WebSockets included; at T − tail what is left is closed and named
+//	 │   then the probe listener
+//	 ▼
+//	HTTPDrained
+//	 │  (after HooksDrained too) the background join: GoWrite and GoLoop tasks, for
+//	 │   what T has left less the closers' tail, at most JoinBudget when set
+//	 ▼
+//	Joined ── from now on GoWrite and GoLoop return ErrJoined
+//	 │  the closers, in reverse order of registration, each an equal share of
+//	 │   what is left of T
+//	 ▼
+//	Stopped ── phase stopped; Run returns nil, or an error wrapping
+//	           context.DeadlineExceeded when requests were cut, a hook overran
+//	           or background work was abandoned
+//
+// From ShutdownInitiated to Stopped takes at most the window's bound
+// (ShutdownDelay; DrainTimeout in idle mode and for a runner) plus
+// ShutdownTeardown. The tail is kept for the join and the closers only
+// when they are used (docs/probes-and-shutdown.md, "Teardown: hooks, HTTP
+// drain, background join, closers", gives its arithmetic).
+//
 // A field is never nil. Events that a run skips (StartupDone when a startup
 // task fails, WindowEnded when the signal never comes before a fatal error)
 // may stay unfired until Stopped.

@@ -34,22 +34,8 @@ var ErrAlreadyRunning = errors.New("lameduck: the Lifecycle is already running")
 // registered servers, answers the liveness, readiness and startup probes
 // truthfully, runs startup tasks, and on SIGTERM (or SIGINT, GET /prestop,
 // BeginShutdown, or the cancellation of Run's context) runs the shutdown
-// sequence below (docs/probes-and-shutdown.md, "The shutdown sequence";
-// Kubernetes' side of it: https://kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/#pod-termination):
-//
-//  1. /readyz answers 503 draining at once, before any wait, and one log
-//     line says so with the window's length; responses to requests that
-//     arrive from now on carry Connection: close, so keep-alive clients move
-//     to other pods (a connection idle through the whole window closes at
-//     its end, when net/http's Shutdown closes idle connections);
-//  2. the lame-duck window (Config.ShutdownDelay, or until traffic is idle
-//     in DrainIdle mode): the application keeps serving normally, new
-//     connections are accepted, /healthz stays 200;
-//  3. teardown, under one budget (Config.ShutdownTeardown): the drain hooks
-//     beside the HTTP drain (listeners close, http.Server.Shutdown, a wait
-//     for every handler, WebSockets included; what is left at the budget is
-//     closed by force and named in the log: method, path, age), then the
-//     background join (GoWrite, GoLoop) and the closers.
+// sequence: readiness 503 at once, the lame-duck window, then teardown under
+// one budget. [Events] defines its timeline, step by step.
 //
 // Create one with [New]; the zero value is not usable. A Lifecycle runs
 // once. All methods are safe for concurrent use.
@@ -371,8 +357,9 @@ func sigName(sig os.Signal) string {
 //     phase becomes serving;
 //  4. wait for SIGTERM or SIGINT, GET /prestop, BeginShutdown, the
 //     cancellation of ctx, or a server that stops with an error;
-//  5. run the sequence: readiness 503, the lame-duck window, teardown
-//     (hooks beside the HTTP drain, the join, the closers).
+//  5. run the shutdown sequence, whose timeline [Events] defines:
+//     readiness 503, the lame-duck window, teardown (hooks beside the HTTP
+//     drain, the join, the closers).
 //
 // Run returns only when the sequence has finished, never early on
 // http.ErrServerClosed. It returns nil after a clean drain; an error wrapping

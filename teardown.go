@@ -12,8 +12,8 @@ import (
 )
 
 // teardown spends the teardown budget T, which starts when the lame-duck
-// window ends (docs/probes-and-shutdown.md, "Teardown: hooks, HTTP drain,
-// background join, closers"):
+// window ends, on the steps between WindowEnded and Stopped of the timeline
+// that Events defines:
 //
 //  1. at once, side by side: the drain hooks, in order, for at most
 //     HookShare of T; and the HTTP drain — http.Server.Shutdown of the
