@@ -280,7 +280,7 @@ func (l *Lifecycle) join(budget time.Duration, capped bool) error {
 	_, ended1 := l.bg.count()
 	joined := ended1 - ended0 // includes writes asked for during the join
 	took := l.clock.Now().Sub(began).Round(time.Millisecond)
-	defer l.events.Joined.fire(l.clock.Now())
+	defer l.events.Joined.fire()
 	if n == 0 {
 		if used {
 			l.log.Info(fmt.Sprintf("lameduck: join done — every background task finished (%d joined)", joined),

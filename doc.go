@@ -2,42 +2,62 @@
 // readiness and startup probes tell the truth, and when the pod is asked to
 // leave it drains without dropping a request.
 //
-// A [Lifecycle] owns the service's HTTP servers. [Lifecycle.Run] binds them,
-// serves /healthz (and /livez), /readyz and /startupz on them as soon as
-// they are bound (the paths are settings),
-// runs the startup tasks, and on SIGTERM runs the shutdown sequence that
-// docs/probes-and-shutdown.md ("The shutdown sequence") explains: readiness
-// 503 at once, a lame-duck window while the service keeps serving so that
-// endpoint removal can propagate (Kubernetes removes a terminating pod from
-// its Service in parallel with SIGTERM, not before it:
-// https://kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/#pod-termination;
-// the window is fixed, or lasts until traffic is idle), then a teardown
-// that drains in-flight requests (WebSockets included) beside the drain
-// hooks, joins the background work (GoWrite, GoLoop) under one budget, runs
-// the closers, and names whatever it had to cut. The whole sequence fits
-// the window + Config.ShutdownTeardown, which an operator adds up against
-// terminationGracePeriodSeconds.
+// A [Lifecycle], made by [New] from a [Config] (and LAMEDUCK_* variables for
+// what the code leaves unset, strictly parsed), owns the service's servers.
+// [Lifecycle.Run] binds them, answers /healthz, /readyz and /startupz on
+// them, runs the startup tasks, and on SIGTERM runs the shutdown sequence,
+// whose timeline [Events] defines: readiness 503 at once, the window, then
+// the teardown. A server that is not an *http.Server joins through
+// [Lifecycle.AddServerFuncs] and [Lifecycle.TrackRequest]. The package
+// imports only the standard library; the operator's guide is
+// docs/probes-and-shutdown.md.
 //
-// Readiness checks (AddCheck) and gates (AddGate) are critical or degraded,
-// run concurrently under their own deadlines, and are never consulted once
-// the pod drains: a draining pod's readiness is 503 whatever they say. The request-tracking middleware that every
-// registered server goes through allocates nothing.
+// # Glossary
 //
-// The probes may be reachable from the internet through the application's
-// own port: there, bodies name failing checks without their error text,
-// and the preStop hook (GET /prestop) requires a token; docs/security.md
-// has the threat model.
+//   - lame duck: a pod that has been told to leave and still serves, while
+//     the routing layer learns that it is leaving; /readyz answers 503.
+//   - window (the lame-duck window): from the signal to the teardown; fixed
+//     (ShutdownDelay) or until traffic is idle (DrainIdle); none for a pod
+//     that never became ready.
+//   - drain: letting what is in flight finish instead of cutting it: the
+//     HTTP drain waits for handlers, a drain hook finishes the application's
+//     own work, a runner finishes (or hands back) its job.
+//   - teardown: everything after the window, under one budget
+//     (ShutdownTeardown): the drain hooks beside the HTTP drain, then the
+//     join, then the closers.
+//   - join: the teardown's wait for background tasks (GoWrite, GoLoop);
+//     what still runs at its bound is abandoned, and named.
+//   - runner: a process that consumes jobs from a queue instead of serving
+//     requests (package worker, Config.Runner); its window lasts until its
+//     jobs in flight end.
+//   - hand-back: a runner returning an unfinished job to its queue, for
+//     another replica to run (drain mode interrupt, or a job cut at
+//     DrainTimeout).
 //
-// A server that is not an *http.Server (a Fiber app, a gRPC server) joins
-// the same sequence through [Lifecycle.AddServerFuncs] (how to serve it and
-// stop it) and [Lifecycle.TrackRequest], which its first middleware calls
-// for every request; the contrib modules fiber and grpc do both.
+// # Files
 //
-// Settings come from [Config] and, for what the code leaves unset, from
-// LAMEDUCK_* environment variables, strictly parsed.
+//	lifecycle.go     Lifecycle, New, AddServer, AddStartupTask, Run, BeginShutdown
+//	events.go        Event, Events: the shutdown timeline, one event per step
+//	config.go        Config and its defaults; settings.go the LAMEDUCK_* rows, ConfigError
+//	budget.go        Resolve, Budget: the grace-period arithmetic (lameduck vet shares it)
+//	phase.go         Phase and what the probes answer in each
+//	probes.go        the probe handlers and GET /prestop; probeconfig.go their settings
+//	checks.go        AddCheck, AddGate: readiness checks (engine in package health)
+//	startup.go       Retry: startup tasks tried again
+//	window.go        the lame-duck window, delay and idle modes
+//	teardown.go      the teardown: hooks beside the HTTP drain, join, closers
+//	hooks.go         AddDrainHook, AddDrainWait, AddCloser
+//	background.go    GoWrite, GoLoop and the join
+//	middleware.go    the handler wrapper, TrackRequest, Tracked, Drain, KeepAlive
+//	track.go         request tracking (allocation-free), InFlightRequest
+//	serverfuncs.go   ServerFuncs, AddServerFuncs: servers that are not net/http's
+//	transition.go    Transition, Config.OnTransition: events, checks, probes, cuts
+//	clock.go         Clock, Timer: the injected time source
+//	signals.go, logger.go, servicelinks.go   signal names, the default logger, the kubelet's service links
 //
-// The package imports only the standard library. Its sibling package health
-// holds the check engine and renders probe answers; checks has ready-made
-// stdlib checks; lameducktest a fake clock and helpers to test a service's
-// own drain.
+// Longer material lives in docs/: probes-and-shutdown.md (the operator's
+// guide), deploying.md, runners.md, security.md, frameworks.md, and
+// promises.md (every claim with the test that holds it). Sibling packages:
+// health (the check engine and probe bodies), checks (ready-made stdlib
+// checks), worker (runners), lameducktest (a fake clock to test a drain).
 package lameduck

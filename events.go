@@ -15,14 +15,17 @@ import (
 // Event's methods are safe for concurrent use. The zero value is not usable;
 // a Lifecycle makes its own.
 type Event struct {
-	name string
-	on   func(*Event, time.Time) // the Lifecycle's report of a firing; nil for none
-	ch   chan struct{}
-	once sync.Once
-	at   atomic.Pointer[time.Time] // set once, when the event happens: before ch is closed
+	name  string
+	clock Clock                   // read by stamp and fire: the event's time is when it happens
+	on    func(*Event, time.Time) // the Lifecycle's report of a firing; nil for none
+	ch    chan struct{}
+	once  sync.Once
+	at    atomic.Pointer[time.Time] // set once, when the event happens: before ch is closed
 }
 
-func newEvent(name string) *Event { return &Event{name: name, ch: make(chan struct{})} }
+func newEvent(name string, clock Clock) *Event {
+	return &Event{name: name, clock: clock, ch: make(chan struct{})}
+}
 
 // Name returns the event's name, such as "shutdown-initiated".
 func (e *Event) Name() string { return e.name }
@@ -54,21 +57,28 @@ func (e *Event) At() (time.Time, bool) {
 	return time.Time{}, false
 }
 
-// stamp records at as the event's time, unless a time is recorded already:
-// the event has happened, and fire announces it next.
-func (e *Event) stamp(at time.Time) { e.at.CompareAndSwap(nil, &at) }
+// stamp records the clock's time now as the event's time, unless a time is
+// recorded already: the event has happened, and fire announces it next.
+func (e *Event) stamp() {
+	if e.at.Load() == nil {
+		at := e.clock.Now()
+		e.at.CompareAndSwap(nil, &at)
+	}
+}
 
-// fire records at (unless stamp did first; the stamped time is kept),
-// reports the event (Config.OnTransition) and then closes the channel; it
-// reports whether this call was the one that fired it. The report comes
-// before the close, so a goroutine that waits on Done and fires the next
-// event cannot report it first: OnTransition hears the events in order even
-// when they fire on different goroutines.
-func (e *Event) fire(at time.Time) bool {
+// fire records the clock's time now (unless stamp did first; the stamped
+// time is kept), reports the event (Config.OnTransition) and then closes
+// the channel; it reports whether this call was the one that fired it. It
+// takes no time: the event reads its own clock when it fires, so
+// `defer ev.fire()` records the moment the deferred call runs. The report
+// comes before the close, so a goroutine that waits on Done and fires the
+// next event cannot report it first: OnTransition hears the events in order
+// even when they fire on different goroutines.
+func (e *Event) fire() bool {
 	fired := false
 	e.once.Do(func() {
-		e.stamp(at)
-		at = *e.at.Load()
+		e.stamp()
+		at := *e.at.Load()
 		if e.on != nil {
 			e.on(e, at)
 		}
@@ -79,6 +89,65 @@ func (e *Event) fire(at time.Time) bool {
 }
 
 // Events are the one-shot events of one Lifecycle, in the order they fire.
+// This comment defines the shutdown sequence's timeline; the operations
+// guide (docs/probes-and-shutdown.md), the package overview and every other
+// doc comment link here rather than repeat it. An event fires once, when
+// the step it ends is over, and its time (Event.At) is read from the
+// Lifecycle's clock at that instant, so the time between two events is the
+// step between them (contrib/prometheus reports them so). Kubernetes' side
+// of the sequence, which runs in parallel and unsynchronised with it, is at
+// https://kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/#pod-termination.
+//
+//	Run ── bind every server (a bind failure returns at once), serve; the probes
+//	 │     answer; startup tasks run: /startupz and /readyz 503 starting
+//	 ▼
+//	StartupDone ── phase serving: /startupz 200, /readyz follows its checks
+//	 │
+//	 ▼
+//	ShutdownInitiated ── t = 0: SIGTERM or SIGINT, GET /prestop, BeginShutdown,
+//	 │     Run's ctx cancelled, a server failing, a startup task failing.
+//	 │     Phase draining: /readyz 503 draining (checks no longer run), /healthz 200;
+//	 │     responses from now on carry Connection: close (HTTP/2: GOAWAY); new
+//	 │     WebSocket upgrades get 503 Retry-After: 1; the contexts of GoLoop and
+//	 │     startup tasks are cancelled, a new GoLoop returns ErrShuttingDown.
+//	 │  the lame-duck window W: the service serves as usual (new GoWrite accepted)
+//	 │     delay mode: W = ShutdownDelay
+//	 │     idle mode:  until no traffic for IdleWindow, in [ShutdownDelay, DrainTimeout]
+//	 │     a runner:   until its jobs in flight end, at most DrainTimeout
+//	 │     never ready (phase starting at t = 0): W = 0
+//	 ▼
+//	WindowEnded ── t = W: Lifecycle.Drain's channel closes (WebSockets send close
+//	 │     1001, streams end); GET /prestop answers 200; phase stopping; the
+//	 │     teardown budget T (ShutdownTeardown) starts
+//	 ├──────────────────────────────────────────┐ side by side
+//	 │  the HTTP drain, until T − tail:         │  the drain hooks, in order, for at most
+//	 │   [SendRetryAfter: 503 Retry-After       │  HookShare × T, never past the HTTP
+//	 │    until nothing is in flight]           │  drain's end
+//	 │   listeners close; a connection          ▼
+//	 │    accepted just before has ≤250ms    HooksDrained
+//	 │    to send its request
+//	 │   Shutdown (http.Server's, ServerFuncs'); wait for every tracked handler,
+//	 │    WebSockets included; at T − tail what is left is closed and named
+//	 │   then the probe listener
+//	 ▼
+//	HTTPDrained
+//	 │  (after HooksDrained too) the background join: GoWrite and GoLoop tasks, for
+//	 │   what T has left less the closers' tail, at most JoinBudget when set
+//	 ▼
+//	Joined ── from now on GoWrite and GoLoop return ErrJoined
+//	 │  the closers, in reverse order of registration, each an equal share of
+//	 │   what is left of T
+//	 ▼
+//	Stopped ── phase stopped; Run returns nil, or an error wrapping
+//	           context.DeadlineExceeded when requests were cut, a hook overran
+//	           or background work was abandoned
+//
+// From ShutdownInitiated to Stopped takes at most the window's bound
+// (ShutdownDelay; DrainTimeout in idle mode and for a runner) plus
+// ShutdownTeardown. The tail is kept for the join and the closers only
+// when they are used (docs/probes-and-shutdown.md, "Teardown: hooks, HTTP
+// drain, background join, closers", gives its arithmetic).
+//
 // A field is never nil. Events that a run skips (StartupDone when a startup
 // task fails, WindowEnded when the signal never comes before a fatal error)
 // may stay unfired until Stopped.
@@ -109,17 +178,17 @@ type Events struct {
 	Stopped *Event
 }
 
-// newEvents makes the events of one Lifecycle; on, when not nil, hears
-// every firing, after the event's channel is closed.
-func newEvents(on func(*Event, time.Time)) *Events {
+// newEvents makes the events of one Lifecycle, timed by clock; on, when
+// not nil, hears every firing, before the event's channel is closed.
+func newEvents(clock Clock, on func(*Event, time.Time)) *Events {
 	es := &Events{
-		StartupDone:       newEvent("startup-done"),
-		ShutdownInitiated: newEvent("shutdown-initiated"),
-		WindowEnded:       newEvent("window-ended"),
-		HooksDrained:      newEvent("hooks-drained"),
-		HTTPDrained:       newEvent("http-drained"),
-		Joined:            newEvent("joined"),
-		Stopped:           newEvent("stopped"),
+		StartupDone:       newEvent("startup-done", clock),
+		ShutdownInitiated: newEvent("shutdown-initiated", clock),
+		WindowEnded:       newEvent("window-ended", clock),
+		HooksDrained:      newEvent("hooks-drained", clock),
+		HTTPDrained:       newEvent("http-drained", clock),
+		Joined:            newEvent("joined", clock),
+		Stopped:           newEvent("stopped", clock),
 	}
 	if on != nil {
 		for _, e := range []*Event{es.StartupDone, es.ShutdownInitiated, es.WindowEnded, es.HooksDrained,

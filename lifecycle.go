@@ -34,22 +34,8 @@ var ErrAlreadyRunning = errors.New("lameduck: the Lifecycle is already running")
 // registered servers, answers the liveness, readiness and startup probes
 // truthfully, runs startup tasks, and on SIGTERM (or SIGINT, GET /prestop,
 // BeginShutdown, or the cancellation of Run's context) runs the shutdown
-// sequence below (docs/probes-and-shutdown.md, "The shutdown sequence";
-// Kubernetes' side of it: https://kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/#pod-termination):
-//
-//  1. /readyz answers 503 draining at once, before any wait, and one log
-//     line says so with the window's length; responses to requests that
-//     arrive from now on carry Connection: close, so keep-alive clients move
-//     to other pods (a connection idle through the whole window closes at
-//     its end, when net/http's Shutdown closes idle connections);
-//  2. the lame-duck window (Config.ShutdownDelay, or until traffic is idle
-//     in DrainIdle mode): the application keeps serving normally, new
-//     connections are accepted, /healthz stays 200;
-//  3. teardown, under one budget (Config.ShutdownTeardown): the drain hooks
-//     beside the HTTP drain (listeners close, http.Server.Shutdown, a wait
-//     for every handler, WebSockets included; what is left at the budget is
-//     closed by force and named in the log: method, path, age), then the
-//     background join (GoWrite, GoLoop) and the closers.
+// sequence: readiness 503 at once, the lame-duck window, then teardown under
+// one budget. [Events] defines its timeline, step by step.
 //
 // Create one with [New]; the zero value is not usable. A Lifecycle runs
 // once. All methods are safe for concurrent use.
@@ -129,7 +115,7 @@ func New(cfg Config) (*Lifecycle, error) {
 		budget:  res.Budget(),
 		log:     cfg.Logger,
 		clock:   cfg.Clock,
-		events:  newEvents(nil),
+		events:  newEvents(cfg.Clock, nil),
 		track:   newTracker(cfg.Clock),
 		exit:    os.Exit,
 		startCx: ctx,
@@ -139,7 +125,7 @@ func New(cfg Config) (*Lifecycle, error) {
 	}
 	var onResult func(health.Result)
 	if cfg.OnTransition != nil {
-		l.events = newEvents(l.eventFired)
+		l.events = newEvents(cfg.Clock, l.eventFired)
 		onResult = func(r health.Result) {
 			l.transition(Transition{Kind: TransitionCheck, At: r.Time, Check: r})
 		}
@@ -268,7 +254,6 @@ func (l *Lifecycle) BeginShutdown(reason string) bool {
 
 // begin flips readiness and fires ShutdownInitiated, once.
 func (l *Lifecycle) begin(reason string, bySignal bool) bool {
-	now := l.clock.Now()
 	l.mu.Lock()
 	if l.initiated {
 		l.mu.Unlock()
@@ -278,7 +263,7 @@ func (l *Lifecycle) begin(reason string, bySignal bool) bool {
 	// The start is known before anyone can learn that the sequence has
 	// started (a begin that loses reads it at once), even while the line
 	// below is being written.
-	l.events.ShutdownInitiated.stamp(now)
+	l.events.ShutdownInitiated.stamp()
 	// Loops are refused before readiness flips: whoever sees /readyz 503
 	// and then asks for a loop must be refused (GoLoop's promise).
 	l.bg.refuseLoops()
@@ -321,7 +306,7 @@ func (l *Lifecycle) begin(reason string, bySignal bool) bool {
 	}
 	l.log.Info(msg, "reason", reason, "window", w.String(), "teardown", l.cfg.ShutdownTeardown.String(),
 		"in_flight", l.inFlight())
-	l.events.ShutdownInitiated.fire(now)
+	l.events.ShutdownInitiated.fire()
 	l.cancel()
 	return true
 }
@@ -373,8 +358,9 @@ func sigName(sig os.Signal) string {
 //     phase becomes serving;
 //  4. wait for SIGTERM or SIGINT, GET /prestop, BeginShutdown, the
 //     cancellation of ctx, or a server that stops with an error;
-//  5. run the sequence: readiness 503, the lame-duck window, teardown
-//     (hooks beside the HTTP drain, the join, the closers).
+//  5. run the shutdown sequence, whose timeline [Events] defines:
+//     readiness 503, the lame-duck window, teardown (hooks beside the HTTP
+//     drain, the join, the closers).
 //
 // Run returns only when the sequence has finished, never early on
 // http.ErrServerClosed. It returns nil after a clean drain; an error wrapping
@@ -536,7 +522,7 @@ wait:
 				l.begin("startup failed", false)
 				break wait
 			case l.phase.CompareAndSwap(int32(PhaseStarting), int32(PhaseServing)):
-				l.events.StartupDone.fire(l.clock.Now())
+				l.events.StartupDone.fire()
 				l.startRefresh()
 				msg := "lameduck: serving — /startupz and /readyz now 200"
 				if names := l.checks.Names(); len(names) > 0 {
@@ -562,7 +548,7 @@ wait:
 	start, _ := l.events.ShutdownInitiated.At()
 	<-l.events.ShutdownInitiated.Done()
 	l.lameDuckWindow(start)
-	l.events.WindowEnded.fire(l.clock.Now())
+	l.events.WindowEnded.fire()
 	l.phase.Store(int32(PhaseStopping))
 	err := l.teardown(servers, &serving)
 	// A server that failed during the sequence (the wait loop had left).
@@ -688,8 +674,8 @@ func (l *Lifecycle) awaitRefresh(start time.Time) {
 // finish fires Stopped and logs the end of the sequence.
 func (l *Lifecycle) finish(start time.Time) {
 	l.phase.Store(int32(PhaseStopped))
-	now := l.clock.Now()
-	l.events.Stopped.fire(now)
+	l.events.Stopped.fire()
+	now, _ := l.events.Stopped.At()
 	if !l.events.ShutdownInitiated.Fired() {
 		return
 	}

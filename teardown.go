@@ -12,8 +12,8 @@ import (
 )
 
 // teardown spends the teardown budget T, which starts when the lame-duck
-// window ends (docs/probes-and-shutdown.md, "Teardown: hooks, HTTP drain,
-// background join, closers"):
+// window ends, on the steps between WindowEnded and Stopped of the timeline
+// that Events defines:
 //
 //  1. at once, side by side: the drain hooks, in order, for at most
 //     HookShare of T; and the HTTP drain — http.Server.Shutdown of the
@@ -64,7 +64,7 @@ func (l *Lifecycle) teardown(servers []*server, serving *sync.WaitGroup) error {
 	var hookErr, httpErr error
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		defer l.events.HooksDrained.fire(l.clock.Now())
+		defer l.events.HooksDrained.fire()
 		if len(hooks) == 0 {
 			return
 		}
@@ -75,7 +75,7 @@ func (l *Lifecycle) teardown(servers []*server, serving *sync.WaitGroup) error {
 		hookErr = l.runHooks(hooks, hooksEnd)
 	})
 	httpErr = l.drainHTTP(servers, serving, httpEnd)
-	l.events.HTTPDrained.fire(l.clock.Now())
+	l.events.HTTPDrained.fire()
 	wg.Wait()
 
 	// The join gets whatever is left, whether or not a tail was kept:
