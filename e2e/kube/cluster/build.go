@@ -102,7 +102,7 @@ func writeBuildModule(ctx context.Context, cfg Config, src string) error {
 	if err != nil {
 		return err
 	}
-	k8s, err := modfile.ParseLax(dl.GoMod, data, nil)
+	k8s, err := modfile.Parse(dl.GoMod, data, nil)
 	if err != nil {
 		return err
 	}
