@@ -54,7 +54,7 @@ const (
 )
 
 // A linkCandidate is one way to read a variable's name as a service link:
-// the Service's part (with the prefix: "LAMEDUCK_DEMO", or "LAMEDUCK" for a
+// the Service's part (with the prefix, so for a Service "lameduck-demo" the prefix and "DEMO", or "LAMEDUCK" for a
 // Service named "lameduck") and the form its value then takes.
 type linkCandidate struct {
 	base  string

@@ -305,7 +305,7 @@ func (e *env) dumpState() {
 		}
 	}
 	e.t.Logf("component logs: %s", cfg.Logs())
-	if dir := os.Getenv("LAMEDUCK_KUBE_KEEP_LOGS"); dir != "" {
+	if dir := os.Getenv("LDTEST_KUBE_KEEP_LOGS"); dir != "" {
 		exec.Command("cp", "-r", cfg.Logs(), filepath.Join(dir, e.ns)).Run()
 	}
 }

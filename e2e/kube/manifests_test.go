@@ -15,7 +15,7 @@ import (
 // (`kubectl apply -f deploy/k8s/`) and waits for every pod to be Ready
 // through the kubelet's startup, readiness and liveness probes. Then it
 // turns the kubelet's service links back on (enableServiceLinks: true, the
-// Kubernetes default): the Service lameduck-demo puts LAMEDUCK_DEMO_*
+// Kubernetes default): the Service lameduck-demo puts LAMEDUCK_DEMO_SERVICE_HOST and the like
 // variables into each pod, which lameduck must tell from a misspelt
 // setting. Before that rule, every pod crash-looped here.
 func TestPlainManifestsRunAsShipped(t *testing.T) {

@@ -34,7 +34,7 @@ import (
 type Config struct {
 	// Work is the directory for the built binaries (kept between runs, so a
 	// second Up builds nothing), the images and the running cluster's
-	// state. Default: $LAMEDUCK_KUBE_WORK, else /var/tmp/lameduck-kube.
+	// state. Default: $LDTEST_KUBE_WORK, else /var/tmp/lameduck-kube.
 	Work string
 	// Version is the k8s.io/kubernetes module version built. Default
 	// v1.34.4 (v1.35.4 and v1.37.2 work too).
@@ -59,8 +59,8 @@ const (
 )
 
 func (c Config) withDefaults() Config {
-	c.Work = cmp.Or(c.Work, os.Getenv("LAMEDUCK_KUBE_WORK"), "/var/tmp/lameduck-kube")
-	c.Version = cmp.Or(c.Version, os.Getenv("LAMEDUCK_KUBE_VERSION"), "v1.34.4")
+	c.Work = cmp.Or(c.Work, os.Getenv("LDTEST_KUBE_WORK"), "/var/tmp/lameduck-kube")
+	c.Version = cmp.Or(c.Version, os.Getenv("LDTEST_KUBE_VERSION"), "v1.34.4")
 	c.NodeName = cmp.Or(c.NodeName, "lameduck-e2e")
 	if c.Logf == nil {
 		c.Logf = stderrLogf

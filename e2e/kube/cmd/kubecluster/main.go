@@ -7,8 +7,8 @@
 //	go run ./e2e/kube/cmd/kubecluster down    # stop it and undo every change to the host
 //	go run ./e2e/kube/cmd/kubecluster down --purge  # also delete its logs and certificates
 //
-// Binaries, images and the cluster's state live in $LAMEDUCK_KUBE_WORK
-// (default /var/tmp/lameduck-kube); $LAMEDUCK_KUBE_VERSION picks the
+// Binaries, images and the cluster's state live in $LDTEST_KUBE_WORK
+// (default /var/tmp/lameduck-kube); $LDTEST_KUBE_VERSION picks the
 // Kubernetes version (default v1.34.4). docs/kubernetes.md says what the
 // cluster is made of and what it changes on the host.
 package main
