@@ -132,6 +132,8 @@ require (
 
 require (
 	github.com/nats-io/nats-server/v2 v2.15.3
+	github.com/prometheus/client_model v0.6.2
+	github.com/prometheus/common v0.70.0
 	github.com/tsenart/vegeta/v12 v12.13.0
 	go.uber.org/goleak v1.3.0
 	google.golang.org/grpc v1.85.0

@@ -4,7 +4,7 @@
 // root:
 //
 //	go run ./e2e/kube/cmd/kubecluster up
-//	go test -race -count=1 ./e2e/kube/
+//	go test -race -count=1 -timeout 30m ./e2e/kube/
 //	go run ./e2e/kube/cmd/kubecluster down
 //
 // Without a running cluster every test skips, naming that command; with CI
