@@ -55,6 +55,9 @@ Example:
 				return usageError{err}
 			}
 			o.RemovalMin, o.RemovalMax = min, max
+			if !cmd.Flags().Changed("stop-timeout") {
+				o.StopTimeout = o.Grace
+			}
 			if os.Getenv("LAMEDUCK_ENV") == "" {
 				o.Env = append([]string{"LAMEDUCK_ENV=kubernetes"}, o.Env...)
 			}
@@ -74,6 +77,7 @@ Example:
 	f.DurationVar(&o.ProbeTimeout, "probe-timeout", 3*time.Second, "readiness poll timeout (timeoutSeconds)")
 	f.StringVar(&removal, "removal-delay", "1s-3s", "MIN-MAX: the balancer forgets a replica this long after its SIGTERM, drawn uniformly")
 	f.DurationVar(&o.Grace, "grace", 45*time.Second, "SIGKILL a replica this long after SIGTERM (terminationGracePeriodSeconds)")
+	f.DurationVar(&o.StopTimeout, "stop-timeout", 0, "the replicas left at the end get SIGTERM and this long to drain and exit before SIGKILL (default: --grace)")
 	f.DurationVar(&o.StartTimeout, "start-timeout", 30*time.Second, "longest wait for a new replica to be ready")
 	f.DurationVar(&o.Timeout, "timeout", 10*time.Second, "timeout of each request")
 	f.DurationVar(&o.Warmup, "warmup", time.Second, "load before the first restart")

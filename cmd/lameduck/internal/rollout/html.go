@@ -202,6 +202,11 @@ func (rep *Report) lanesSVG() ([]byte, error) {
 				return nil, err
 			}
 		}
+		if r.Stopped != nil {
+			if err := seg(y+0.25, *r.Stopped, math.Max(exited, *r.Stopped+0.02), colDraining, vg.Points(4)); err != nil {
+				return nil, err
+			}
+		}
 		if r.Removed != nil && r.Sigterm != nil {
 			sc, err := plotter.NewScatter(plotter.XYs{{X: *r.Removed, Y: y}})
 			if err != nil {

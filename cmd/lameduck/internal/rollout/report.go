@@ -82,8 +82,16 @@ type ReplicaReport struct {
 	Exited        *float64 `json:"exited"`
 	// SigtermToExit is Exited − Sigterm, in seconds.
 	SigtermToExit *float64 `json:"sigterm_to_exit"`
-	ExitCode      int      `json:"exit_code"`
-	Killed        bool     `json:"killed"`
+	// Stopped: SIGTERM sent at the end of the run to a replica the
+	// rollout did not restart (the last set), after the load; it had
+	// --stop-timeout to exit. StopToExit is Exited − Stopped, in seconds.
+	Stopped    *float64 `json:"stopped"`
+	StopToExit *float64 `json:"stop_to_exit"`
+	// ExitCode is the process's exit status, -1 when a signal ended it.
+	ExitCode int `json:"exit_code"`
+	// Killed: SIGKILLed at --grace after its SIGTERM, or at
+	// --stop-timeout after its SIGTERM at the end.
+	Killed bool `json:"killed"`
 	Requests      int      `json:"requests"`
 	Failed        int      `json:"failed"`
 	Log           string   `json:"log,omitempty"`
@@ -176,6 +184,10 @@ func (ro *rollout) report(samples []sample, m *vegeta.Metrics, rand0 uint64, loa
 				rr.SigtermToExit = &v
 			}
 		}
+		if rr.Stopped = at(evStop, nil); rr.Stopped != nil && rr.Exited != nil {
+			v := *rr.Exited - *rr.Stopped
+			rr.StopToExit = &v
+		}
 		if c := perReplica[r.id]; c != nil {
 			rr.Requests, rr.Failed = c[0], c[1]
 		}
@@ -221,8 +233,12 @@ func (rep *Report) WriteText(w io.Writer) error {
 		if r.Killed {
 			code = "SIGKILL"
 		}
-		fmt.Fprintf(tw, "  %d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", r.ID, r.Round, fmtSec(r.Ready), fmtSec(r.Sigterm),
-			fmtSec(r.OutOfRotation), fmtSec(r.Exited), fmtSec(r.SigtermToExit), code, r.Requests, r.Failed)
+		sigterm, toExit := fmtSec(r.Sigterm), fmtSec(r.SigtermToExit)
+		if r.Sigterm == nil && r.Stopped != nil {
+			sigterm, toExit = fmtSec(r.Stopped)+" (end)", fmtSec(r.StopToExit)
+		}
+		fmt.Fprintf(tw, "  %d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", r.ID, r.Round, fmtSec(r.Ready), sigterm,
+			fmtSec(r.OutOfRotation), fmtSec(r.Exited), toExit, code, r.Requests, r.Failed)
 	}
 	_ = tw.Flush()
 	if len(rep.FirstFailures) > 0 {
