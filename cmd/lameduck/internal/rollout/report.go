@@ -91,10 +91,10 @@ type ReplicaReport struct {
 	ExitCode int `json:"exit_code"`
 	// Killed: SIGKILLed at --grace after its SIGTERM, or at
 	// --stop-timeout after its SIGTERM at the end.
-	Killed bool `json:"killed"`
-	Requests      int      `json:"requests"`
-	Failed        int      `json:"failed"`
-	Log           string   `json:"log,omitempty"`
+	Killed   bool   `json:"killed"`
+	Requests int    `json:"requests"`
+	Failed   int    `json:"failed"`
+	Log      string `json:"log,omitempty"`
 
 	events []event
 }
