@@ -29,7 +29,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	vegeta "github.com/tsenart/vegeta/v12/lib"
 )
 
 // Balancer modes.
@@ -259,48 +258,15 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	}
 
 	// Open-loop load for the whole rollout.
-	loadStart := ro.since()
-	attacker := vegeta.NewAttacker(vegeta.Client(client), vegeta.MaxBody(-1))
-	results := attacker.Attack(ro.targeter(target), vegeta.Rate{Freq: opt.Rate, Per: time.Second}, 0, "rollout")
-	var metrics vegeta.Metrics // written by the goroutine below until metricsDone
-	metricsDone := make(chan struct{})
-	ro.wg.Go(func() {
-		defer close(metricsDone)
-		for res := range results {
-			metrics.Add(res)
-		}
-		metrics.Close()
-	})
-	defer attacker.Stop()
-
 	total := opt.Rounds * opt.Replicas
 	var done atomic.Int64 // restarts done; read by the progress ticker
-	progress := func() {
-		if opt.Progress != nil {
-			n, failed := rec.counts()
-			opt.Progress(int(done.Load()), total, n, failed)
-		}
-	}
-	stopTicker := make(chan struct{})
-	ro.wg.Go(func() {
-		t := time.NewTicker(250 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-t.C:
-				progress()
-			case <-stopTicker:
-				return
+	ld := startLoad(&ro.wg, rec, client, targeter(target, opt.GetPath, opt.PostPath), opt.Rate, ro.since,
+		func(n, failed int) {
+			if opt.Progress != nil {
+				opt.Progress(int(done.Load()), total, n, failed)
 			}
-		}
-	})
-	defer func() {
-		select {
-		case <-stopTicker:
-		default:
-			close(stopTicker)
-		}
-	}()
+		})
+	defer ld.stop()
 
 	if err := sleepCtx(ctx, opt.Warmup); err != nil {
 		return nil, err
@@ -319,7 +285,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 			terminated = append(terminated, old)
 			current[i] = surge
 			done.Add(1)
-			progress()
+			ld.progress()
 		}
 	}
 	// The load goes on until every terminated replica has exited and the
@@ -336,36 +302,10 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	if err := sleepCtx(ctx, opt.Cooldown); err != nil {
 		return nil, err
 	}
-	rec.stopped.Store(true)
-	attacker.Stop()
-	loadEnd := ro.since()
-	<-metricsDone // the attacker closes results once its last request has ended
-	close(stopTicker)
-	progress()
+	samples, metrics, loadStart, loadEnd := ld.stop()
 
 	ro.stopAll()
-	return ro.report(rec.all(), &metrics, rand0, loadStart, loadEnd), nil
-}
-
-// targeter alternates GET and POST requests to the balancer's front.
-func (ro *rollout) targeter(base string) vegeta.Targeter {
-	var mu sync.Mutex
-	n := 0
-	return func(t *vegeta.Target) error {
-		mu.Lock()
-		n++
-		post := ro.opt.GetPath == "" || (ro.opt.PostPath != "" && n%2 == 0)
-		mu.Unlock()
-		t.Header = http.Header{}
-		if post {
-			t.Method, t.URL = http.MethodPost, base+ro.opt.PostPath
-			t.Body = []byte(`{"rollout":"lameduck"}`)
-			t.Header.Set("Content-Type", "application/json")
-		} else {
-			t.Method, t.URL = http.MethodGet, base+ro.opt.GetPath
-		}
-		return nil
-	}
+	return ro.report(samples, metrics, rand0, loadStart, loadEnd), nil
 }
 
 // stopAll takes every replica out of rotation and ends those still
