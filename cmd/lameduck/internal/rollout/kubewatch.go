@@ -23,7 +23,7 @@ const (
 	tlEPRemoved  = "endpoint removed"   // it is in no EndpointSlice any more
 	tlExited     = "container terminated"
 	tlEventFmt   = "event %s" // a Kubernetes Event about the pod, by reason: "event Killing"
-	tlGone       = "deleted" // the pod object is gone from the API
+	tlGone       = "deleted"  // the pod object is gone from the API
 )
 
 // TimelineEntry is one thing the Kubernetes API said about a pod.
@@ -85,8 +85,8 @@ type podState struct {
 	epState string            // the last combined endpoint state recorded; "" when in no slice
 
 	exits    []ContainerExit
-	exitSeen map[string]bool    // container ID (or name/restart count) → recorded
-	evCount  map[string]int32   // Event UID → count recorded
+	exitSeen map[string]bool  // container ID (or name/restart count) → recorded
+	evCount  map[string]int32 // Event UID → count recorded
 	timeline []TimelineEntry
 	first    map[string]float64 // What → At of its first entry
 }
