@@ -213,7 +213,8 @@ func RunKube(ctx context.Context, opt KubeOptions) (*Report, error) {
 	stopWatches := k.watch(ctx, sel.String())
 	defer stopWatches()
 
-	if _, err := k.waitComplete(ctx, dep.Generation); err != nil {
+	revision, err := k.waitComplete(ctx, dep.Generation, "")
+	if err != nil {
 		return nil, setupError(ctx, fmt.Errorf("before the first restart: %w", err))
 	}
 	if err := k.checkURL(ctx); err != nil {
@@ -240,11 +241,11 @@ func RunKube(ctx context.Context, opt KubeOptions) (*Report, error) {
 		if err != nil {
 			return nil, setupError(ctx, err)
 		}
-		rev, err := k.waitComplete(ctx, gen)
+		rev, err := k.waitComplete(ctx, gen, revision)
 		if err != nil {
 			return nil, setupError(ctx, fmt.Errorf("round %d: %w", round, err))
 		}
-		rr.Complete, rr.Revision = secs(k.since()), rev
+		rr.Complete, rr.Revision, revision = secs(k.since()), rev, rev
 		k.info.RoundReports = append(k.info.RoundReports, rr)
 		done.Add(1)
 		ld.progress()
@@ -450,13 +451,14 @@ func (k *kubeRun) restart(ctx context.Context, round int) (RoundReport, int64, e
 }
 
 // waitComplete waits until the Deployment's rollout of at least generation
-// gen is complete, as `kubectl rollout status` decides (the controller has
-// seen the generation, every replica updated and available, none of an
-// old template counted), and every pod of another template has gone from
-// the API. It returns the Deployment's revision, and an error when the
+// gen, to a revision other than before ("" for any), is complete, as
+// `kubectl rollout status` decides (the controller has seen the
+// generation, every replica updated and available, none of an old
+// template counted), and every pod of another template has gone from the
+// API. It returns the Deployment's revision, and an error when the
 // Deployment exceeded its progress deadline, RolloutTimeout passed, or
 // ctx ended.
-func (k *kubeRun) waitComplete(ctx context.Context, gen int64) (string, error) {
+func (k *kubeRun) waitComplete(ctx context.Context, gen int64, before string) (string, error) {
 	deadline := time.NewTimer(k.opt.RolloutTimeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(k.opt.poll)
@@ -475,6 +477,9 @@ func (k *kubeRun) waitComplete(ctx context.Context, gen int64) (string, error) {
 				return "", fmt.Errorf("deployment/%s: %w", k.name, err)
 			}
 			why = w
+			if rev := dep.Annotations["deployment.kubernetes.io/revision"]; done && before != "" && rev == before {
+				done, why = false, fmt.Sprintf("still at revision %s: the Deployment controller has not rolled the restart yet", rev)
+			}
 			if done {
 				hash, w, err := k.newHash(ctx, dep)
 				switch {

@@ -66,8 +66,8 @@ type PodReport struct {
 	// Created: the API's creationTimestamp (negative for a pod older than
 	// the rollout).
 	Created *float64 `json:"created"`
-	// Ready, DeletionRequested, EndpointReady, EndpointNotReady (the
-	// first ready=false after its deletion was asked), EndpointRemoved
+	// Ready, DeletionRequested, EndpointReady, EndpointNotReady (its
+	// endpoint's last turn to ready=false), EndpointRemoved
 	// (in no EndpointSlice), Exited (its last container terminated),
 	// Deleted (gone from the API): observed.
 	Ready             *float64 `json:"ready"`
@@ -132,8 +132,19 @@ func (t *podTracker) podReports() []PodReport {
 		}
 		pr.Ready, pr.EndpointReady = first(tlReady, nil), first(tlEPReady, nil)
 		pr.DeletionRequested = first(tlDeletion, nil)
-		if pr.DeletionRequested != nil {
-			pr.EndpointNotReady = first(tlEPNotReady, pr.DeletionRequested)
+		// The endpoint's last turn to not ready: the watches of pods and
+		// slices deliver in their own order, so it may come before the
+		// deletion does.
+		for _, e := range pr.Timeline {
+			switch e.What {
+			case tlEPReady:
+				pr.EndpointNotReady = nil
+			case tlEPNotReady:
+				if pr.EndpointNotReady == nil {
+					v := e.At
+					pr.EndpointNotReady = &v
+				}
+			}
 		}
 		pr.EndpointRemoved, pr.Deleted = first(tlEPRemoved, nil), first(tlGone, nil)
 		var lastFinish time.Time
@@ -144,12 +155,13 @@ func (t *podTracker) podReports() []PodReport {
 				v := c.At
 				pr.Exited = &v
 			}
-			if f, err := time.Parse(time.RFC3339, c.FinishedAt); err == nil && f.After(lastFinish) {
-				lastFinish = f
+			if c.finished.After(lastFinish) {
+				lastFinish = c.finished
 			}
 		}
 		if !p.deletionAPI.IsZero() && !lastFinish.IsZero() {
-			v := lastFinish.Sub(p.deletionAPI).Seconds()
+			// Both to the second, as the API keeps them.
+			v := lastFinish.Truncate(time.Second).Sub(p.deletionAPI.Truncate(time.Second)).Seconds()
 			pr.DeletionToExit = &v
 		}
 		for _, e := range pr.Timeline {

@@ -66,6 +66,8 @@ type ContainerExit struct {
 	Killed bool `json:"killed"`
 	// OOMKilled: the kernel's OOM killer ended it.
 	OOMKilled bool `json:"oom_killed"`
+
+	finished time.Time
 }
 
 // podState is what the watches said of one pod. Guarded by its tracker's
@@ -232,7 +234,7 @@ func (t *podTracker) onPod(obj any) {
 			p.exitSeen[key] = true
 			ce := ContainerExit{Name: cs.Name, ExitCode: term.ExitCode, Signal: term.Signal, Reason: term.Reason,
 				FinishedAt: term.FinishedAt.UTC().Format(time.RFC3339), At: t.offset(now),
-				OOMKilled: term.Reason == "OOMKilled"}
+				OOMKilled: term.Reason == "OOMKilled", finished: term.FinishedAt.Time}
 			ce.Killed = term.ExitCode == 137 && !ce.OOMKilled
 			p.exits = append(p.exits, ce)
 			detail := fmt.Sprintf("%s: exit code %d (%s)", cs.Name, term.ExitCode, term.Reason)
