@@ -327,7 +327,9 @@ func TestRunKubeSetupErrors(t *testing.T) {
 	})
 }
 
-func errorsIsSetup(err error) bool { return err != nil && strings.Contains(err.Error(), ErrSetup.Error()) }
+func errorsIsSetup(err error) bool {
+	return err != nil && strings.Contains(err.Error(), ErrSetup.Error())
+}
 
 func TestKubeValidate(t *testing.T) {
 	good := KubeOptions{Deployment: "web", URL: "http://10.96.0.10:80", Rounds: 1, Rate: 1, GetPath: "/", Timeout: time.Second, RolloutTimeout: time.Minute}
