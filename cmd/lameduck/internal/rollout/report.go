@@ -265,9 +265,18 @@ func (rep *Report) WriteText(w io.Writer) error {
 		rep.writeReplicaText(&b)
 	}
 	if len(rep.FirstFailures) > 0 {
-		b.WriteString("failures by replica and kind (the first one, and how many)\n")
+		if rep.Cluster != nil {
+			// Behind a Service, the client does not know which pod failed.
+			b.WriteString("failures by kind (the first one, and how many)\n")
+		} else {
+			b.WriteString("failures by replica and kind (the first one, and how many)\n")
+		}
 		for _, f := range rep.FirstFailures {
-			fmt.Fprintf(&b, "  %7.3fs  replica %d  %-8s ×%-5d first: %s %s\n", f.At, f.Replica, f.Kind, f.Count, f.Method, f.Error)
+			who := fmt.Sprintf("replica %d  ", f.Replica)
+			if rep.Cluster != nil {
+				who = ""
+			}
+			fmt.Fprintf(&b, "  %7.3fs  %s%-8s ×%-5d first: %s %s\n", f.At, who, f.Kind, f.Count, f.Method, f.Error)
 		}
 		fmt.Fprintf(&b, "FAIL: %d of %d requests failed\n", rep.Failed, rep.Requests)
 	} else {
