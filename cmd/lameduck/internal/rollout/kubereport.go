@@ -107,7 +107,7 @@ func (t *podTracker) podReports() []PodReport {
 			continue
 		}
 		pr := PodReport{Name: p.name, Round: p.round, Hash: p.hash, Node: p.node, IP: p.ip, GraceSeconds: p.grace,
-			Containers: slices.Clone(p.exits), Timeline: slices.Clone(p.timeline)}
+			Containers: append([]ContainerExit{}, p.exits...), Timeline: append([]TimelineEntry{}, p.timeline...)}
 		slices.SortStableFunc(pr.Timeline, func(a, b TimelineEntry) int {
 			switch {
 			case a.At < b.At:
