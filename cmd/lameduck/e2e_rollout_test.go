@@ -33,8 +33,13 @@ type rolloutReport struct {
 	FirstFailures  []any          `json:"first_failures"`
 	ReplicaReports []struct {
 		ID            int      `json:"id"`
+		Port          int      `json:"port"`
+		Ready         *float64 `json:"ready"`
+		Requests      int      `json:"requests"`
 		Sigterm       *float64 `json:"sigterm"`
 		SigtermToExit *float64 `json:"sigterm_to_exit"`
+		Stopped       *float64 `json:"stopped"`
+		StopToExit    *float64 `json:"stop_to_exit"`
 		ExitCode      int      `json:"exit_code"`
 		Killed        bool     `json:"killed"`
 	} `json:"replica_reports"`
@@ -93,6 +98,14 @@ func TestRolloutDemoDropsNothing(t *testing.T) {
 			terminated := 0
 			for _, r := range rep.ReplicaReports {
 				if r.Sigterm == nil {
+					// The last set: stopped at the end with SIGTERM and
+					// allowed its drain, never SIGKILLed at once.
+					if r.Stopped == nil || r.StopToExit == nil || r.ExitCode != 0 || r.Killed {
+						t.Errorf("replica %d of the last set: stopped %v, stop→exit %v, exit code %d, killed %v; want SIGTERM at the end and a clean exit",
+							r.ID, r.Stopped, r.StopToExit, r.ExitCode, r.Killed)
+					} else if *r.StopToExit < 4 {
+						t.Errorf("replica %d of the last set exited %.2fs after its SIGTERM, before its 4s window had passed", r.ID, *r.StopToExit)
+					}
 					continue
 				}
 				terminated++
@@ -149,6 +162,23 @@ func TestRolloutCatchesBadShutdowns(t *testing.T) {
 	}
 }
 
+// TestRolloutCommandReadsPORT: a command that reads PORT (here a shell
+// that passes $PORT on) needs no {port} in its arguments.
+func TestRolloutCommandReadsPORT(t *testing.T) {
+	args := append([]string{"--replicas", "1", "--rounds", "1", "--rate", "50", "--removal-delay", "0s",
+		"--get", "/", "--post", ""}, fastProbes...)
+	args = append(args, "--", "sh", "-c", `exec "$0" --addr "127.0.0.1:$PORT"`, refserverBin)
+	rep, code := rolloutJSON(t, args...)
+	if code == 2 || rep.Requests == 0 || len(rep.ReplicaReports) != 2 {
+		t.Fatalf("exit %d, %d requests, %d replicas; want the rollout to run on $PORT", code, rep.Requests, len(rep.ReplicaReports))
+	}
+	for _, r := range rep.ReplicaReports {
+		if r.Ready == nil || r.Requests == 0 {
+			t.Errorf("replica %d (port %d): ready %v, %d requests; want it serving on its $PORT", r.ID, r.Port, r.Ready, r.Requests)
+		}
+	}
+}
+
 // TestRolloutUsage: a command line that cannot run exits 2 and says why.
 func TestRolloutUsage(t *testing.T) {
 	for _, c := range []struct {
@@ -156,7 +186,16 @@ func TestRolloutUsage(t *testing.T) {
 		want string
 	}{
 		{[]string{"rollout"}, "no command"},
-		{[]string{"rollout", "--", "sleep", "1"}, "has no {port}"},
+		{[]string{"rollout", "--start-timeout", "1s", "--", "sleep", "5"}, "does the command listen on {port} or $PORT"},
+		{[]string{"rollout", "--stop-timeout", "-1s", "--", "x"}, "--stop-timeout=-1s"},
+		// Flags of one mode are refused in the other, by name.
+		{[]string{"rollout", "--replicas", "2", "--url", "http://127.0.0.1:1", "deployment/web"}, "--replicas is for local replicas"},
+		{[]string{"rollout", "--url", "http://127.0.0.1:1", "--", "x"}, "--url is for a cluster"},
+		{[]string{"rollout", "--namespace", "shop"}, "--namespace is for a cluster: name the Deployment too"},
+		{[]string{"rollout", "deployment/web"}, "--url is required on a cluster"},
+		{[]string{"rollout", "--url", "http://127.0.0.1:1", "deployment/web", "--", "x"}, "both a Deployment"},
+		{[]string{"rollout", "--url", "http://127.0.0.1:1", "statefulset/db"}, "only a Deployment can be rolled out"},
+		{[]string{"rollout", "--kubeconfig", "/nonexistent/kubeconfig", "--url", "http://127.0.0.1:1", "deployment/web"}, "--kubeconfig=/nonexistent/kubeconfig"},
 		{[]string{"rollout", "--removal-delay", "3s-1s", "--", "x", "{port}"}, "--removal-delay"},
 		{[]string{"rollout", "--mode", "l3", "--", "x", "{port}"}, "--mode"},
 		{[]string{"rollout", "--start-timeout", "1s", "--", "false", "{port}"}, "exited with code 1 before it was ready"},

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -15,72 +16,136 @@ import (
 	"golang.org/x/term"
 )
 
+// Flags of one mode only: each is refused in the other, by name.
+var (
+	localOnlyFlags = []string{"replicas", "mode", "probe-path", "probe-period", "probe-failures", "probe-timeout",
+		"removal-delay", "grace", "stop-timeout", "start-timeout", "rand", "env", "logs"}
+	clusterOnlyFlags = []string{"kubeconfig", "context", "namespace", "url", "rollout-timeout"}
+)
+
 func newRolloutCommand() *cobra.Command {
 	o := rollout.Options{}
+	ko := rollout.KubeOptions{}
 	var removal, format, report string
 	cmd := &cobra.Command{
-		Use:   "rollout [flags] -- COMMAND ARGS...",
-		Short: "Run a server through simulated rolling restarts under load and count every failed request",
-		Long: `Run COMMAND as --replicas replicas on loopback ports ({port} in any argument is
-replaced by each replica's port), behind a load balancer that polls each
-replica's readiness path like a readinessProbe, send open-loop load through it,
-and restart every replica --rounds times the way a Deployment does (one surge
-replica, none unavailable): the new one must be in rotation before the old one
-gets SIGTERM. The balancer forgets a terminating replica after a delay drawn
+		Use:   "rollout [flags] -- COMMAND ARGS... | rollout [flags] --url URL deployment/NAME",
+		Short: "Run a server through rolling restarts under load, simulated or on a real cluster, and count every failed request",
+		Long: `Locally (-- COMMAND): run COMMAND as --replicas replicas on loopback ports
+(each gets its own in PORT, and {port} in any argument is replaced by it),
+behind a load balancer that polls each replica's readiness path like a
+readinessProbe, send open-loop load through it, and restart every replica
+--rounds times the way a Deployment does (one surge replica, none
+unavailable): the new one must be in rotation before the old one gets
+SIGTERM. The balancer forgets a terminating replica after a delay drawn
 from --removal-delay, asynchronously, as the endpoints controller and
-kube-proxy do: a server that stops serving before then fails requests.
+kube-proxy do: a server that stops serving before then fails requests. At
+the end the replicas left get SIGTERM and --stop-timeout to drain.
 
 --mode l7 is an ingress (its own keep-alive pool per replica, no retries);
 --mode l4 is kube-proxy (each client connection pinned to one replica).
 
 Replicas get LAMEDUCK_ENV=kubernetes (unless set) so a lameduck server uses its
-Kubernetes defaults, and PORT. The report counts requests, failures by kind
-(status, refused, reset, EOF, timeout), requests the client re-sent, latency
-percentiles and each replica's SIGTERM-to-exit time. Exit code: 0 when no
-request failed, 1 when any did, 2 when the rollout could not run.
+Kubernetes defaults, and PORT.
 
-Example:
-  lameduck rollout --report rollout.html -- lameduck demo --addr 127.0.0.1:{port}`,
-		Args: cobra.MinimumNArgs(0),
+On a cluster (deployment/NAME): restart the Deployment --rounds times as
+kubectl rollout restart does, under the same open-loop load sent to --url
+(a ClusterIP reached from a node, a NodePort, an ingress), wait for each
+rollout to complete, and report each pod's timeline as the API saw it
+(deletion, endpoint not ready, container exit, a SIGKILL at the grace
+period). --kubeconfig, --context and --namespace work as kubectl's.
+
+The report counts requests, failures by kind (status, refused, reset, EOF,
+timeout), requests the client re-sent and latency percentiles. Exit code: 0
+when no request failed, 1 when any did, 2 when the rollout could not run.
+
+Examples:
+  lameduck rollout --report rollout.html -- lameduck demo --addr 127.0.0.1:{port}
+  lameduck rollout -n shop --url http://10.96.0.10:80 --rounds 2 deployment/web`,
+		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if cmd.ArgsLenAtDash() < 0 && len(args) > 0 || cmd.ArgsLenAtDash() > 0 {
-				return usageError{errors.New("write the command after --, such as: lameduck rollout -- lameduck demo --addr 127.0.0.1:{port}")}
-			}
-			o.Command = args
 			if format != "text" && format != "json" {
 				return usageError{fmt.Errorf("--format=%q: use text or json", format)}
 			}
+			before, after := args, []string(nil)
+			if dash := cmd.ArgsLenAtDash(); dash >= 0 {
+				before, after = args[:dash], args[dash:]
+			}
+			changed := func(names []string) string {
+				for _, n := range names {
+					if cmd.Flags().Changed(n) {
+						return n
+					}
+				}
+				return ""
+			}
+			if len(before) > 0 || (len(after) == 0 && changed(clusterOnlyFlags) != "") {
+				// On a cluster.
+				switch {
+				case len(after) > 0:
+					return usageError{fmt.Errorf("both a Deployment (%s) and a command (-- %s): give deployment/NAME for a cluster, or -- COMMAND for local replicas", strings.Join(before, " "), strings.Join(after, " "))}
+				case len(before) == 0:
+					return usageError{fmt.Errorf("--%s is for a cluster: name the Deployment too, such as: lameduck rollout --url http://10.96.0.10:80 deployment/NAME (a local command goes after --)", changed(clusterOnlyFlags))}
+				case len(before) > 1:
+					return usageError{fmt.Errorf("one Deployment at a time, not %q (a local command goes after --)", strings.Join(before, " "))}
+				}
+				if f := changed(localOnlyFlags); f != "" {
+					return usageError{fmt.Errorf("--%s is for local replicas (-- COMMAND); on a cluster the Deployment's own spec decides it: drop --%s", f, f)}
+				}
+				ko.Deployment = before[0]
+				ko.Rounds, ko.Rate, ko.GetPath, ko.PostPath = o.Rounds, o.Rate, o.GetPath, o.PostPath
+				ko.Timeout, ko.Warmup, ko.Cooldown = o.Timeout, o.Warmup, o.Cooldown
+				return runRollout(cmd, ko.Rounds, format, report, func(ctx context.Context, progress func(int, int, int, int), warn func(string)) (*rollout.Report, error) {
+					ko.Progress, ko.Warn = progress, warn
+					return rollout.RunKube(ctx, ko)
+				})
+			}
+			if f := changed(clusterOnlyFlags); f != "" {
+				return usageError{fmt.Errorf("--%s is for a cluster (deployment/NAME), not local replicas (-- COMMAND): drop --%s", f, f)}
+			}
+			o.Command = after
 			min, max, err := parseRange(removal)
 			if err != nil {
 				return usageError{err}
 			}
 			o.RemovalMin, o.RemovalMax = min, max
+			if !cmd.Flags().Changed("stop-timeout") {
+				o.StopTimeout = o.Grace
+			}
 			if os.Getenv("LAMEDUCK_ENV") == "" {
 				o.Env = append([]string{"LAMEDUCK_ENV=kubernetes"}, o.Env...)
 			}
-			return runRollout(cmd, o, format, report)
+			return runRollout(cmd, o.Replicas*o.Rounds, format, report, func(ctx context.Context, progress func(int, int, int, int), warn func(string)) (*rollout.Report, error) {
+				o.Progress, o.Warn = progress, warn
+				return rollout.Run(ctx, o)
+			})
 		},
 	}
 	f := cmd.Flags()
-	f.IntVar(&o.Replicas, "replicas", 3, "replicas kept serving")
-	f.IntVar(&o.Rounds, "rounds", 2, "rolling restarts of every replica")
-	f.StringVar(&o.Mode, "mode", rollout.ModeL7, "balancer: l7 (an ingress: keep-alive pool, no retries) or l4 (kube-proxy: connections pinned)")
+	f.IntVar(&o.Replicas, "replicas", 3, "local: replicas kept serving")
+	f.IntVar(&o.Rounds, "rounds", 2, "rolling restarts of every replica (local), of the Deployment (cluster)")
+	f.StringVar(&o.Mode, "mode", rollout.ModeL7, "local: balancer: l7 (an ingress: keep-alive pool, no retries) or l4 (kube-proxy: connections pinned)")
 	f.IntVar(&o.Rate, "rate", 200, "requests per second, open loop")
 	f.StringVar(&o.GetPath, "get", "/", "path of the GET requests (empty: none)")
 	f.StringVar(&o.PostPath, "post", "/echo", "path of the POST requests, every other request (empty: none)")
-	f.StringVar(&o.ProbePath, "probe-path", "/readyz", "readiness path the balancer polls")
-	f.DurationVar(&o.ProbePeriod, "probe-period", 2*time.Second, "readiness poll period (readinessProbe periodSeconds)")
-	f.IntVar(&o.ProbeFailures, "probe-failures", 2, "consecutive failed polls that take a replica out (failureThreshold)")
-	f.DurationVar(&o.ProbeTimeout, "probe-timeout", 3*time.Second, "readiness poll timeout (timeoutSeconds)")
-	f.StringVar(&removal, "removal-delay", "1s-3s", "MIN-MAX: the balancer forgets a replica this long after its SIGTERM, drawn uniformly")
-	f.DurationVar(&o.Grace, "grace", 45*time.Second, "SIGKILL a replica this long after SIGTERM (terminationGracePeriodSeconds)")
-	f.DurationVar(&o.StartTimeout, "start-timeout", 30*time.Second, "longest wait for a new replica to be ready")
+	f.StringVar(&o.ProbePath, "probe-path", "/readyz", "local: readiness path the balancer polls")
+	f.DurationVar(&o.ProbePeriod, "probe-period", 2*time.Second, "local: readiness poll period (readinessProbe periodSeconds)")
+	f.IntVar(&o.ProbeFailures, "probe-failures", 2, "local: consecutive failed polls that take a replica out (failureThreshold)")
+	f.DurationVar(&o.ProbeTimeout, "probe-timeout", 3*time.Second, "local: readiness poll timeout (timeoutSeconds)")
+	f.StringVar(&removal, "removal-delay", "1s-3s", "local: MIN-MAX: the balancer forgets a replica this long after its SIGTERM, drawn uniformly")
+	f.DurationVar(&o.Grace, "grace", 45*time.Second, "local: SIGKILL a replica this long after SIGTERM (terminationGracePeriodSeconds)")
+	f.DurationVar(&o.StopTimeout, "stop-timeout", 0, "local: the replicas left at the end get SIGTERM and this long to drain and exit before SIGKILL (default: --grace)")
+	f.DurationVar(&o.StartTimeout, "start-timeout", 30*time.Second, "local: longest wait for a new replica to be ready")
 	f.DurationVar(&o.Timeout, "timeout", 10*time.Second, "timeout of each request")
 	f.DurationVar(&o.Warmup, "warmup", time.Second, "load before the first restart")
-	f.DurationVar(&o.Cooldown, "cooldown", time.Second, "load after the last old replica exited")
-	f.Uint64Var(&o.Rand, "rand", 0, "start the random removal delays from this number, to repeat a run (0: a random one; the report prints it)")
-	f.StringArrayVar(&o.Env, "env", nil, "KEY=VALUE added to every replica's environment (repeatable)")
-	f.StringVar(&o.LogDir, "logs", "", "keep each replica's output in DIR/replica-N.log")
+	f.DurationVar(&o.Cooldown, "cooldown", time.Second, "load after the last old replica exited (local), the last rollout completed (cluster)")
+	f.Uint64Var(&o.Rand, "rand", 0, "local: start the random removal delays from this number, to repeat a run (0: a random one; the report prints it)")
+	f.StringArrayVar(&o.Env, "env", nil, "local: KEY=VALUE added to every replica's environment (repeatable)")
+	f.StringVar(&o.LogDir, "logs", "", "local: keep each replica's output in DIR/replica-N.log")
+	f.StringVar(&ko.Kubeconfig, "kubeconfig", "", "cluster: the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
+	f.StringVar(&ko.Context, "context", "", "cluster: the kubeconfig context (default: its current context)")
+	f.StringVarP(&ko.Namespace, "namespace", "n", "", "cluster: the Deployment's namespace (default: the context's, else default)")
+	f.StringVar(&ko.URL, "url", "", "cluster: where the load goes, http://HOST[:PORT]: a ClusterIP from a node, a NodePort, an ingress")
+	f.DurationVar(&ko.RolloutTimeout, "rollout-timeout", 5*time.Minute, "cluster: the longest wait for each rollout to complete (new ReplicaSet available, old pods gone)")
 	f.StringVar(&format, "format", "text", "report format on stdout: text or json")
 	f.StringVar(&report, "report", "", "also write a self-contained HTML report with a timeline to FILE")
 	return cmd
@@ -100,11 +165,15 @@ func parseRange(s string) (min, max time.Duration, err error) {
 	return min, max, nil
 }
 
-func runRollout(cmd *cobra.Command, o rollout.Options, format, htmlPath string) error {
+// runRollout runs one rollout with a progress bar of total steps on a
+// terminal, prints its report and turns its outcome into the exit code.
+func runRollout(cmd *cobra.Command, total int, format, htmlPath string,
+	run func(ctx context.Context, progress func(done, total, requests, failed int), warn func(string)) (*rollout.Report, error)) error {
 	stderr := cmd.ErrOrStderr()
-	o.Warn = func(s string) { fmt.Fprintln(stderr, "lameduck rollout:", s) }
+	warn := func(s string) { fmt.Fprintln(stderr, "lameduck rollout:", s) }
+	var progress func(done, total, requests, failed int)
 	if f, ok := stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		bar := progressbar.NewOptions(o.Replicas*o.Rounds,
+		bar := progressbar.NewOptions(total,
 			progressbar.OptionSetWriter(f),
 			progressbar.OptionSetDescription("restarts"),
 			progressbar.OptionShowCount(),
@@ -112,17 +181,19 @@ func runRollout(cmd *cobra.Command, o rollout.Options, format, htmlPath string) 
 			progressbar.OptionThrottle(100*time.Millisecond),
 			progressbar.OptionClearOnFinish(),
 		)
-		o.Progress = func(done, total, requests, failed int) {
+		progress = func(done, total, requests, failed int) {
 			bar.Describe(fmt.Sprintf("restarts · %d requests · %d failed", requests, failed))
 			_ = bar.Set(done)
 		}
 		defer bar.Exit()
 	}
 	// Ctrl-C or a SIGTERM to the tool stops the run and every replica it
-	// started, instead of leaving them behind.
+	// started (each gets SIGTERM and its drain), instead of leaving them
+	// behind; a second one ends the tool at once.
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	rep, err := rollout.Run(ctx, o)
+	context.AfterFunc(ctx, stop)
+	rep, err := run(ctx, progress, warn)
 	if ctx.Err() != nil && err != nil {
 		return fmt.Errorf("rollout interrupted; every replica it started has stopped")
 	}

@@ -136,14 +136,100 @@ func (rep *Report) trafficSVG() ([]byte, error) {
 	return svgBytes(p, 10*vg.Inch, 3.2*vg.Inch)
 }
 
-// lanesSVG draws one lane per replica.
+// lane is one replica's or pod's row of the timeline picture, in
+// seconds from the start.
+type lane struct {
+	label      string
+	id         int // the replica failed requests name; 0 for a pod
+	start, end float64
+	rotation   [][2]float64 // in the balancer's rotation, or ready in its EndpointSlice
+	drainFrom  *float64     // SIGTERM, or the deletion's request
+	removed    *float64     // the endpoint removed
+}
+
+// lanes returns a lane per replica (local) or per pod (cluster).
+func (rep *Report) lanes() []lane {
+	end := rep.end()
+	var out []lane
+	for _, r := range rep.ReplicaReports {
+		l := lane{label: strconv.Itoa(r.ID), id: r.ID, end: end, removed: r.Removed}
+		if r.Started != nil {
+			l.start = *r.Started
+		}
+		if r.Exited != nil {
+			l.end = *r.Exited
+		}
+		var in *float64
+		for _, e := range r.events {
+			t := secs(e.At)
+			switch e.What {
+			case evIn:
+				in = &t
+			case evOut:
+				if in != nil {
+					l.rotation = append(l.rotation, [2]float64{*in, t})
+					in = nil
+				}
+			}
+		}
+		if in != nil {
+			l.rotation = append(l.rotation, [2]float64{*in, l.end})
+		}
+		l.drainFrom = r.Sigterm
+		if l.drainFrom == nil {
+			l.drainFrom = r.Stopped
+		}
+		if r.Sigterm == nil {
+			l.removed = nil
+		}
+		out = append(out, l)
+	}
+	for _, p := range rep.Pods {
+		l := lane{label: p.Name, end: end, drainFrom: p.DeletionRequested, removed: p.EndpointRemoved}
+		if p.Created != nil {
+			l.start = math.Max(0, *p.Created)
+		}
+		if p.Exited != nil {
+			l.end = *p.Exited
+		} else if p.Deleted != nil {
+			l.end = *p.Deleted
+		}
+		var in *float64
+		for _, e := range p.Timeline {
+			t := e.At
+			switch e.What {
+			case tlEPReady:
+				if in == nil {
+					in = &t
+				}
+			case tlEPNotReady, tlEPRemoved:
+				if in != nil {
+					l.rotation = append(l.rotation, [2]float64{*in, t})
+					in = nil
+				}
+			}
+		}
+		if in != nil {
+			l.rotation = append(l.rotation, [2]float64{*in, l.end})
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// lanesSVG draws one lane per replica or pod.
 func (rep *Report) lanesSVG() ([]byte, error) {
+	lanes := rep.lanes()
 	p := plot.New()
 	p.Title.Text = "Replicas: the process (top), the balancer's rotation (middle), failed requests sent to it (bottom)"
-	p.X.Label.Text = "seconds since start"
 	p.Y.Label.Text = "replica"
+	if rep.Cluster != nil {
+		p.Title.Text = "Pods: the pod until its container exited (top), ready in its EndpointSlice (middle); failed requests (bottom lane: any pod)"
+		p.Y.Label.Text = "pod"
+	}
+	p.X.Label.Text = "seconds since start"
 	p.X.Min, p.X.Max = 0, rep.end()
-	p.Y.Min, p.Y.Max = 0.4, float64(len(rep.ReplicaReports))+1.9 // room for the legend
+	p.Y.Min, p.Y.Max = 0.4, float64(len(lanes))+1.9 // room for the legend
 	var ticks []plot.Tick
 	seg := func(y, x0, x1 float64, c color.Color, w vg.Length) error {
 		l, err := plotter.NewLine(plotter.XYs{{X: x0, Y: y}, {X: x1, Y: y}})
@@ -161,49 +247,25 @@ func (rep *Report) lanesSVG() ([]byte, error) {
 			p.Legend.Add(name, t)
 		}
 	}
-	end := rep.end()
-	for i, r := range rep.ReplicaReports {
+	for i, l := range lanes {
 		y := float64(i + 1)
-		ticks = append(ticks, plot.Tick{Value: y, Label: strconv.Itoa(r.ID)})
-		started, exited := 0.0, end
-		if r.Started != nil {
-			started = *r.Started
-		}
-		if r.Exited != nil {
-			exited = *r.Exited
-		}
+		ticks = append(ticks, plot.Tick{Value: y, Label: l.label})
 		// The process, top row: running, then draining from SIGTERM.
-		if err := seg(y+0.25, started, exited, colRunning, vg.Points(4)); err != nil {
+		if err := seg(y+0.25, l.start, l.end, colRunning, vg.Points(4)); err != nil {
 			return nil, err
 		}
-		// Rotation intervals, from the events.
-		var in *float64
-		for _, e := range r.events {
-			t := secs(e.At)
-			switch e.What {
-			case evIn:
-				in = &t
-			case evOut:
-				if in != nil {
-					if err := seg(y, *in, t, colRotation, vg.Points(9)); err != nil {
-						return nil, err
-					}
-					in = nil
-				}
-			}
-		}
-		if in != nil {
-			if err := seg(y, *in, exited, colRotation, vg.Points(9)); err != nil {
+		for _, r := range l.rotation {
+			if err := seg(y, r[0], r[1], colRotation, vg.Points(9)); err != nil {
 				return nil, err
 			}
 		}
-		if r.Sigterm != nil {
-			if err := seg(y+0.25, *r.Sigterm, math.Max(exited, *r.Sigterm+0.02), colDraining, vg.Points(4)); err != nil {
+		if l.drainFrom != nil {
+			if err := seg(y+0.25, *l.drainFrom, math.Max(l.end, *l.drainFrom+0.02), colDraining, vg.Points(4)); err != nil {
 				return nil, err
 			}
 		}
-		if r.Removed != nil && r.Sigterm != nil {
-			sc, err := plotter.NewScatter(plotter.XYs{{X: *r.Removed, Y: y}})
+		if l.removed != nil {
+			sc, err := plotter.NewScatter(plotter.XYs{{X: *l.removed, Y: y}})
 			if err != nil {
 				return nil, err
 			}
@@ -223,16 +285,18 @@ func (rep *Report) lanesSVG() ([]byte, error) {
 		legend(sw.name, l)
 	}
 	// Failed requests on their replica's lane.
-	lane := map[int]float64{}
-	for i, r := range rep.ReplicaReports {
-		lane[r.ID] = float64(i + 1)
+	laneOf := map[int]float64{}
+	for i, l := range lanes {
+		if l.id != 0 {
+			laneOf[l.id] = float64(i + 1)
+		}
 	}
 	failed := map[string]plotter.XYs{}
 	for _, s := range rep.samples {
 		if s.Kind == "" {
 			continue
 		}
-		y, ok := lane[s.Replica]
+		y, ok := laneOf[s.Replica]
 		if !ok {
 			y = 0.5
 		}
@@ -253,7 +317,7 @@ func (rep *Report) lanesSVG() ([]byte, error) {
 	p.Y.Tick.Marker = plot.ConstantTicks(ticks)
 	p.Legend.Top = true
 	p.Legend.Left = true
-	h := vg.Length(2+0.45*float64(len(rep.ReplicaReports))) * vg.Inch
+	h := vg.Length(2+0.45*float64(len(lanes))) * vg.Inch
 	return svgBytes(p, 10*vg.Inch, max(h, 3*vg.Inch))
 }
 
@@ -279,8 +343,10 @@ img{width:100%;border:1px solid #eee;margin:8px 0} pre{background:#f8f8f8;paddin
 </style></head><body>
 <h1>lameduck rollout: <code>{{.Title}}</code></h1>
 <p class="{{if .Pass}}pass{{else}}fail{{end}}"><b>{{if .Pass}}PASS: none of {{.Rep.Requests}} requests failed{{else}}FAIL: {{.Rep.Failed}} of {{.Rep.Requests}} requests failed{{end}}</b>
-· {{.Rep.Replicas}} replicas × {{.Rep.Rounds}} rounds · {{.Rep.Mode}} balancer · {{.Rep.Rate}} req/s ·
-endpoint removal {{index .Rep.RemovalDelay 0}}–{{index .Rep.RemovalDelay 1}} after SIGTERM · re-sent {{.Rep.Resent}}</p>
+{{with .Rep.Cluster}}· deployment/{{.Deployment}} in namespace {{.Namespace}} ({{.Context}}) · {{$.Rep.Replicas}} replicas × {{$.Rep.Rounds}} rounds ·
+{{.Strategy}}, grace {{.GraceSeconds}}s · {{$.Rep.Rate}} req/s to {{.URL}} · SIGKILLed pods {{.KilledPods}} · re-sent {{$.Rep.Resent}}</p>
+{{else}}· {{.Rep.Replicas}} replicas × {{.Rep.Rounds}} rounds · {{.Rep.Mode}} balancer · {{.Rep.Rate}} req/s ·
+endpoint removal {{index .Rep.RemovalDelay 0}}–{{index .Rep.RemovalDelay 1}} after SIGTERM · re-sent {{.Rep.Resent}}</p>{{end}}
 <table><tr><th>failures</th>{{range .Kinds}}<th>{{.}}</th>{{end}}</tr>
 <tr><td>requests</td>{{range .Kinds}}<td>{{index $.Rep.Failures .}}</td>{{end}}</tr></table>
 <table><tr><th>latency</th><th>mean</th><th>p50</th><th>p90</th><th>p99</th><th>max</th></tr>

@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	vegeta "github.com/tsenart/vegeta/v12/lib"
 )
 
 // Failure kinds, as the report names them (docs/rollout.md explains each
@@ -172,4 +174,100 @@ func (rec *recorder) counts() (n, failed int) {
 		}
 	}
 	return len(rec.samples), failed
+}
+
+// targeter alternates GET requests to base+get and POST requests to
+// base+post (a small JSON body); an empty path sends none of that method.
+func targeter(base, get, post string) vegeta.Targeter {
+	var mu sync.Mutex
+	n := 0
+	return func(t *vegeta.Target) error {
+		mu.Lock()
+		n++
+		isPost := get == "" || (post != "" && n%2 == 0)
+		mu.Unlock()
+		t.Header = http.Header{}
+		if isPost {
+			t.Method, t.URL = http.MethodPost, base+post
+			t.Body = []byte(`{"rollout":"lameduck"}`)
+			t.Header.Set("Content-Type", "application/json")
+		} else {
+			t.Method, t.URL = http.MethodGet, base+get
+		}
+		return nil
+	}
+}
+
+// load is the open-loop load of a run, local or on a cluster: vegeta's
+// attacker sending rate requests per second through client (whose
+// transport is the recorder rec), whatever the answers take, and a ticker
+// that reports progress about four times a second.
+type load struct {
+	rec      *recorder
+	attacker *vegeta.Attacker
+	since    func() time.Duration
+	report   func(requests, failed int)
+	start    time.Duration
+
+	metrics     vegeta.Metrics // written by the collecting goroutine until metricsDone
+	metricsDone chan struct{}
+	stopTicker  chan struct{}
+	stopOnce    sync.Once
+	end         time.Duration // set by the first stop
+}
+
+// startLoad starts the load now; goroutines it starts are counted in wg.
+// report, when not nil, receives the requests ended so far and how many of
+// them failed.
+func startLoad(wg *sync.WaitGroup, rec *recorder, client *http.Client, tr vegeta.Targeter, rate int,
+	since func() time.Duration, report func(requests, failed int)) *load {
+	l := &load{rec: rec, since: since, report: report, start: since(),
+		metricsDone: make(chan struct{}), stopTicker: make(chan struct{})}
+	l.attacker = vegeta.NewAttacker(vegeta.Client(client), vegeta.MaxBody(-1))
+	results := l.attacker.Attack(tr, vegeta.Rate{Freq: rate, Per: time.Second}, 0, "rollout")
+	wg.Go(func() {
+		defer close(l.metricsDone)
+		for res := range results {
+			l.metrics.Add(res)
+		}
+		l.metrics.Close()
+	})
+	wg.Go(func() {
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				l.progress()
+			case <-l.stopTicker:
+				return
+			}
+		}
+	})
+	return l
+}
+
+// progress reports the counts so far.
+func (l *load) progress() {
+	if l.report != nil {
+		n, failed := l.rec.counts()
+		l.report(n, failed)
+	}
+}
+
+// stop ends the load and returns every request's sample, vegeta's metrics,
+// and when the load started and ended (offsets from the start of the run).
+// A request in flight is cancelled and not counted. It waits until the
+// attacker's last request has ended. Safe to call more than once: later
+// calls return the same.
+func (l *load) stop() ([]sample, *vegeta.Metrics, time.Duration, time.Duration) {
+	l.stopOnce.Do(func() {
+		l.rec.stopped.Store(true)
+		l.attacker.Stop()
+		l.end = l.since()
+		<-l.metricsDone // the attacker closes results once its last request has ended
+		close(l.stopTicker)
+		l.progress()
+	})
+	return l.rec.all(), &l.metrics, l.start, l.end
 }

@@ -57,6 +57,7 @@ const (
 	evRemoved = "endpoint removed"
 	evExited  = "exited"
 	evKilled  = "SIGKILL"
+	evStop    = "SIGTERM at the end" // stopAll's SIGTERM to a replica the rollout did not terminate
 )
 
 // inRotation reports whether the balancer may route a new request (L7) or
@@ -286,9 +287,32 @@ func (ro *rollout) terminate(r *replica) {
 	})
 }
 
-// kill ends a replica at once (cleanup after a failed start).
-func (r *replica) kill() {
-	_ = r.cmd.Process.Kill()
+// stop ends a replica the rollout is done with: SIGTERM now, and SIGKILL
+// if it is still running StopTimeout later. It does not wait.
+func (ro *rollout) stop(r *replica) {
+	select {
+	case <-r.exited:
+		return
+	default:
+	}
+	r.mark(ro.since(), evStop)
+	if err := r.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		ro.warnf("replica %d: SIGTERM: %v", r.id, err)
+	}
+	ro.wg.Go(func() {
+		t := time.NewTimer(ro.opt.StopTimeout)
+		defer t.Stop()
+		select {
+		case <-r.exited:
+		case <-t.C:
+			r.mu.Lock()
+			r.killed = true
+			r.events = append(r.events, event{ro.since(), evKilled})
+			r.mu.Unlock()
+			ro.warnf("replica %d: still running %s after its SIGTERM at the end of the run (--stop-timeout): SIGKILL", r.id, ro.opt.StopTimeout)
+			_ = r.cmd.Process.Kill()
+		}
+	})
 }
 
 // portTakenError is a replica's exit before it was ready with "address
@@ -316,7 +340,7 @@ func (ro *rollout) waitReady(ctx context.Context, r *replica) (*replica, error) 
 			return nil, err
 		}
 		if attempt == portAttempts {
-			return nil, fmt.Errorf("%w\n(%d ports in a row were in use: does the command listen on {port}?)", err, portAttempts)
+			return nil, fmt.Errorf("%w\n(%d ports in a row were in use: does the command listen on {port} or $PORT?)", err, portAttempts)
 		}
 		ro.warnf("replica %d: another process took port %d before the replica could bind it; starting it again on another port", r.id, r.port)
 		ro.forget(r)
@@ -371,7 +395,7 @@ func (ro *rollout) waitReadyOnce(ctx context.Context, r *replica) error {
 		case <-r.exited:
 			return exited()
 		case <-deadline.C:
-			return fmt.Errorf("lameduck rollout: replica %d (%s) not ready on %s%s within --start-timeout %s; is {port} in the command, and does it serve %s?%s",
+			return fmt.Errorf("lameduck rollout: replica %d (%s) not ready on %s%s within --start-timeout %s; does the command listen on {port} or $PORT, and does it serve %s?%s",
 				r.id, strings.Join(r.cmd.Args, " "), r.addr, ro.opt.ProbePath, ro.opt.StartTimeout, ro.opt.ProbePath, logTail(r.log))
 		case <-ctx.Done():
 			return ctx.Err()

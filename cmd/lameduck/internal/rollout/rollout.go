@@ -25,12 +25,9 @@ import (
 	"net/http"
 	"os"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	vegeta "github.com/tsenart/vegeta/v12/lib"
 )
 
 // Balancer modes.
@@ -47,8 +44,10 @@ const (
 // Options configures a rollout. Durations are time.Duration; every field
 // has the default given by the `lameduck rollout` flag of the same name.
 type Options struct {
-	// Command is the command of one replica; "{port}" in any argument is
-	// replaced by the replica's port (PORT is set in its environment too).
+	// Command is the command of one replica. Each replica gets its own
+	// loopback port in its environment as PORT, and "{port}" in any
+	// argument is replaced by it: a command that reads PORT needs no
+	// {port}.
 	Command []string
 	// Env is added to every replica's environment ("KEY=value").
 	Env []string
@@ -70,6 +69,12 @@ type Options struct {
 	RemovalMin, RemovalMax time.Duration
 	// Grace is terminationGracePeriodSeconds: SIGKILL after it.
 	Grace time.Duration
+	// StopTimeout bounds the drain of the replicas still running when the
+	// run ends (the last set, or every replica when the run is
+	// interrupted or fails): they get SIGTERM, and SIGKILL only if they
+	// are still running this long after it. The command's default is
+	// Grace.
+	StopTimeout time.Duration
 	// StartTimeout bounds the wait for a new replica to be in rotation.
 	StartTimeout time.Duration
 	// Timeout bounds each request of the load.
@@ -97,8 +102,6 @@ func (o *Options) Validate() error {
 	switch {
 	case len(o.Command) == 0:
 		return errors.New("no command: write it after --, such as: lameduck rollout -- lameduck demo --addr 127.0.0.1:{port}")
-	case !slices.ContainsFunc(o.Command, func(a string) bool { return strings.Contains(a, "{port}") }):
-		return fmt.Errorf("the command %q has no {port}: each replica needs its own port, such as --addr 127.0.0.1:{port}", strings.Join(o.Command, " "))
 	case o.Replicas < 1:
 		return fmt.Errorf("--replicas=%d: must be at least 1", o.Replicas)
 	case o.Rounds < 1:
@@ -115,6 +118,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--removal-delay=%s-%s: must be MIN-MAX with 0 ≤ MIN ≤ MAX, such as 1s-3s", o.RemovalMin, o.RemovalMax)
 	case o.Grace <= 0 || o.StartTimeout <= 0 || o.Timeout <= 0:
 		return errors.New("--grace, --start-timeout and --timeout must be positive")
+	case o.StopTimeout <= 0:
+		return fmt.Errorf("--stop-timeout=%s: must be positive, such as 45s (the replicas left at the end get SIGTERM and this long to exit)", o.StopTimeout)
 	case o.Warmup < 0 || o.Cooldown < 0:
 		return errors.New("--warmup and --cooldown must not be negative")
 	}
@@ -252,48 +257,15 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	}
 
 	// Open-loop load for the whole rollout.
-	loadStart := ro.since()
-	attacker := vegeta.NewAttacker(vegeta.Client(client), vegeta.MaxBody(-1))
-	results := attacker.Attack(ro.targeter(target), vegeta.Rate{Freq: opt.Rate, Per: time.Second}, 0, "rollout")
-	var metrics vegeta.Metrics // written by the goroutine below until metricsDone
-	metricsDone := make(chan struct{})
-	ro.wg.Go(func() {
-		defer close(metricsDone)
-		for res := range results {
-			metrics.Add(res)
-		}
-		metrics.Close()
-	})
-	defer attacker.Stop()
-
 	total := opt.Rounds * opt.Replicas
 	var done atomic.Int64 // restarts done; read by the progress ticker
-	progress := func() {
-		if opt.Progress != nil {
-			n, failed := rec.counts()
-			opt.Progress(int(done.Load()), total, n, failed)
-		}
-	}
-	stopTicker := make(chan struct{})
-	ro.wg.Go(func() {
-		t := time.NewTicker(250 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-t.C:
-				progress()
-			case <-stopTicker:
-				return
+	ld := startLoad(&ro.wg, rec, client, targeter(target, opt.GetPath, opt.PostPath), opt.Rate, ro.since,
+		func(n, failed int) {
+			if opt.Progress != nil {
+				opt.Progress(int(done.Load()), total, n, failed)
 			}
-		}
-	})
-	defer func() {
-		select {
-		case <-stopTicker:
-		default:
-			close(stopTicker)
-		}
-	}()
+		})
+	defer ld.stop()
 
 	if err := sleepCtx(ctx, opt.Warmup); err != nil {
 		return nil, err
@@ -312,7 +284,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 			terminated = append(terminated, old)
 			current[i] = surge
 			done.Add(1)
-			progress()
+			ld.progress()
 		}
 	}
 	// The load goes on until every terminated replica has exited and the
@@ -329,42 +301,19 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	if err := sleepCtx(ctx, opt.Cooldown); err != nil {
 		return nil, err
 	}
-	rec.stopped.Store(true)
-	attacker.Stop()
-	loadEnd := ro.since()
-	<-metricsDone // the attacker closes results once its last request has ended
-	close(stopTicker)
-	progress()
+	samples, metrics, loadStart, loadEnd := ld.stop()
 
 	ro.stopAll()
-	return ro.report(rec.all(), &metrics, rand0, loadStart, loadEnd), nil
-}
-
-// targeter alternates GET and POST requests to the balancer's front.
-func (ro *rollout) targeter(base string) vegeta.Targeter {
-	var mu sync.Mutex
-	n := 0
-	return func(t *vegeta.Target) error {
-		mu.Lock()
-		n++
-		post := ro.opt.GetPath == "" || (ro.opt.PostPath != "" && n%2 == 0)
-		mu.Unlock()
-		t.Header = http.Header{}
-		if post {
-			t.Method, t.URL = http.MethodPost, base+ro.opt.PostPath
-			t.Body = []byte(`{"rollout":"lameduck"}`)
-			t.Header.Set("Content-Type", "application/json")
-		} else {
-			t.Method, t.URL = http.MethodGet, base+ro.opt.GetPath
-		}
-		return nil
-	}
+	return ro.report(samples, metrics, rand0, loadStart, loadEnd), nil
 }
 
 // stopAll takes every replica out of rotation and ends those still
-// running: the ones the rollout terminated get the rest of their grace
-// period (then SIGKILL), the final set, which the measurement is done
-// with, is killed at once.
+// running, the way a service is stopped, never at once: the ones the
+// rollout terminated get the rest of their grace period (then SIGKILL);
+// the others (the last set, whose measurement is done, or every replica
+// of a run that failed or was interrupted) get SIGTERM now and
+// StopTimeout to drain and exit by themselves, then SIGKILL. It returns
+// once every replica has exited.
 func (ro *rollout) stopAll() {
 	ro.mu.Lock()
 	all := slices.Clone(ro.replicas)
@@ -374,12 +323,11 @@ func (ro *rollout) stopAll() {
 		r.removed = true
 		r.mu.Unlock()
 		if _, ok := r.firstAt(evSigterm); !ok {
-			r.mark(ro.since(), evKilled)
-			r.kill()
+			ro.stop(r)
 		}
 	}
 	for _, r := range all {
-		<-r.exited // terminate's own timer SIGKILLs at the grace period
+		<-r.exited // terminate's and stop's own timers SIGKILL at their bound
 	}
 }
 

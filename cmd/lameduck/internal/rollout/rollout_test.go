@@ -9,7 +9,9 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,17 +23,26 @@ import (
 )
 
 // TestMain doubles as the replica of TestRunInProcess: started with
-// ROLLOUT_TEST_WINDOW set, the test binary is a small server instead.
+// ROLLOUT_TEST_WINDOW set, the test binary is a small server instead, on
+// the port of its --port=N argument, or $PORT without one.
 func TestMain(m *testing.M) {
 	if w := os.Getenv("ROLLOUT_TEST_WINDOW"); w != "" {
-		testServer(os.Args[len(os.Args)-1], w)
+		port := os.Getenv("PORT")
+		for _, a := range os.Args[1:] {
+			if p, ok := strings.CutPrefix(a, "--port="); ok {
+				port = p
+			}
+		}
+		testServer(port, w)
 		return
 	}
 	goleak.VerifyTestMain(m)
 }
 
 // testServer serves GET /, POST /echo and /readyz on 127.0.0.1:port; at
-// SIGTERM /readyz turns 503, and after window the server shuts down.
+// SIGTERM /readyz turns 503, and after window the server shuts down. With
+// ROLLOUT_TEST_LAST_WRITE=DIR, its last act before exiting 0 is to write
+// DIR/PORT: the last write of a service, lost if it is SIGKILLed.
 func testServer(port, window string) {
 	win, err := time.ParseDuration(window)
 	if err != nil {
@@ -58,6 +69,11 @@ func testServer(port, window string) {
 		fmt.Fprintln(os.Stderr, err) // "address already in use" when the port is taken
 		os.Exit(1)
 	}
+	if dir := os.Getenv("ROLLOUT_TEST_LAST_WRITE"); dir != "" {
+		if err := os.WriteFile(filepath.Join(dir, port), []byte("done"), 0o644); err != nil {
+			os.Exit(4)
+		}
+	}
 }
 
 // runOptions are the options of the in-process rollouts: two replicas of
@@ -65,10 +81,10 @@ func testServer(port, window string) {
 // that times out is one that took seconds: 5s, as the kubelet's
 // timeoutSeconds would be).
 func runOptions(window string) Options {
-	return Options{Command: []string{os.Args[0], "{port}"}, Env: []string{"ROLLOUT_TEST_WINDOW=" + window},
+	return Options{Command: []string{os.Args[0], "--port={port}"}, Env: []string{"ROLLOUT_TEST_WINDOW=" + window},
 		Replicas: 2, Rounds: 1, Mode: ModeL7, Rate: 100, GetPath: "/", PostPath: "/echo",
 		ProbePath: "/readyz", ProbePeriod: 100 * time.Millisecond, ProbeFailures: 3, ProbeTimeout: 5 * time.Second,
-		RemovalMin: 500 * time.Millisecond, RemovalMax: 600 * time.Millisecond, Grace: 30 * time.Second,
+		RemovalMin: 500 * time.Millisecond, RemovalMax: 600 * time.Millisecond, Grace: 30 * time.Second, StopTimeout: 30 * time.Second,
 		StartTimeout: 20 * time.Second, Timeout: 30 * time.Second, Warmup: 200 * time.Millisecond, Cooldown: 200 * time.Millisecond}
 }
 
@@ -116,6 +132,83 @@ func TestRunInProcess(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// A command that reads PORT needs no {port} in its arguments: every
+// replica finds its own port in its environment.
+func TestCommandReadsPORT(t *testing.T) {
+	opt := runOptions("0s")
+	opt.Command = []string{os.Args[0]} // no --port={port}: the server reads $PORT
+	opt.Replicas = 1
+	rep, err := Run(context.Background(), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.ReplicaReports) != 2 || rep.Requests == 0 {
+		t.Fatalf("%d replicas, %d requests; want 2 replicas that served", len(rep.ReplicaReports), rep.Requests)
+	}
+	for _, r := range rep.ReplicaReports {
+		if r.Ready == nil || r.Requests == 0 {
+			t.Errorf("replica %d on port %d: ready %v, %d requests; want it ready and serving on $PORT", r.ID, r.Port, r.Ready, r.Requests)
+		}
+	}
+}
+
+// The replicas left at the end (the last set) are stopped like a service,
+// with SIGTERM and time to drain, never SIGKILLed at once: each one's last
+// write after its drain is done, and it exits 0.
+func TestLastSetDrainsAtTheEnd(t *testing.T) {
+	dir := t.TempDir()
+	opt := runOptions("500ms")
+	opt.Replicas = 1
+	opt.Env = append(opt.Env, "ROLLOUT_TEST_LAST_WRITE="+dir)
+	rep, err := Run(context.Background(), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.ReplicaReports) != 2 {
+		t.Fatalf("%d replicas; want 2", len(rep.ReplicaReports))
+	}
+	last := rep.ReplicaReports[1]
+	if last.Sigterm != nil || last.Stopped == nil || last.StopToExit == nil {
+		t.Fatalf("the last replica: SIGTERM %v, stopped %v, stop→exit %v; want it stopped at the end", last.Sigterm, last.Stopped, last.StopToExit)
+	}
+	if last.Killed || last.ExitCode != 0 || *last.StopToExit < 0.5 {
+		t.Errorf("the last replica: killed %v, exit %d, %.2fs from SIGTERM to exit; want exit 0 after its 500ms drain", last.Killed, last.ExitCode, *last.StopToExit)
+	}
+	for _, r := range rep.ReplicaReports {
+		if _, err := os.Stat(filepath.Join(dir, strconv.Itoa(r.Port))); err != nil {
+			t.Errorf("replica %d: its last write is missing (%v)", r.ID, err)
+		}
+	}
+}
+
+// A replica still running --stop-timeout after its SIGTERM at the end is
+// SIGKILLed then, and the run says so.
+func TestStopTimeoutKills(t *testing.T) {
+	opt := runOptions("1h") // never exits by itself
+	opt.Replicas = 1
+	opt.Grace, opt.StopTimeout = time.Second, time.Second
+	var mu sync.Mutex
+	var warnings []string
+	opt.Warn = func(s string) {
+		mu.Lock()
+		warnings = append(warnings, s)
+		mu.Unlock()
+	}
+	rep, err := Run(context.Background(), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := rep.ReplicaReports[len(rep.ReplicaReports)-1]
+	if last.Stopped == nil || !last.Killed {
+		t.Errorf("the last replica: stopped %v, killed %v; want SIGKILLed after --stop-timeout", last.Stopped, last.Killed)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.ContainsFunc(warnings, func(w string) bool { return strings.Contains(w, "--stop-timeout") }) {
+		t.Errorf("warnings %q; want one naming --stop-timeout", warnings)
 	}
 }
 
@@ -217,16 +310,21 @@ func TestClassify(t *testing.T) {
 func TestValidate(t *testing.T) {
 	good := Options{Command: []string{"srv", "--port={port}"}, Replicas: 1, Rounds: 1, Mode: ModeL7, Rate: 1,
 		GetPath: "/", ProbePath: "/readyz", ProbePeriod: time.Second, ProbeFailures: 1, ProbeTimeout: time.Second,
-		RemovalMin: time.Second, RemovalMax: time.Second, Grace: time.Second, StartTimeout: time.Second, Timeout: time.Second}
+		RemovalMin: time.Second, RemovalMax: time.Second, Grace: time.Second, StopTimeout: time.Second, StartTimeout: time.Second, Timeout: time.Second}
 	if err := good.Validate(); err != nil {
 		t.Fatal(err)
+	}
+	noPort := good
+	noPort.Command = []string{"srv"} // it reads PORT
+	if err := noPort.Validate(); err != nil {
+		t.Errorf("a command without {port}: %v; want it accepted (it may read PORT)", err)
 	}
 	for _, c := range []struct {
 		change func(*Options)
 		want   string
 	}{
 		{func(o *Options) { o.Command = nil }, "no command"},
-		{func(o *Options) { o.Command = []string{"srv"} }, "has no {port}"},
+		{func(o *Options) { o.StopTimeout = 0 }, "--stop-timeout=0s"},
 		{func(o *Options) { o.Replicas = 0 }, "--replicas=0"},
 		{func(o *Options) { o.Mode = "l3" }, `--mode="l3"`},
 		{func(o *Options) { o.RemovalMin = 2 * time.Second }, "--removal-delay"},
