@@ -63,6 +63,12 @@ func TestMain(m *testing.M) {
 		clusterUp = true
 	}
 	goleak.VerifyTestMain(m,
+		goleak.Cleanup(func(code int) {
+			if binDir != "" {
+				os.RemoveAll(binDir)
+			}
+			os.Exit(code)
+		}),
 		// client-go's and klog's process-wide background goroutines
 		goleak.IgnoreTopFunction("k8s.io/klog/v2.(*flushDaemon).run.func1"),
 		goleak.IgnoreAnyFunction("k8s.io/client-go/util/workqueue.(*Typed[...]).updateUnfinishedWorkLoop"),
@@ -84,3 +90,5 @@ func needCluster(t *testing.T) {
 	}
 	t.Skip(whyNot)
 }
+
+func osMkdirTemp() (string, error) { return os.MkdirTemp("", "lameduck-e2e-bin-") }

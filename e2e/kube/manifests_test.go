@@ -51,12 +51,7 @@ func TestGraceArithmeticOnTheKubelet(t *testing.T) {
 	needCluster(t)
 	manifest := filepath.Join("testdata", "short-grace.yaml")
 	t.Run("lameduck vet flags it", func(t *testing.T) {
-		bin := filepath.Join(t.TempDir(), "lameduck")
-		build := exec.Command("go", "build", "-o", bin, "./cmd/lameduck")
-		build.Dir = repo
-		if out, err := build.CombinedOutput(); err != nil {
-			t.Fatalf("building lameduck: %v\n%s", err, out)
-		}
+		bin := lameduckBin(t)
 		out, err := exec.Command(bin, "vet", manifest).CombinedOutput()
 		if code := exitCode(err); code != 1 || !strings.Contains(string(out), "terminationGracePeriodSeconds") {
 			t.Fatalf("lameduck vet %s: exit %d, want 1 with a grace finding:\n%s", manifest, code, out)

@@ -24,12 +24,7 @@ import (
 // back and done once by another runner).
 func TestRunnerRollingRestartsDoEveryJobOnce(t *testing.T) {
 	needCluster(t)
-	bin := filepath.Join(t.TempDir(), "lameduck")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/lameduck")
-	build.Dir = repo
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building lameduck: %v\n%s", err, out)
-	}
+	bin := lameduckBin(t)
 	for _, mode := range []string{"complete", "interrupt"} {
 		t.Run(mode, func(t *testing.T) {
 			e := newEnv(t, "runner-"+mode)
