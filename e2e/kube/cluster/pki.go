@@ -78,16 +78,30 @@ func writePKI(cfg Config) error {
 			return fmt.Errorf("kube: certificate %s: %w", s.name, err)
 		}
 	}
+	// The kubeconfigs carry their certificates inline, as kubeadm writes
+	// them: client-go watches certificate files for rotation with
+	// goroutines that live as long as the process, which every client of
+	// the suite would then keep.
+	read := func(name string) ([]byte, error) { return os.ReadFile(filepath.Join(dir, name)) }
+	ca, err := read("ca.crt")
+	if err != nil {
+		return err
+	}
 	for _, user := range []string{"admin", "controller-manager", "scheduler", "kube-proxy", "kubelet"} {
+		crt, err := read(user + ".crt")
+		if err != nil {
+			return err
+		}
+		key, err := read(user + ".key")
+		if err != nil {
+			return err
+		}
 		kc := clientcmdapi.NewConfig()
 		kc.Clusters["lameduck-e2e"] = &clientcmdapi.Cluster{
-			Server:               "https://" + NodeIP + ":6443",
-			CertificateAuthority: filepath.Join(dir, "ca.crt"),
+			Server:                   "https://" + NodeIP + ":6443",
+			CertificateAuthorityData: ca,
 		}
-		kc.AuthInfos[user] = &clientcmdapi.AuthInfo{
-			ClientCertificate: filepath.Join(dir, user+".crt"),
-			ClientKey:         filepath.Join(dir, user+".key"),
-		}
+		kc.AuthInfos[user] = &clientcmdapi.AuthInfo{ClientCertificateData: crt, ClientKeyData: key}
 		kc.Contexts["lameduck-e2e"] = &clientcmdapi.Context{Cluster: "lameduck-e2e", AuthInfo: user, Namespace: "default"}
 		kc.CurrentContext = "lameduck-e2e"
 		if err := clientcmd.WriteToFile(*kc, filepath.Join(cfg.Run(), user+".kubeconfig")); err != nil {
