@@ -104,7 +104,11 @@ func writePKI(cfg Config) error {
 		kc.AuthInfos[user] = &clientcmdapi.AuthInfo{ClientCertificateData: crt, ClientKeyData: key}
 		kc.Contexts["lameduck-e2e"] = &clientcmdapi.Context{Cluster: "lameduck-e2e", AuthInfo: user, Namespace: "default"}
 		kc.CurrentContext = "lameduck-e2e"
-		if err := clientcmd.WriteToFile(*kc, filepath.Join(cfg.Run(), user+".kubeconfig")); err != nil {
+		b, err := clientcmd.Write(*kc)
+		if err != nil {
+			return err
+		}
+		if err := writeIfChanged(filepath.Join(cfg.Run(), user+".kubeconfig"), b, 0o600); err != nil {
 			return err
 		}
 	}

@@ -212,7 +212,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     conf_dir = %[6]q
 `, filepath.Join(cd, "root"), filepath.Join(cd, "state"), cfg.ContainerdSocket(), filepath.Join(cd, "opt"),
 		PauseImage.Name, filepath.Join(cni, "net.d"))
-	if err := os.WriteFile(filepath.Join(cd, "config.toml"), []byte(config), 0o644); err != nil {
+	if err := writeIfChanged(filepath.Join(cd, "config.toml"), []byte(config)); err != nil {
 		return err
 	}
 	// One bridge, host-local addresses, no default route in pods and no
@@ -231,7 +231,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   }]
 }
 `, podBridge, filepath.Join(cni, "ipam"), PodCIDR, PodGateway, ServiceCIDR, NodeIP)
-	if err := os.WriteFile(filepath.Join(cni, "net.d", "10-lameduck-e2e.conflist"), []byte(conflist), 0o644); err != nil {
+	if err := writeIfChanged(filepath.Join(cni, "net.d", "10-lameduck-e2e.conflist"), []byte(conflist)); err != nil {
 		return err
 	}
 	if err := cfg.rememberSysctls("net.ipv4.ip_forward"); err != nil {
@@ -282,7 +282,7 @@ imageGCHighThresholdPercent: 99
 imageGCLowThresholdPercent: 98
 `, NodeIP, filepath.Join(pki, "ca.crt"), filepath.Join(pki, "kubelet-server.crt"), filepath.Join(pki, "kubelet-server.key"),
 		cfg.ContainerdSocket())
-	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte(config), 0o644); err != nil {
+	if err := writeIfChanged(filepath.Join(dir, "config.yaml"), []byte(config)); err != nil {
 		return err
 	}
 	if err := cfg.rememberSysctls(kubeletSysctls...); err != nil {
@@ -341,7 +341,7 @@ iptables: {localhostNodePorts: false, masqueradeAll: false}
 conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
 `, filepath.Join(cfg.Run(), "kube-proxy.kubeconfig"), PodCIDR, cfg.NodeName, NodeIP, NodeIP)
 	path := filepath.Join(cfg.Run(), "kube-proxy.yaml")
-	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
+	if err := writeIfChanged(path, []byte(config)); err != nil {
 		return err
 	}
 	if err := cfg.start("kube-proxy", 0, cfg.bin("kube-proxy"), "--config", path, "--v=1"); err != nil {
@@ -372,4 +372,18 @@ func (cfg Config) Running() bool {
 		}
 	}
 	return cfg.running("containerd")
+}
+
+// writeIfChanged writes a component's configuration file only when its
+// content differs: kube-proxy exits when its configuration file is
+// written, even with the same content, so a second Up must not touch it.
+func writeIfChanged(path string, data []byte, mode ...os.FileMode) error {
+	if old, err := os.ReadFile(path); err == nil && string(old) == string(data) {
+		return nil
+	}
+	perm := os.FileMode(0o644)
+	if len(mode) > 0 {
+		perm = mode[0]
+	}
+	return os.WriteFile(path, data, perm)
 }
