@@ -365,13 +365,18 @@ func (cfg Config) waitServiceAccount(ctx context.Context) error {
 
 // Running reports whether every component of the cluster runs (by the
 // pids Up recorded).
-func (cfg Config) Running() bool {
-	for _, c := range Components {
+func (cfg Config) Running() bool { return len(cfg.NotRunning()) == 0 }
+
+// NotRunning lists the components that do not run, in the order Up starts
+// them.
+func (cfg Config) NotRunning() []string {
+	var out []string
+	for _, c := range append([]string{"containerd"}, Components...) {
 		if c != "kubectl" && !cfg.running(c) {
-			return false
+			out = append(out, c)
 		}
 	}
-	return cfg.running("containerd")
+	return out
 }
 
 // writeIfChanged writes a component's configuration file only when its

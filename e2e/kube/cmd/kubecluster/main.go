@@ -15,11 +15,11 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -73,8 +73,8 @@ func main() {
 		Short: "Say whether the cluster runs; exit 1 when it does not",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if !cfg.Running() {
-				return errors.New("the cluster is not running: go run ./e2e/kube/cmd/kubecluster up")
+			if down := cfg.NotRunning(); len(down) > 0 {
+				return fmt.Errorf("the cluster is not running (not running: %s): go run ./e2e/kube/cmd/kubecluster up", strings.Join(down, ", "))
 			}
 			fmt.Printf("running; export KUBECONFIG=%s (logs in %s)\n", cfg.Kubeconfig(), cfg.Logs())
 			return nil
