@@ -27,6 +27,7 @@ func TestRunnerRollingRestartsDoEveryJobOnce(t *testing.T) {
 	bin := lameduckBin(t)
 	for _, mode := range []string{"complete", "interrupt"} {
 		t.Run(mode, func(t *testing.T) {
+			t.Parallel() // two namespaces, two NATS servers: nothing shared
 			e := newEnv(t, "runner-"+mode)
 			body, err := os.ReadFile(filepath.Join("testdata", "nats.yaml"))
 			if err != nil {

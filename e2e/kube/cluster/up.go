@@ -127,6 +127,9 @@ func (cfg Config) startAPIServer(ctx context.Context) error {
 		"--tls-cert-file", filepath.Join(pki, "apiserver.crt"), "--tls-private-key-file", filepath.Join(pki, "apiserver.key"),
 		"--kubelet-client-certificate", filepath.Join(pki, "apiserver-kubelet-client.crt"),
 		"--kubelet-client-key", filepath.Join(pki, "apiserver-kubelet-client.key"),
+		// the node's name does not resolve (no DNS for it): reach the kubelet
+		// (logs, exec) at the node IP, which its serving certificate names
+		"--kubelet-preferred-address-types", "InternalIP",
 		"--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file", filepath.Join(pki, "sa.pub"),
 		"--service-account-signing-key-file", filepath.Join(pki, "sa.key"),
