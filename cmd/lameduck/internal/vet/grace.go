@@ -29,6 +29,13 @@ func checkSettings(j *judged) []Finding {
 	return out
 }
 
+// refused reports whether the binary refuses any of the container's
+// settings. The resolver then holds the default in place of each refused
+// value, so a sum made of them would be judged on numbers the user never
+// wrote: the rules that add durations wait until the settings are fixed
+// (lameduck-setting names each one).
+func (j *judged) refused() bool { return len(j.errs) > 0 }
+
 // graceOf returns the pod's terminationGracePeriodSeconds (30 when unset)
 // as a duration, the largest there is when the seconds do not fit in one,
 // and as the seconds the manifest says.
@@ -75,6 +82,9 @@ func budgetValues(b lameduck.Budget, spec *corev1.PodSpec, res lameduck.Resolved
 // preStop + longest window + teardown ≤ terminationGracePeriodSeconds, at
 // the line of terminationGracePeriodSeconds.
 func checkGrace(j *judged) []Finding {
+	if j.refused() {
+		return nil // the sum would hold the default in place of the refused value
+	}
 	id := "grace-period"
 	if j.runner {
 		id = "runner-grace"
@@ -116,6 +126,9 @@ func ceilSeconds(d time.Duration) int64 { return int64(math.Ceil(d.Seconds())) }
 // checkGraceEnv is grace-env: LAMEDUCK_TERMINATION_GRACE must say the
 // pod's grace period, at the line of the variable.
 func checkGraceEnv(j *judged) []Finding {
+	if j.refused() {
+		return nil
+	}
 	grace, secs := graceOf(&j.o.Spec)
 	if j.rc.TerminationGrace == 0 || j.rc.TerminationGrace == grace {
 		return nil
@@ -142,6 +155,9 @@ func checkGraceEnv(j *judged) []Finding {
 func checkPodGrace(o *Object, judgedHere []*judged) []Finding {
 	byName := map[string]*judged{}
 	for _, j := range judgedHere {
+		if j.refused() {
+			return nil // one container's sum would hold a default in place of its refused value
+		}
 		byName[j.c.Name] = j
 	}
 	type term struct {

@@ -279,7 +279,7 @@ func readinessDetect(p *corev1.Probe) time.Duration {
 // readiness probe's periodSeconds (of the probe when unset).
 func checkReadinessWindow(j *judged) []Finding {
 	rp := j.c.ReadinessProbe
-	if !readinessLike(rp, j.rc) || j.runner {
+	if !readinessLike(rp, j.rc) || j.runner || j.refused() {
 		return nil
 	}
 	rc := j.rc

@@ -92,6 +92,36 @@ func TestGraceUsesTheBinarysDefaults(t *testing.T) {
 	}
 }
 
+// A refused value is the lameduck-setting finding alone: the sums that
+// would hold the default in its place (a 5s window for SHUTDOWN_DELAY="10")
+// wait until it is fixed, so no fix is given from numbers the user never
+// wrote.
+func TestRefusedSettingIsNotSummedAsItsDefault(t *testing.T) {
+	grace := int64(5)
+	o := Object{Kind: "Pod", Name: "p", Spec: corev1.PodSpec{TerminationGracePeriodSeconds: &grace, Containers: []corev1.Container{{
+		Name: "app",
+		Env:  []corev1.EnvVar{{Name: "LAMEDUCK_SHUTDOWN_DELAY", Value: "10"}},
+		ReadinessProbe: &corev1.Probe{TimeoutSeconds: 3, PeriodSeconds: 10, FailureThreshold: 3,
+			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz"}}},
+	}}}}
+	fs, n := Check([]Object{o}, Options{})
+	if n != 1 || len(fs) != 1 || fs[0].Rule != "lameduck-setting" || !strings.Contains(fs[0].Message, `LAMEDUCK_SHUTDOWN_DELAY="10"`) {
+		t.Fatalf("checked %d, findings %+v; want the lameduck-setting finding alone", n, fs)
+	}
+	o.Spec.Containers[0].Env[0].Value = "10s"
+	fs, _ = Check([]Object{o}, Options{})
+	rules := map[string]bool{}
+	for _, f := range fs {
+		rules[f.Rule] = true
+		if f.Rule == "grace-period" && !strings.Contains(f.Message, "delay 10s") {
+			t.Errorf("grace-period once the value is fixed: %s, want the 10s window in the sum", f.Message)
+		}
+	}
+	if !rules["grace-period"] {
+		t.Errorf("findings %+v; want grace-period once the value is accepted", fs)
+	}
+}
+
 // The preStop token: a hook on the application's port without one is the
 // binary's startup error; a token from a mounted file, which vet cannot
 // read, counts as a token.
