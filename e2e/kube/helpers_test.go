@@ -304,6 +304,12 @@ func (e *env) dumpState() {
 			e.t.Logf("event %s %s/%s %s: %s", ev.LastTimestamp.Format("15:04:05"), ev.InvolvedObject.Kind, ev.InvolvedObject.Name, ev.Reason, ev.Message)
 		}
 	}
+	for _, c := range []string{"kubelet", "kube-proxy", "containerd"} {
+		if b, err := os.ReadFile(filepath.Join(cfg.Logs(), c+".log")); err == nil {
+			lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+			e.t.Logf("the last lines of %s's log:\n%s", c, strings.Join(lines[max(0, len(lines)-15):], "\n"))
+		}
+	}
 	e.t.Logf("component logs: %s", cfg.Logs())
 	if dir := os.Getenv("LDTEST_KUBE_KEEP_LOGS"); dir != "" {
 		exec.Command("cp", "-r", cfg.Logs(), filepath.Join(dir, e.ns)).Run()
