@@ -56,11 +56,17 @@ func newEnv(t *testing.T, name string) *env {
 		if t.Failed() {
 			e.dumpState()
 		}
+		// The namespace goes, and the test waits for its pods (each gets
+		// its grace and drains as in a rollout), not for the namespace
+		// object: the namespace controller re-checks a namespace whose pods
+		// are still terminating with a growing back-off, which took up to
+		// two minutes a namespace. `kubecluster down` waits for what is left.
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		cs.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
 		for ctx.Err() == nil {
-			if _, err := cs.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); err != nil {
+			pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+			if err != nil || len(pods.Items) == 0 {
 				return
 			}
 			time.Sleep(500 * time.Millisecond)
