@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lameduck/lameduck/worker"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -451,7 +452,7 @@ func TestE2EWorkerEpochBumpSupersedesTheOldFleet(t *testing.T) {
 			}
 		}
 		for _, why := range lg.handedBk[id] {
-			if !strings.Contains(why, "superseded: epoch 1 < newest 2") || !strings.Contains(why, "delayed 1s") {
+			if !strings.Contains(why, worker.ErrSuperseded.Error()+": epoch 1 < newest 2") || !strings.Contains(why, "delayed 1s") {
 				t.Fatalf("job %s handed back because %q", id, why)
 			}
 			handedBack++
