@@ -48,7 +48,7 @@
 //	teardown.go      the teardown: hooks beside the HTTP drain, join, closers
 //	hooks.go         AddDrainHook, AddDrainWait, AddCloser
 //	background.go    GoWrite, GoLoop and the join
-//	middleware.go    the handler wrapper, TrackRequest, Tracked, Drain, KeepAlive
+//	middleware.go    the handler wrapper, TrackRequest, Tracked, WindowEnded, KeepAlive
 //	track.go         request tracking (allocation-free), InFlightRequest
 //	serverfuncs.go   ServerFuncs, AddServerFuncs: servers that are not net/http's
 //	transition.go    Transition, Config.OnTransition: events, checks, probes, cuts

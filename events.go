@@ -116,7 +116,7 @@ func (e *Event) fire() bool {
 //	 │     a runner:   until its jobs in flight end, at most DrainTimeout
 //	 │     never ready (phase starting at t = 0): W = 0
 //	 ▼
-//	WindowEnded ── t = W: Lifecycle.Drain's channel closes (WebSockets send close
+//	WindowEnded ── t = W: Lifecycle.WindowEnded's channel closes (WebSockets send close
 //	 │     1001, streams end); GET /prestop answers 200; phase stopping; the
 //	 │     teardown budget T (ShutdownTeardown) starts
 //	 ├──────────────────────────────────────────┐ side by side
