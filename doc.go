@@ -20,10 +20,10 @@
 //     (ShutdownDelay) or until traffic is idle (DrainIdle); none for a pod
 //     that never became ready.
 //   - drain: letting what is in flight finish instead of cutting it: the
-//     HTTP drain waits for handlers, a drain hook finishes the application's
+//     HTTP drain waits for handlers, a teardown hook finishes the application's
 //     own work, a runner finishes (or hands back) its job.
 //   - teardown: everything after the window, under one budget
-//     (ShutdownTeardown): the drain hooks beside the HTTP drain, then the
+//     (ShutdownTeardown): the teardown hooks beside the HTTP drain, then the
 //     join, then the closers.
 //   - join: the teardown's wait for background tasks (GoWrite, GoLoop);
 //     what still runs at its bound is abandoned, and named.
@@ -46,7 +46,7 @@
 //	startup.go       Retry: startup tasks tried again
 //	window.go        the lame-duck window, delay and idle modes
 //	teardown.go      the teardown: hooks beside the HTTP drain, join, closers
-//	hooks.go         AddDrainHook, AddDrainWait, AddCloser
+//	hooks.go         AddTeardownHook, AddDrainWait, AddCloser
 //	background.go    GoWrite, GoLoop and the join
 //	middleware.go    the handler wrapper, TrackRequest, Tracked, WindowEnded, KeepAlive
 //	track.go         request tracking (allocation-free), InFlightRequest

@@ -73,7 +73,7 @@ type Lifecycle struct {
 	mu         sync.Mutex
 	servers    []*server     // guarded by mu
 	startup    []startupTask // guarded by mu
-	hooks      []namedFunc   // drain hooks, in order; guarded by mu
+	hooks      []namedFunc   // teardown hooks, in order; guarded by mu
 	waits      []namedFunc   // drain waits; guarded by mu
 	closers    []namedFunc   // closers, in order of registration; guarded by mu
 	running    bool          // guarded by mu: Run has been called
@@ -365,7 +365,7 @@ func sigName(sig os.Signal) string {
 // Run returns only when the sequence has finished, never early on
 // http.ErrServerClosed. It returns nil after a clean drain; an error wrapping
 // context.DeadlineExceeded when the teardown budget ran out and requests
-// were cut, a drain hook overran its share, or background work was still
+// were cut, a teardown hook overran its share, or background work was still
 // running at the join's bound (abandoned at exit); an error wrapping
 // ErrStartupFailed when a startup task failed (after its tries);
 // the bind or serve error otherwise. Run logs every error it returns, so a

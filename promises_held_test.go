@@ -728,11 +728,11 @@ func TestSettingValuesParseAsDocumented(t *testing.T) {
 	}
 }
 
-// Drain hooks run "for at most LAMEDUCK_HOOK_SHARE × T together …, and never
+// Teardown hooks run "for at most LAMEDUCK_HOOK_SHARE × T together …, and never
 // past the HTTP drain's end, so in-flight requests always keep a share": with
 // a share of 0.9 of T = 4s and a tail of 1s kept for a join and a closer, the
 // hooks' deadline is the HTTP drain's end at 3s, not 3.6s.
-func TestDrainHooksNeverPastTheHTTPDrainsEnd(t *testing.T) {
+func TestTeardownHooksNeverPastTheHTTPDrainsEnd(t *testing.T) {
 	h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 4 * time.Second, HookShare: 0.9})
 	done := make(chan struct{})
 	if err := h.lc.GoWrite("audit-row", 0, func(context.Context) error { close(done); return nil }); err != nil {
@@ -747,7 +747,7 @@ func TestDrainHooksNeverPastTheHTTPDrainsEnd(t *testing.T) {
 	// closing note), so this one is still running at the deadline for sure.
 	stuck, entered := make(chan struct{}), make(chan struct{})
 	defer close(stuck)
-	if err := h.lc.AddDrainHook("dispatcher", func(context.Context) error { close(entered); <-stuck; return nil }); err != nil {
+	if err := h.lc.AddTeardownHook("dispatcher", func(context.Context) error { close(entered); <-stuck; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	h.serve(okHandler)
@@ -762,7 +762,7 @@ func TestDrainHooksNeverPastTheHTTPDrainsEnd(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), `"dispatcher"`) {
 		t.Fatalf("Run = %v; want the hook's overrun (exit 1)", err)
 	}
-	if want := `drain hook \"dispatcher\" overran the hooks' share 3s of the teardown budget`; !strings.Contains(h.logs.String(), want) {
+	if want := `teardown hook \"dispatcher\" overran the hooks' share 3s of the teardown budget`; !strings.Contains(h.logs.String(), want) {
 		t.Fatalf("the log lacks %s (the HTTP drain's end, before 0.9 × 4s):\n%s", want, h.logs)
 	}
 }

@@ -15,7 +15,7 @@ import (
 // window ends, on the steps between WindowEnded and Stopped of the timeline
 // that Events defines:
 //
-//  1. at once, side by side: the drain hooks, in order, for at most
+//  1. at once, side by side: the teardown hooks, in order, for at most
 //     HookShare of T; and the HTTP drain — http.Server.Shutdown of the
 //     application's servers (listeners close, idle connections close,
 //     HTTP/2 connections get GOAWAY), then a wait for every tracked handler,
@@ -64,7 +64,7 @@ func (l *Lifecycle) teardown(servers []*server, serving *sync.WaitGroup) error {
 	var hookErr, httpErr error
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		defer l.events.HooksDrained.fire()
+		defer l.events.HooksDone.fire()
 		if len(hooks) == 0 {
 			return
 		}
@@ -104,25 +104,25 @@ func (l *Lifecycle) teardown(servers []*server, serving *sync.WaitGroup) error {
 // HTTP drain overrun: the join is never left with nothing.
 const joinReserve = 500 * time.Millisecond
 
-// runHooks runs the drain hooks in order until deadline.
+// runHooks runs the teardown hooks in order until deadline.
 func (l *Lifecycle) runHooks(hooks []namedFunc, deadline time.Time) error {
 	began := l.clock.Now()
 	for i, h := range hooks {
-		err := l.callUntil("drain hook", h, deadline)
+		err := l.callUntil("teardown hook", h, deadline)
 		if errors.Is(err, context.DeadlineExceeded) {
 			var skipped []string
 			for _, s := range hooks[i+1:] {
 				skipped = append(skipped, s.name)
 			}
-			l.log.Error(fmt.Sprintf("lameduck: drain hook %q overran the hooks' share %s of the teardown budget", h.name,
+			l.log.Error(fmt.Sprintf("lameduck: teardown hook %q overran the hooks' share %s of the teardown budget", h.name,
 				deadline.Sub(began).Round(time.Millisecond)), "hook", h.name, "not_run", strings.Join(skipped, ", "))
-			return fmt.Errorf("lameduck: drain hook %q: %w", h.name, context.DeadlineExceeded)
+			return fmt.Errorf("lameduck: teardown hook %q: %w", h.name, context.DeadlineExceeded)
 		}
 		if err != nil {
-			l.log.Warn("lameduck: drain hook "+h.name+" failed", "hook", h.name, "error", err.Error())
+			l.log.Warn("lameduck: teardown hook "+h.name+" failed", "hook", h.name, "error", err.Error())
 		}
 	}
-	l.log.Info("lameduck: drain hooks done", "hooks", len(hooks), "took", l.clock.Now().Sub(began).Round(time.Millisecond).String())
+	l.log.Info("lameduck: teardown hooks done", "hooks", len(hooks), "took", l.clock.Now().Sub(began).Round(time.Millisecond).String())
 	return nil
 }
 
