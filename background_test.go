@@ -348,6 +348,38 @@ func TestBadTasksAreRefused(t *testing.T) {
 	}
 }
 
+// Once the shutdown sequence has started, what it would run is refused with
+// ErrShuttingDown (it has read its steps already), not ErrAlreadyRunning,
+// which stays for a second Run and for what only Run's start closes.
+func TestRegistrationsAfterTheSignalSayShuttingDown(t *testing.T) {
+	h := newHarness(t, lameduck.Config{})
+	noop := func(context.Context) error { return nil }
+	if err := h.lc.AddCloser("before", noop); err != nil {
+		t.Fatalf("AddCloser before the signal = %v", err)
+	}
+	h.lc.BeginShutdown("test")
+	for name, err := range map[string]error{
+		"AddTeardownHook": h.lc.AddTeardownHook("late", noop),
+		"AddDrainWait":    h.lc.AddDrainWait("late", noop),
+		"AddCloser":       h.lc.AddCloser("late", noop),
+		"GoLoop":          h.lc.GoLoop("late", noop),
+	} {
+		if !errors.Is(err, lameduck.ErrShuttingDown) || errors.Is(err, lameduck.ErrAlreadyRunning) {
+			t.Errorf("%s after the signal = %v; want ErrShuttingDown", name, err)
+		}
+	}
+	h.run()
+	if err := h.wait(); err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	if err := h.lc.Run(context.Background()); !errors.Is(err, lameduck.ErrAlreadyRunning) {
+		t.Errorf("a second Run = %v; want ErrAlreadyRunning", err)
+	}
+	if err := h.lc.AddServer(&http.Server{}, nil); !errors.Is(err, lameduck.ErrAlreadyRunning) {
+		t.Errorf("AddServer after Run = %v; want ErrAlreadyRunning", err)
+	}
+}
+
 // A service that never started background work before the signal keeps no
 // tail for the join, yet a write started by a request answered during the
 // drain is still joined from the time the drain left.

@@ -28,8 +28,9 @@ type namedFunc struct {
 // its context is not waited for past its deadline. A panic is recovered and
 // handed to Config.OnPanic.
 //
-// AddTeardownHook returns ErrAlreadyRunning once the shutdown sequence has
-// started. It is safe for concurrent use.
+// AddTeardownHook returns ErrShuttingDown once the shutdown sequence has
+// started, and an error for an empty name or a nil fn. It is safe for
+// concurrent use.
 func (l *Lifecycle) AddTeardownHook(name string, fn func(ctx context.Context) error) error {
 	return l.addFunc(&l.hooks, "AddTeardownHook", name, fn)
 }
@@ -44,7 +45,7 @@ func (l *Lifecycle) AddTeardownHook(name string, fn func(ctx context.Context) er
 // names each wait still running. Waits run concurrently; a panic is
 // recovered and handed to Config.OnPanic. An error fn returns is logged.
 //
-// AddDrainWait returns ErrAlreadyRunning once the shutdown sequence has
+// AddDrainWait returns ErrShuttingDown once the shutdown sequence has
 // started. It is safe for concurrent use.
 func (l *Lifecycle) AddDrainWait(name string, fn func(ctx context.Context) error) error {
 	return l.addFunc(&l.waits, "AddDrainWait", name, fn)
@@ -56,8 +57,9 @@ func (l *Lifecycle) AddDrainWait(name string, fn func(ctx context.Context) error
 // equal share of what is left of the teardown budget, carried by ctx; one
 // that overruns its share is named in the log and the next one runs.
 //
-// AddCloser returns ErrAlreadyRunning once the shutdown sequence has
-// started. It is safe for concurrent use.
+// AddCloser returns ErrShuttingDown once the shutdown sequence has
+// started, and an error for an empty name or a nil fn. It is safe for
+// concurrent use.
 func (l *Lifecycle) AddCloser(name string, fn func(ctx context.Context) error) error {
 	return l.addFunc(&l.closers, "AddCloser", name, fn)
 }
@@ -69,7 +71,7 @@ func (l *Lifecycle) addFunc(list *[]namedFunc, method, name string, fn func(cont
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.initiated {
-		return ErrAlreadyRunning
+		return ErrShuttingDown
 	}
 	*list = append(*list, namedFunc{name, fn})
 	return nil

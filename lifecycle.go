@@ -26,8 +26,10 @@ var ErrStartupFailed = errors.New("startup failed")
 // before the boot finished: not a failure, but not a finished boot either.
 var errInterrupted = errors.New("lameduck: startup interrupted by shutdown")
 
-// ErrAlreadyRunning is returned by AddServer and AddStartupTask after Run
-// has started, and by a second call to Run.
+// ErrAlreadyRunning is returned by a second call to Run, and by what may
+// only be registered before Run (AddServer, AddServerFuncs, AddStartupTask,
+// AnswerProbes, CountInFlight) once Run has started. Registrations refused
+// because the shutdown sequence has started return ErrShuttingDown.
 var ErrAlreadyRunning = errors.New("lameduck: the Lifecycle is already running")
 
 // Lifecycle takes a Go service through its life in Kubernetes: it binds the
