@@ -273,10 +273,6 @@ type Config struct {
 	// the detail, redacted of credentials. See docs/security.md.
 	// Env: CHECK_DETAILS ("auto", "show" or "hide", any case).
 	CheckDetails string
-	// HideCheckErrors is CheckDetails: CheckDetailsHide, kept for code that
-	// set it: bodies carry status words only on every listener. Setting it
-	// with CheckDetails "show" is an error. Its variable is CHECK_DETAILS=hide.
-	HideCheckErrors bool
 
 	// PreStop serves GET /prestop, a preStop hook over HTTP: it starts the
 	// shutdown sequence exactly as SIGTERM does and answers 200 when the

@@ -340,11 +340,11 @@ func TestSecondSignalExitIsLogged(t *testing.T) {
 	}
 }
 
-// Config.HideCheckErrors through the Lifecycle: "hide nowhere": even the
+// CheckDetails "hide" through the Lifecycle: "hide nowhere": even the
 // probe-only listener, which shows the text by default, carries the outcome
 // word alone, in every format; the log keeps the (redacted) text.
-func TestHideCheckErrorsThroughTheLifecycle(t *testing.T) {
-	h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second, ProbeAddr: "127.0.0.1:0", HideCheckErrors: true})
+func TestCheckDetailsHideThroughTheLifecycle(t *testing.T) {
+	h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second, ProbeAddr: "127.0.0.1:0", CheckDetails: lameduck.CheckDetailsHide})
 	if err := h.lc.AddCheck(health.Check{Name: "db", Critical: true, Func: func(context.Context) error {
 		return errors.New("dial tcp orders-db.internal:5432: connection refused")
 	}}); err != nil {
@@ -357,7 +357,7 @@ func TestHideCheckErrorsThroughTheLifecycle(t *testing.T) {
 	for _, path := range []string{"/readyz", "/readyz/db", "/readyz?verbose"} {
 		p := get(t, c, "http://"+addr+path)
 		if p.code != 503 || strings.Contains(p.body, "orders-db") || strings.Contains(p.body, "5432") {
-			t.Fatalf("GET %s on the probe-only listener with HideCheckErrors: %d %s; want 503 and no error text", path, p.code, p.body)
+			t.Fatalf("GET %s on the probe-only listener with CheckDetails hide: %d %s; want 503 and no error text", path, p.code, p.body)
 		}
 		if !strings.Contains(p.body, `"db":"error"`) && !strings.Contains(p.body, "[-]db failed: error") {
 			t.Fatalf("GET %s: %s; want the outcome word", path, p.body)
@@ -370,7 +370,7 @@ func TestHideCheckErrorsThroughTheLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	if body := readAll(resp); strings.Contains(body, "orders-db") || !strings.Contains(body, `"status":"fail"`) {
-		t.Fatalf("health+json with HideCheckErrors: %s; want fail and no error text", body)
+		t.Fatalf("health+json with CheckDetails hide: %s; want fail and no error text", body)
 	}
 	if !strings.Contains(h.logs.String(), "orders-db.internal:5432") {
 		t.Fatalf("the log lacks the detail:\n%s", h.logs)
