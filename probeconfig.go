@@ -159,7 +159,7 @@ func (c *Config) checkProbes(src map[string]string) []error {
 	}
 
 	if c.LivenessPaths == nil {
-		c.LivenessPaths, src["LIVENESS_PATHS"] = []string{PathLiveness, PathLivez}, "default"
+		c.LivenessPaths, src["LIVENESS_PATHS"] = []string{PathLiveness, pathLivez}, "default"
 	}
 	for _, d := range []struct {
 		field *string
