@@ -12,12 +12,15 @@ import (
 	"time"
 )
 
-// ErrShuttingDown is returned by GoLoop once the shutdown sequence has
-// started: a loop would run on an already-cancelled context, so its caller
-// should record the work as deferred (to its reconciliation sweep, say)
-// instead (docs/probes-and-shutdown.md, "Teardown: hooks, HTTP drain,
-// background join, closers").
-var ErrShuttingDown = errors.New("lameduck: shutting down: no new loops")
+// ErrShuttingDown is returned by what the shutdown sequence, once started,
+// no longer takes: GoLoop (a loop would run on an already-cancelled
+// context, so its caller should record the work as deferred, to its
+// reconciliation sweep say: docs/probes-and-shutdown.md, "Teardown: hooks,
+// HTTP drain, background join, closers"), AddTeardownHook, AddDrainWait and
+// AddCloser (the sequence has already read its steps). What may only be
+// registered before Run (AddServer, AddServerFuncs, AddStartupTask) returns
+// ErrAlreadyRunning instead.
+var ErrShuttingDown = errors.New("lameduck: the shutdown sequence has started")
 
 // ErrJoined is returned by GoWrite and GoLoop once the background join is
 // over: nobody is left to wait for the work, so it is refused and logged

@@ -245,31 +245,31 @@ func TestClosersRunAfterTheJoinInReverseOrder(t *testing.T) {
 	}
 }
 
-func TestDrainHooksRunInOrderWithinTheirShare(t *testing.T) {
+func TestTeardownHooksRunInOrderWithinTheirShare(t *testing.T) {
 	h := started(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 30 * time.Second, JoinBudget: time.Second})
 	var mu sync.Mutex
 	var order []string
 	note := func(s string) { mu.Lock(); order = append(order, s); mu.Unlock() }
-	h.lc.AddDrainHook("dispatcher", func(ctx context.Context) error { note("dispatcher"); return nil })
+	h.lc.AddTeardownHook("dispatcher", func(ctx context.Context) error { note("dispatcher"); return nil })
 	entered := make(chan struct{})
 	stuck := make(chan struct{})
 	defer close(stuck)
-	h.lc.AddDrainHook("run-console", func(ctx context.Context) error {
+	h.lc.AddTeardownHook("run-console", func(ctx context.Context) error {
 		note("run-console")
 		close(entered)
 		<-stuck // ignores its context
 		return nil
 	})
-	h.lc.AddDrainHook("never", func(ctx context.Context) error { note("never"); return nil })
+	h.lc.AddTeardownHook("never", func(ctx context.Context) error { note("never"); return nil })
 	h.endWindow(time.Second)
 	recv(t, entered, "entered")
 	await(t, h.lc.Events().HTTPDrained) // the hooks run beside the HTTP drain
 	h.timers(1)                         // the hooks' deadline: ⅔ of 30s after the window
-	if n := h.clock.Advance(20*time.Second - time.Nanosecond); n != 0 || h.lc.Events().HooksDrained.Fired() {
+	if n := h.clock.Advance(20*time.Second - time.Nanosecond); n != 0 || h.lc.Events().HooksDone.Fired() {
 		t.Fatalf("hooks cut before ⅔ of the budget (%d timer(s) fired)", n)
 	}
 	h.clock.Advance(time.Nanosecond)
-	await(t, h.lc.Events().HooksDrained)
+	await(t, h.lc.Events().HooksDone)
 	err := h.wait()
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), `"run-console"`) {
 		t.Fatalf("Run = %v, want an overrun naming the hook", err)
@@ -279,7 +279,7 @@ func TestDrainHooksRunInOrderWithinTheirShare(t *testing.T) {
 	if !slices.Equal(order, []string{"dispatcher", "run-console"}) {
 		t.Fatalf("hooks ran %v", order)
 	}
-	if !strings.Contains(h.logs.String(), `drain hook \"run-console\" overran the hooks' share 20s of the teardown budget" hook=run-console not_run=never`) {
+	if !strings.Contains(h.logs.String(), `teardown hook \"run-console\" overran the hooks' share 20s of the teardown budget" hook=run-console not_run=never`) {
 		t.Fatalf("overrun not named:\n%s", h.logs)
 	}
 }
@@ -339,12 +339,44 @@ func TestBadTasksAreRefused(t *testing.T) {
 		h.lc.GoWrite("x", -time.Second, func(context.Context) error { return nil }),
 		h.lc.GoWrite("x", 0, nil),
 		h.lc.GoLoop("", func(context.Context) error { return nil }),
-		h.lc.AddDrainHook("", nil),
+		h.lc.AddTeardownHook("", nil),
 		h.lc.AddCloser("db", nil),
 	} {
 		if err == nil || !strings.HasPrefix(err.Error(), "lameduck: ") {
 			t.Errorf("want a lameduck: error, got %v", err)
 		}
+	}
+}
+
+// Once the shutdown sequence has started, what it would run is refused with
+// ErrShuttingDown (it has read its steps already), not ErrAlreadyRunning,
+// which stays for a second Run and for what only Run's start closes.
+func TestRegistrationsAfterTheSignalSayShuttingDown(t *testing.T) {
+	h := newHarness(t, lameduck.Config{})
+	noop := func(context.Context) error { return nil }
+	if err := h.lc.AddCloser("before", noop); err != nil {
+		t.Fatalf("AddCloser before the signal = %v", err)
+	}
+	h.lc.BeginShutdown("test")
+	for name, err := range map[string]error{
+		"AddTeardownHook": h.lc.AddTeardownHook("late", noop),
+		"AddDrainWait":    h.lc.AddDrainWait("late", noop),
+		"AddCloser":       h.lc.AddCloser("late", noop),
+		"GoLoop":          h.lc.GoLoop("late", noop),
+	} {
+		if !errors.Is(err, lameduck.ErrShuttingDown) || errors.Is(err, lameduck.ErrAlreadyRunning) {
+			t.Errorf("%s after the signal = %v; want ErrShuttingDown", name, err)
+		}
+	}
+	h.run()
+	if err := h.wait(); err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	if err := h.lc.Run(context.Background()); !errors.Is(err, lameduck.ErrAlreadyRunning) {
+		t.Errorf("a second Run = %v; want ErrAlreadyRunning", err)
+	}
+	if err := h.lc.AddServer(&http.Server{}, nil); !errors.Is(err, lameduck.ErrAlreadyRunning) {
+		t.Errorf("AddServer after Run = %v; want ErrAlreadyRunning", err)
 	}
 }
 

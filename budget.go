@@ -95,9 +95,6 @@ type Budget struct {
 	WindowSetting string
 	// Teardown is Config.ShutdownTeardown.
 	Teardown time.Duration
-	// JoinCap is Config.JoinBudget: zero when the join may use whatever the
-	// teardown has left.
-	JoinCap time.Duration
 	// Total is PreStop + Window + Teardown: the longest the pod can take
 	// from the start of its termination to the exit.
 	Total time.Duration
@@ -127,8 +124,8 @@ func (r Resolved) Budget() Budget {
 	b := Budget{
 		EnvPrefix: c.EnvPrefix, Env: c.Env, Runner: c.Runner,
 		PreStop: c.PreStopDelay, Window: c.maxWindow(), WindowSetting: "SHUTDOWN_DELAY",
-		Teardown: c.ShutdownTeardown, JoinCap: c.JoinBudget,
-		Sources: map[string]string{},
+		Teardown: c.ShutdownTeardown,
+		Sources:  map[string]string{},
 	}
 	if c.DrainMode == DrainIdle || c.Runner {
 		b.WindowSetting = "DRAIN_TIMEOUT"

@@ -19,17 +19,18 @@ import (
 // A goroutine started anywhere else in the package fails TestCensus until it
 // is listed here with its join.
 var census = map[string]string{
-	"(*Lifecycle).Run": "the signal loop (stopped and waited for before Run returns); one Serve per " +
-		"server (returns when teardown shuts it down; waited for in drainHTTP); the startup tasks " +
-		"(waited for up to the end of the bound, or named as still running)",
-	"(*Lifecycle).drainHTTP": "the budget's timer (waited for before drainHTTP returns); one " +
-		"http.Server.Shutdown per server (waited for)",
-	"(*Lifecycle).teardown":    "the drain hooks, run beside the HTTP drain (waited for before the join)",
-	"(*Lifecycle).GoWrite":     "the write (counted in the registry by name; the join waits for it or names it)",
-	"(*Lifecycle).GoLoop":      "the loop (cancelled at the signal; the join waits for it or names it)",
-	"(*Lifecycle).callUntil":   "a drain hook or closer (waited for until its deadline, else named once)",
-	"(*Lifecycle).withTimeout": "a deadline on an injected fake clock (ends with its context); none on the system clock",
-	"(*tracker).refresh":       "the coarse clock's timer callback (reads the clock and returns; re-armed only while requests keep arriving, never after the signal)",
+	"(*Lifecycle).watchSignals":       "the signal loop (stopped and waited for before Run returns)",
+	"(*Lifecycle).serve":              "one Serve per server (returns when teardown shuts it down; waited for in drainHTTP)",
+	"(*Lifecycle).startBoot":          "the startup tasks (waited for up to the end of the bound, or named as still running)",
+	"(*Lifecycle).drainDeadline":      "the HTTP drain budget's timer (waited for before drainHTTP returns)",
+	"(*Lifecycle).awaitFirstRequests": "the accept grace's timer (waited for before it returns)",
+	"(*Lifecycle).shutdownServers":    "one graceful Shutdown per server (waited for)",
+	"(*Lifecycle).teardown":           "the teardown hooks, run beside the HTTP drain (waited for before the join)",
+	"(*Lifecycle).GoWrite":            "the write (counted in the registry by name; the join waits for it or names it)",
+	"(*Lifecycle).GoLoop":             "the loop (cancelled at the signal; the join waits for it or names it)",
+	"(*Lifecycle).callUntil":          "a teardown hook or closer (waited for until its deadline, else named once)",
+	"(*Lifecycle).withTimeout":        "a deadline on an injected fake clock (ends with its context); none on the system clock",
+	"(*tracker).refresh":              "the coarse clock's timer callback (reads the clock and returns; re-armed only while requests keep arriving, never after the signal)",
 	"(*Lifecycle).startRefresh": "the readiness refresh, Checker.RunRefresh (its context ends at the signal; " +
 		"Run waits for it before it returns, up to the end of the bound)",
 	"(*Lifecycle).awaitRefresh": "a wait for the refresh goroutine (returns with it)",
@@ -73,7 +74,7 @@ func TestCensus(t *testing.T) {
 	h.lc.AddStartupTask("warm-up", func(context.Context) error { close(inBoot); <-boot; return nil })
 	hook := make(chan struct{})
 	inHook := make(chan struct{})
-	h.lc.AddDrainHook("dispatcher", func(context.Context) error { close(inHook); <-hook; return nil })
+	h.lc.AddTeardownHook("dispatcher", func(context.Context) error { close(inHook); <-hook; return nil })
 	write := make(chan struct{})
 	h.lc.GoWrite("audit-row", time.Minute, func(context.Context) error { <-write; return nil })
 	h.lc.GoLoop("lease", func(ctx context.Context) error { <-ctx.Done(); return nil })
@@ -104,11 +105,11 @@ func TestCensus(t *testing.T) {
 	h.clock.Advance(time.Second)
 	await(t, h.lc.Events().WindowEnded)
 	recv(t, inHook, "inHook")
-	look() // in a drain hook
+	look() // in a teardown hook
 	close(hook)
-	await(t, h.lc.Events().HooksDrained)
+	await(t, h.lc.Events().HooksDone)
 	// Draining HTTP with a request in flight: wait until its goroutines show.
-	for deadline := time.Now().Add(5 * time.Second); !slices.Contains(starters(), "(*Lifecycle).drainHTTP") && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(5 * time.Second); !slices.Contains(starters(), "(*Lifecycle).shutdownServers") && time.Now().Before(deadline); {
 		runtime.Gosched()
 	}
 	look()
@@ -123,8 +124,8 @@ func TestCensus(t *testing.T) {
 			t.Errorf("goroutine started by %s is not in the census: list it with what joins it", s)
 		}
 	}
-	for _, want := range []string{"(*Lifecycle).Run", "(*Lifecycle).GoWrite", "(*Lifecycle).GoLoop", "(*Lifecycle).callUntil", "(*Lifecycle).drainHTTP",
-		"(*Lifecycle).callStartup"} {
+	for _, want := range []string{"(*Lifecycle).serve", "(*Lifecycle).startBoot", "(*Lifecycle).GoWrite", "(*Lifecycle).GoLoop",
+		"(*Lifecycle).callUntil", "(*Lifecycle).drainDeadline", "(*Lifecycle).shutdownServers", "(*Lifecycle).callStartup"} {
 		if !seen[want] {
 			t.Errorf("the census run never saw a goroutine of %s; the test no longer exercises it (saw %v)", want, seen)
 		}

@@ -10,7 +10,7 @@ import (
 	"github.com/lameduck/lameduck"
 )
 
-// On the fake clock a drain hook that returns ctx.Err() at its deadline
+// On the fake clock a teardown hook that returns ctx.Err() at its deadline
 // is an overrun, as it is in production (context.WithTimeout's Err is
 // context.DeadlineExceeded there): the hook's share ends, the overrun is
 // named, and Run fails.
@@ -18,7 +18,7 @@ func TestHookReturningCtxErrAtItsDeadlineIsAnOverrun(t *testing.T) {
 	h := started(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 30 * time.Second})
 	entered := make(chan struct{})
 	deadlines := make(chan bool, 1)
-	if err := h.lc.AddDrainHook("dispatcher", func(ctx context.Context) error {
+	if err := h.lc.AddTeardownHook("dispatcher", func(ctx context.Context) error {
 		_, ok := ctx.Deadline()
 		deadlines <- ok
 		close(entered)

@@ -118,7 +118,7 @@ type Config struct {
 	ShutdownDelay time.Duration
 	// ShutdownTeardown is the budget, a time.Duration, for everything after
 	// the window: the HTTP drain (http.Server.Shutdown of every server and a
-	// wait for every tracked handler, WebSockets included) beside the drain
+	// wait for every tracked handler, WebSockets included) beside the teardown
 	// hooks, then the background join and the closers. When a service uses
 	// background work or closers, a tail of the budget is kept for them
 	// (500ms, or JoinBudget, each; at most half of the budget); otherwise
@@ -203,11 +203,10 @@ type Config struct {
 	// context.DeadlineExceeded. Zero means no cap; it must be positive and
 	// less than ShutdownTeardown. Env: JOIN_BUDGET.
 	JoinBudget time.Duration
-	// HookShare is the largest fraction of the teardown budget the drain
-	// hooks may use, in (0, 1); the HTTP drain gets at least the rest, so
-	// in-flight requests keep a window (by default ⅔ for hooks, ⅓ at least
-	// for requests). Zero
-	// means unset. Env: HOOK_SHARE (such as "0.5"). Default 2/3.
+	// HookShare is the largest fraction of the teardown budget the teardown
+	// hooks (AddTeardownHook) may use, in (0, 1); the HTTP drain gets at
+	// least the rest, so in-flight requests keep a window (by default ⅔ for
+	// hooks, ⅓ at least for requests). Zero means unset. Env: HOOK_SHARE (such as "0.5"). Default 2/3.
 	HookShare float64
 	// StartupTimeout bounds the boot, as a time.Duration from the start of
 	// Run: every startup task, retries included. At the bound the running
@@ -224,7 +223,7 @@ type Config struct {
 	StartupTimeout time.Duration
 
 	// OnPanic, when set, receives every panic lameduck recovers (in a
-	// background task, a drain hook, a closer): what panicked ("write
+	// background task, a teardown hook, a closer): what panicked ("write
 	// audit-row"), the value and the stack. Hand it to the error tracker.
 	// It must be safe for concurrent use; a panic inside it is swallowed.
 	OnPanic func(what string, value any, stack []byte)
@@ -274,10 +273,6 @@ type Config struct {
 	// the detail, redacted of credentials. See docs/security.md.
 	// Env: CHECK_DETAILS ("auto", "show" or "hide", any case).
 	CheckDetails string
-	// HideCheckErrors is CheckDetails: CheckDetailsHide, kept for code that
-	// set it: bodies carry status words only on every listener. Setting it
-	// with CheckDetails "show" is an error. Its variable is CHECK_DETAILS=hide.
-	HideCheckErrors bool
 
 	// PreStop serves GET /prestop, a preStop hook over HTTP: it starts the
 	// shutdown sequence exactly as SIGTERM does and answers 200 when the

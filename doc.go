@@ -20,11 +20,12 @@
 //     (ShutdownDelay) or until traffic is idle (DrainIdle); none for a pod
 //     that never became ready.
 //   - drain: letting what is in flight finish instead of cutting it: the
-//     HTTP drain waits for handlers, a drain hook finishes the application's
-//     own work, a runner finishes (or hands back) its job.
+//     HTTP drain waits for handlers; a runner finishes (or hands back) its
+//     jobs while its window is held open.
 //   - teardown: everything after the window, under one budget
-//     (ShutdownTeardown): the drain hooks beside the HTTP drain, then the
-//     join, then the closers.
+//     (ShutdownTeardown): the teardown hooks (AddTeardownHook, the
+//     application's own steps) beside the HTTP drain, then the join, then
+//     the closers. [Lifecycle.WindowEnded] closes when it begins.
 //   - join: the teardown's wait for background tasks (GoWrite, GoLoop);
 //     what still runs at its bound is abandoned, and named.
 //   - runner: a process that consumes jobs from a queue instead of serving
@@ -46,9 +47,9 @@
 //	startup.go       Retry: startup tasks tried again
 //	window.go        the lame-duck window, delay and idle modes
 //	teardown.go      the teardown: hooks beside the HTTP drain, join, closers
-//	hooks.go         AddDrainHook, AddDrainWait, AddCloser
+//	hooks.go         AddTeardownHook, AddDrainWait, AddCloser
 //	background.go    GoWrite, GoLoop and the join
-//	middleware.go    the handler wrapper, TrackRequest, Tracked, Drain, KeepAlive
+//	middleware.go    the handler wrapper, TrackRequest, Tracked, WindowEnded, KeepAlive
 //	track.go         request tracking (allocation-free), InFlightRequest
 //	serverfuncs.go   ServerFuncs, AddServerFuncs: servers that are not net/http's
 //	transition.go    Transition, Config.OnTransition: events, checks, probes, cuts

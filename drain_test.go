@@ -256,7 +256,7 @@ func TestHijackedConnectionIsForceClosedAtTheBudget(t *testing.T) {
 		buf.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: x-test\r\nConnection: Upgrade\r\n\r\n")
 		buf.Flush()
 		close(hijacked)
-		io.Copy(io.Discard, conn) // never closes on its own; ignores Drain()
+		io.Copy(io.Discard, conn) // never closes on its own; ignores WindowEnded()
 	}))
 	h.run()
 	await(t, h.lc.Events().StartupDone)
@@ -289,7 +289,7 @@ func TestHijackedConnectionIsForceClosedAtTheBudget(t *testing.T) {
 	}
 }
 
-func TestStreamsFinishOnDrain(t *testing.T) {
+func TestStreamsFinishWhenTheWindowEnds(t *testing.T) {
 	h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second})
 	streaming := make(chan struct{})
 	base := h.serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -297,7 +297,7 @@ func TestStreamsFinishOnDrain(t *testing.T) {
 		fmt.Fprint(w, "data: hello\n\n")
 		w.(http.Flusher).Flush()
 		close(streaming)
-		<-h.lc.Drain()
+		<-h.lc.WindowEnded()
 		fmt.Fprint(w, "event: bye\ndata: server going away\n\n")
 	}))
 	h.run()

@@ -116,22 +116,22 @@ func (e *Event) fire() bool {
 //	 │     a runner:   until its jobs in flight end, at most DrainTimeout
 //	 │     never ready (phase starting at t = 0): W = 0
 //	 ▼
-//	WindowEnded ── t = W: Lifecycle.Drain's channel closes (WebSockets send close
-//	 │     1001, streams end); GET /prestop answers 200; phase stopping; the
-//	 │     teardown budget T (ShutdownTeardown) starts
+//	WindowEnded ── t = W: Lifecycle.WindowEnded's channel closes (WebSockets
+//	 │     send close 1001, streams end); GET /prestop answers 200; phase
+//	 │     stopping; the teardown budget T (ShutdownTeardown) starts
 //	 ├──────────────────────────────────────────┐ side by side
-//	 │  the HTTP drain, until T − tail:         │  the drain hooks, in order, for at most
-//	 │   [SendRetryAfter: 503 Retry-After       │  HookShare × T, never past the HTTP
-//	 │    until nothing is in flight]           │  drain's end
+//	 │  the HTTP drain, until T − tail:         │  the teardown hooks, in order, for
+//	 │   [SendRetryAfter: 503 Retry-After       │  at most HookShare × T, never past
+//	 │    until nothing is in flight]           │  the HTTP drain's end
 //	 │   listeners close; a connection          ▼
-//	 │    accepted just before has ≤250ms    HooksDrained
+//	 │    accepted just before has ≤250ms    HooksDone
 //	 │    to send its request
 //	 │   Shutdown (http.Server's, ServerFuncs'); wait for every tracked handler,
 //	 │    WebSockets included; at T − tail what is left is closed and named
 //	 │   then the probe listener
 //	 ▼
 //	HTTPDrained
-//	 │  (after HooksDrained too) the background join: GoWrite and GoLoop tasks, for
+//	 │  (after HooksDone too) the background join: GoWrite and GoLoop tasks, for
 //	 │   what T has left less the closers' tail, at most JoinBudget when set
 //	 ▼
 //	Joined ── from now on GoWrite and GoLoop return ErrJoined
@@ -163,9 +163,9 @@ type Events struct {
 	// WindowEnded fires when the lame-duck window has passed and teardown
 	// begins. GET /prestop answers at this instant.
 	WindowEnded *Event
-	// HooksDrained fires when the drain hooks have returned or overrun
+	// HooksDone fires when the teardown hooks have returned or overrun
 	// their share of the teardown budget (at once when there are none).
-	HooksDrained *Event
+	HooksDone *Event
 	// HTTPDrained fires when every registered server has shut down, cleanly
 	// or by force at the teardown budget.
 	HTTPDrained *Event
@@ -185,13 +185,13 @@ func newEvents(clock Clock, on func(*Event, time.Time)) *Events {
 		StartupDone:       newEvent("startup-done", clock),
 		ShutdownInitiated: newEvent("shutdown-initiated", clock),
 		WindowEnded:       newEvent("window-ended", clock),
-		HooksDrained:      newEvent("hooks-drained", clock),
+		HooksDone:         newEvent("hooks-done", clock),
 		HTTPDrained:       newEvent("http-drained", clock),
 		Joined:            newEvent("joined", clock),
 		Stopped:           newEvent("stopped", clock),
 	}
 	if on != nil {
-		for _, e := range []*Event{es.StartupDone, es.ShutdownInitiated, es.WindowEnded, es.HooksDrained,
+		for _, e := range []*Event{es.StartupDone, es.ShutdownInitiated, es.WindowEnded, es.HooksDone,
 			es.HTTPDrained, es.Joined, es.Stopped} {
 			e.on = on
 		}

@@ -16,7 +16,7 @@ import (
 // Lifecycle's clock when the event fired: a run whose every step takes a
 // known time (in a synctest bubble, where time.Sleep is exact) reads each
 // step's duration back from the events, as contrib/prometheus does for its
-// step gauges. Before the fix, HooksDrained's time was read when its defer
+// step gauges. Before the fix, HooksDone's time was read when its defer
 // was set up, at the start of the hooks: hooks 0s instead of 2s, and the
 // join measured from there.
 func TestEventsTellEachStepsTime(t *testing.T) {
@@ -53,7 +53,7 @@ func TestEventsTellEachStepsTime(t *testing.T) {
 			closers = 500 * time.Millisecond
 		)
 		must(lc.AddStartupTask("boot", func(context.Context) error { time.Sleep(startup); return nil }))
-		must(lc.AddDrainHook("release", func(context.Context) error { time.Sleep(hooks); return nil }))
+		must(lc.AddTeardownHook("release", func(context.Context) error { time.Sleep(hooks); return nil }))
 		must(lc.AddCloser("pool", func(context.Context) error { time.Sleep(closers); return nil }))
 		ln := newChanListener()
 		must(lc.AddServerFuncs(lameduck.ServerFuncs{
@@ -107,9 +107,9 @@ func TestEventsTellEachStepsTime(t *testing.T) {
 			{"startup (Run to StartupDone)", began, at(ev.StartupDone), startup},
 			{"serving (StartupDone to ShutdownInitiated)", at(ev.StartupDone), at(ev.ShutdownInitiated), serving},
 			{"window (ShutdownInitiated to WindowEnded)", at(ev.ShutdownInitiated), at(ev.WindowEnded), window},
-			{"hooks (WindowEnded to HooksDrained)", at(ev.WindowEnded), at(ev.HooksDrained), hooks},
+			{"hooks (WindowEnded to HooksDone)", at(ev.WindowEnded), at(ev.HooksDone), hooks},
 			{"HTTP drain (WindowEnded to HTTPDrained)", at(ev.WindowEnded), at(ev.HTTPDrained), drain},
-			{"join (the later of HooksDrained and HTTPDrained, to Joined)", later(at(ev.HooksDrained), at(ev.HTTPDrained)), at(ev.Joined), join},
+			{"join (the later of HooksDone and HTTPDrained, to Joined)", later(at(ev.HooksDone), at(ev.HTTPDrained)), at(ev.Joined), join},
 			{"closers (Joined to Stopped)", at(ev.Joined), at(ev.Stopped), closers},
 			{"total (ShutdownInitiated to Stopped)", at(ev.ShutdownInitiated), at(ev.Stopped), window + drain + join + closers},
 		} {

@@ -151,3 +151,30 @@ func ExampleLifecycle_GoWrite() {
 	// Run: <nil>
 	// a write after the join is refused: true
 }
+
+// Resolve reads an environment as the process would, binding nothing, and
+// its Budget does the grace-period arithmetic: lameduck vet checks a
+// manifest's container this way. Here the teardown set by hand no longer
+// fits the pod's grace period.
+func ExampleResolve() {
+	lookup, environ := lameduck.EnvList([]string{
+		"KUBERNETES_SERVICE_HOST=10.96.0.1", // set by the kubelet in every container
+		"LAMEDUCK_TERMINATION_GRACE=20s",
+		"LAMEDUCK_SHUTDOWN_TEARDOWN=20s",
+	})
+	res, errs := lameduck.Resolve(lameduck.Config{LookupEnv: lookup, Environ: environ})
+	if len(errs) > 0 {
+		fmt.Println(errors.Join(errs...))
+		return
+	}
+	fmt.Println("inside Kubernetes:", res.Config.Env == lameduck.EnvKubernetes)
+	b := res.Budget()
+	fmt.Println(b.Sum())
+	fmt.Println("fits:", b.Fits, "margin:", b.Margin, "grace known:", b.GraceKnown)
+	fmt.Println(b.Fix())
+	// Output:
+	// inside Kubernetes: true
+	// delay 5s + teardown 20s = 25s
+	// fits: false margin: -5s grace known: true
+	// lower LAMEDUCK_SHUTDOWN_DELAY or LAMEDUCK_SHUTDOWN_TEARDOWN, or raise terminationGracePeriodSeconds to at least 25s
+}

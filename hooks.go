@@ -12,11 +12,13 @@ type namedFunc struct {
 	fn   func(context.Context) error
 }
 
-// AddDrainHook registers a named drain step that teardown runs when the
-// lame-duck window ends, beside the HTTP drain, and waits for before the
-// background join: a job dispatcher releasing its claims, a run console
-// finishing its runs (docs/probes-and-shutdown.md, "The shutdown sequence"). Hooks run one
-// after the other in the order they were added.
+// AddTeardownHook registers a named step of the application's own that the
+// teardown runs as soon as the lame-duck window ends, beside the HTTP
+// drain, and waits for before the background join (the timeline [Events]
+// defines): a job dispatcher releasing its claims, a run console finishing
+// its runs (docs/probes-and-shutdown.md, "The shutdown sequence"). Hooks run
+// one after the other in the order they were added; Events.HooksDone fires
+// when they are over.
 //
 // Together they get at most Config.HookShare (default ⅔) of the teardown
 // budget, so in-flight HTTP requests keep the rest; ctx carries that
@@ -26,10 +28,11 @@ type namedFunc struct {
 // its context is not waited for past its deadline. A panic is recovered and
 // handed to Config.OnPanic.
 //
-// AddDrainHook returns ErrAlreadyRunning once the shutdown sequence has
-// started. It is safe for concurrent use.
-func (l *Lifecycle) AddDrainHook(name string, fn func(ctx context.Context) error) error {
-	return l.addFunc(&l.hooks, "AddDrainHook", name, fn)
+// AddTeardownHook returns ErrShuttingDown once the shutdown sequence has
+// started, and an error for an empty name or a nil fn. It is safe for
+// concurrent use.
+func (l *Lifecycle) AddTeardownHook(name string, fn func(ctx context.Context) error) error {
+	return l.addFunc(&l.hooks, "AddTeardownHook", name, fn)
 }
 
 // AddDrainWait registers a named wait that holds the lame-duck window open:
@@ -42,7 +45,7 @@ func (l *Lifecycle) AddDrainHook(name string, fn func(ctx context.Context) error
 // names each wait still running. Waits run concurrently; a panic is
 // recovered and handed to Config.OnPanic. An error fn returns is logged.
 //
-// AddDrainWait returns ErrAlreadyRunning once the shutdown sequence has
+// AddDrainWait returns ErrShuttingDown once the shutdown sequence has
 // started. It is safe for concurrent use.
 func (l *Lifecycle) AddDrainWait(name string, fn func(ctx context.Context) error) error {
 	return l.addFunc(&l.waits, "AddDrainWait", name, fn)
@@ -54,8 +57,9 @@ func (l *Lifecycle) AddDrainWait(name string, fn func(ctx context.Context) error
 // equal share of what is left of the teardown budget, carried by ctx; one
 // that overruns its share is named in the log and the next one runs.
 //
-// AddCloser returns ErrAlreadyRunning once the shutdown sequence has
-// started. It is safe for concurrent use.
+// AddCloser returns ErrShuttingDown once the shutdown sequence has
+// started, and an error for an empty name or a nil fn. It is safe for
+// concurrent use.
 func (l *Lifecycle) AddCloser(name string, fn func(ctx context.Context) error) error {
 	return l.addFunc(&l.closers, "AddCloser", name, fn)
 }
@@ -67,7 +71,7 @@ func (l *Lifecycle) addFunc(list *[]namedFunc, method, name string, fn func(cont
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.initiated {
-		return ErrAlreadyRunning
+		return ErrShuttingDown
 	}
 	*list = append(*list, namedFunc{name, fn})
 	return nil

@@ -26,8 +26,10 @@ var ErrStartupFailed = errors.New("startup failed")
 // before the boot finished: not a failure, but not a finished boot either.
 var errInterrupted = errors.New("lameduck: startup interrupted by shutdown")
 
-// ErrAlreadyRunning is returned by AddServer and AddStartupTask after Run
-// has started, and by a second call to Run.
+// ErrAlreadyRunning is returned by a second call to Run, and by what may
+// only be registered before Run (AddServer, AddServerFuncs, AddStartupTask,
+// AnswerProbes, CountInFlight) once Run has started. Registrations refused
+// because the shutdown sequence has started return ErrShuttingDown.
 var ErrAlreadyRunning = errors.New("lameduck: the Lifecycle is already running")
 
 // Lifecycle takes a Go service through its life in Kubernetes: it binds the
@@ -73,7 +75,7 @@ type Lifecycle struct {
 	mu         sync.Mutex
 	servers    []*server     // guarded by mu
 	startup    []startupTask // guarded by mu
-	hooks      []namedFunc   // drain hooks, in order; guarded by mu
+	hooks      []namedFunc   // teardown hooks, in order; guarded by mu
 	waits      []namedFunc   // drain waits; guarded by mu
 	closers    []namedFunc   // closers, in order of registration; guarded by mu
 	running    bool          // guarded by mu: Run has been called
@@ -365,7 +367,7 @@ func sigName(sig os.Signal) string {
 // Run returns only when the sequence has finished, never early on
 // http.ErrServerClosed. It returns nil after a clean drain; an error wrapping
 // context.DeadlineExceeded when the teardown budget ran out and requests
-// were cut, a drain hook overran its share, or background work was still
+// were cut, a teardown hook overran its share, or background work was still
 // running at the join's bound (abandoned at exit); an error wrapping
 // ErrStartupFailed when a startup task failed (after its tries);
 // the bind or serve error otherwise. Run logs every error it returns, so a
@@ -382,26 +384,68 @@ func sigName(sig os.Signal) string {
 // set. Cancelling ctx starts the sequence; it does not shorten it either. A
 // nil ctx means context.Background().
 func (l *Lifecycle) Run(ctx context.Context) error {
-	l.mu.Lock()
-	if l.running {
-		l.mu.Unlock()
-		return ErrAlreadyRunning
+	servers, tasks, err := l.claimRun()
+	if err != nil {
+		return err
 	}
-	l.running = true
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	servers := append([]*server(nil), l.servers...)
-	tasks := append([]startupTask(nil), l.startup...)
-	l.mu.Unlock()
 	defer l.cancel()
 
+	// 1. The configuration and the budget; signals, before anything is
+	// bound or logged as listening.
 	l.logBudget()
 	l.warnWeakToken()
+	defer l.watchSignals()()
+	stopCtx := context.AfterFunc(ctx, func() { l.begin("context cancelled", false) })
+	defer stopCtx()
 
-	// Signals, before anything is bound or logged as listening: a SIGTERM
-	// that comes the instant the port answers must start the sequence, not
-	// kill the process.
+	// 2. Bind.
+	if err := l.bind(servers); err != nil {
+		l.finish(l.clock.Now())
+		return err
+	}
+	l.prepareServers(servers)
+
+	// 3. Serve and boot: StartupDone when the boot ends.
+	serving, serveErrs := l.serve(servers)
+	boot := l.startBoot(tasks)
+
+	// 4. Wait for ShutdownInitiated.
+	fatal := l.awaitShutdownInitiated(boot, serveErrs, len(tasks))
+
+	// 5. The sequence: the window, WindowEnded, the teardown (HooksDone,
+	// HTTPDrained, Joined), Stopped.
+	start := l.sequenceStart()
+	l.lameDuckWindow(start)
+	l.beginTeardown()
+	err = l.teardown(servers, serving)
+	for len(serveErrs) > 0 { // a server that failed during the sequence (step 4 had returned)
+		fatal = errors.Join(fatal, <-serveErrs) // logged where it happened
+	}
+	l.awaitOwnWork(boot, start)
+	l.finish(start)
+	return errors.Join(fatal, err)
+}
+
+// claimRun marks the Lifecycle as running and returns what was registered
+// before, or ErrAlreadyRunning for a second Run.
+func (l *Lifecycle) claimRun() ([]*server, []startupTask, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.running {
+		return nil, nil, ErrAlreadyRunning
+	}
+	l.running = true
+	return append([]*server(nil), l.servers...), append([]startupTask(nil), l.startup...), nil
+}
+
+// watchSignals hands Config.Signals to onSignal until the returned stop is
+// called, which waits for the goroutine doing it. It is installed before
+// anything is bound: a SIGTERM that comes the instant the port answers must
+// start the sequence, not kill the process.
+func (l *Lifecycle) watchSignals() (stop func()) {
 	var wg sync.WaitGroup
 	stopSignals := make(chan struct{})
 	if !l.cfg.IgnoreSignals {
@@ -419,11 +463,14 @@ func (l *Lifecycle) Run(ctx context.Context) error {
 			}
 		})
 	}
-	defer func() { close(stopSignals); wg.Wait() }()
-	stopCtx := context.AfterFunc(ctx, func() { l.begin("context cancelled", false) })
-	defer stopCtx()
+	return func() { close(stopSignals); wg.Wait() }
+}
 
-	// 2. Bind.
+// bind listens on the address of every server registered without a
+// listener. If one cannot bind, it closes every other listener (AddServer
+// handed them over) and returns the error, logged, before any request is
+// served.
+func (l *Lifecycle) bind(servers []*server) error {
 	for i, s := range servers {
 		if s.ln != nil {
 			continue
@@ -436,18 +483,26 @@ func (l *Lifecycle) Run(ctx context.Context) error {
 		}
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
-			for j, b := range servers { // AddServer handed every listener over
+			for j, b := range servers {
 				if j != i && b.ln != nil {
 					_ = b.ln.Close()
 				}
 			}
 			err = fmt.Errorf("lameduck: listen on %s: %w", addr, err)
 			l.log.Error(err.Error())
-			l.finish(l.clock.Now())
 			return err
 		}
 		s.ln = ln
 	}
+	return nil
+}
+
+// prepareServers readies the bound servers to serve, and logs each
+// listener: an *http.Server's handler is wrapped (the probes, request
+// tracking) and its TLS decided, a ServerFuncs gets its tracked listener.
+// It warns when no listener serves the probes, and when a server has no
+// ReadHeaderTimeout.
+func (l *Lifecycle) prepareServers(servers []*server) {
 	if len(servers) == 0 {
 		l.unprobed.Store(true)
 		l.log.Warn("lameduck: no listener serves the probes: nothing answers " + strings.Join(l.cfg.LivenessPaths, ", ") + ", " + l.cfg.ReadinessPath + " or " + l.cfg.StartupPath +
@@ -475,10 +530,15 @@ func (l *Lifecycle) Run(ctx context.Context) error {
 		}
 		l.log.Info("lameduck: listening", "addr", s.ln.Addr().String(), "tls", s.tls, "probes", s.probes || l.cfg.ProbeAddr == "")
 	}
+}
 
-	// 3. Serve.
+// serve runs every server's Serve on its own goroutine, which serving
+// counts until it returns (the HTTP drain waits for it). A server that
+// stops with an error, other than after the teardown closed it, sends
+// that error, logged, on errs (buffered for every server).
+func (l *Lifecycle) serve(servers []*server) (serving *sync.WaitGroup, errs <-chan error) {
 	serveErrs := make(chan error, len(servers))
-	var serving sync.WaitGroup
+	serving = &sync.WaitGroup{}
 	for _, s := range servers {
 		serving.Go(func() {
 			var serve func(net.Listener) error
@@ -499,69 +559,100 @@ func (l *Lifecycle) Run(ctx context.Context) error {
 			}
 		})
 	}
-	startupDone := make(chan error, 1)
-	startupRunning := make(chan struct{})
-	go func() {
-		defer close(startupRunning)
-		startupDone <- l.runStartup(tasks)
-	}()
+	return serving, serveErrs
+}
 
-	// 4. Wait.
-	var fatal error
-	startupOver := false
-wait:
+// bootRun is the startup tasks' run, as Run follows it.
+type bootRun struct {
+	result  chan error    // runStartup's answer, sent once
+	running chan struct{} // closed when runStartup has returned
+	over    bool          // Run has read result; only Run's goroutine touches it
+}
+
+// startBoot runs the startup tasks on a goroutine of their own, while the
+// servers serve and the probes answer 503 starting.
+func (l *Lifecycle) startBoot(tasks []startupTask) *bootRun {
+	b := &bootRun{result: make(chan error, 1), running: make(chan struct{})}
+	go func() {
+		defer close(b.running)
+		b.result <- l.runStartup(tasks)
+	}()
+	return b
+}
+
+// awaitShutdownInitiated waits until the sequence starts: a signal, GET
+// /prestop, BeginShutdown or Run's ctx begin it elsewhere; a failed boot or
+// a server that stops with an error begins it here, and is returned as the
+// fatal error. A boot that ends first makes the pod serve (becomeServing).
+func (l *Lifecycle) awaitShutdownInitiated(boot *bootRun, serveErrs <-chan error, tasks int) (fatal error) {
 	for {
 		select {
-		case err := <-startupDone:
-			startupOver = true
+		case err := <-boot.result:
+			boot.over = true
 			switch {
 			case errors.Is(err, errInterrupted):
 				// The sequence has started; the next turn sees it.
 			case err != nil:
-				fatal = err
 				l.begin("startup failed", false)
-				break wait
-			case l.phase.CompareAndSwap(int32(PhaseStarting), int32(PhaseServing)):
-				l.events.StartupDone.fire()
-				l.startRefresh()
-				msg := "lameduck: serving — /startupz and /readyz now 200"
-				if names := l.checks.Names(); len(names) > 0 {
-					msg = "lameduck: serving — /startupz now 200; /readyz follows its checks (" + strings.Join(names, ", ") + ")"
-				}
-				if l.unprobed.Load() {
-					msg = "lameduck: serving — no listener serves the probes"
-				}
-				l.log.Info(msg, "startup_tasks", len(tasks))
+				return err
+			default:
+				l.becomeServing(tasks)
 			}
 		case err := <-serveErrs:
-			fatal = err
 			l.begin("server failed", false)
-			break wait
+			return err
 		case <-l.events.ShutdownInitiated.Done():
-			break wait
+			return nil
 		}
 	}
+}
 
-	// 5. The sequence. Its start was stamped when it began, by whichever
-	// goroutine began it; that goroutine announces it (the draining line,
-	// then the event) at once, and the window's events come after.
+// becomeServing is StartupDone: the phase becomes serving, unless the
+// sequence started first; the readiness refresh starts, and the line says
+// what /startupz and /readyz now answer.
+func (l *Lifecycle) becomeServing(tasks int) {
+	if !l.phase.CompareAndSwap(int32(PhaseStarting), int32(PhaseServing)) {
+		return
+	}
+	l.events.StartupDone.fire()
+	l.startRefresh()
+	msg := "lameduck: serving — /startupz and /readyz now 200"
+	if names := l.checks.Names(); len(names) > 0 {
+		msg = "lameduck: serving — /startupz now 200; /readyz follows its checks (" + strings.Join(names, ", ") + ")"
+	}
+	if l.unprobed.Load() {
+		msg = "lameduck: serving — no listener serves the probes"
+	}
+	l.log.Info(msg, "startup_tasks", tasks)
+}
+
+// sequenceStart returns t = 0 of the sequence, once ShutdownInitiated has
+// been announced. Its start was stamped when it began, by whichever
+// goroutine began it; that goroutine announces it (the draining line, then
+// the event) at once, and the window's events come after.
+func (l *Lifecycle) sequenceStart() time.Time {
 	start, _ := l.events.ShutdownInitiated.At()
 	<-l.events.ShutdownInitiated.Done()
-	l.lameDuckWindow(start)
+	return start
+}
+
+// beginTeardown is WindowEnded: the lame-duck window is over
+// (Lifecycle.WindowEnded's channel closes), and the phase becomes stopping.
+func (l *Lifecycle) beginTeardown() {
 	l.events.WindowEnded.fire()
 	l.phase.Store(int32(PhaseStopping))
-	err := l.teardown(servers, &serving)
-	// A server that failed during the sequence (the wait loop had left).
-	for len(serveErrs) > 0 {
-		fatal = errors.Join(fatal, <-serveErrs) // logged where it happened
-	}
-	if !startupOver {
-		l.awaitStartup(startupRunning, start)
+}
+
+// awaitOwnWork waits, after the teardown and within the sequence's bound
+// from start, for the Lifecycle's own goroutines that may still run: a
+// startup task the signal interrupted and the readiness refresh; then it
+// warns of a startup task the boot's budget left running.
+func (l *Lifecycle) awaitOwnWork(boot *bootRun, start time.Time) {
+	if !boot.over {
+		l.awaitStartup(boot.running, start)
 	}
 	l.awaitRefresh(start)
 	l.warnStrayStartup()
-	l.finish(start)
-	return errors.Join(fatal, err)
 }
 
 // logBudget logs the resolved settings and the grace-period arithmetic

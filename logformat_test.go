@@ -86,7 +86,7 @@ func TestJSONLogWritesEveryDurationTheSameWay(t *testing.T) {
 		return nil
 	}, lameduck.Retry{First: 10 * time.Millisecond})
 	h.lc.AddCheck(health.Check{Name: "search", Func: func(ctx context.Context) error { <-release; return nil }})
-	h.lc.AddDrainHook("dispatcher", func(context.Context) error { <-release; return nil })
+	h.lc.AddTeardownHook("dispatcher", func(context.Context) error { <-release; return nil })
 	h.lc.AddCloser("db", func(context.Context) error { <-release; return nil })
 	entered := make(chan struct{}, 1)
 	base := h.serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -143,8 +143,7 @@ func (c *Config) readTokenFile(src map[string]string) []error {
 
 // checkProbes fills the defaults of the probe surface and checks it across
 // settings, once ProbeAddr has its default: the hook's token on a shared
-// listener, CheckDetails against HideCheckErrors, and the probe paths
-// against each other.
+// listener, CheckDetails' default, and the probe paths against each other.
 func (c *Config) checkProbes(src map[string]string) []error {
 	var errs []error
 	p := c.EnvPrefix
@@ -155,21 +154,12 @@ func (c *Config) checkProbes(src map[string]string) []error {
 				"or serve the probes on their own port with %sPROBE_ADDR (such as \":9090\")", p, p, PreStopTokenHeader, p)})
 	}
 
-	if c.HideCheckErrors {
-		if c.CheckDetails == CheckDetailsShow {
-			errs = append(errs, &ConfigError{Setting: "Config.HideCheckErrors", Value: "true",
-				Problem: fmt.Sprintf("set together with %s=%q", named(c, src, "CHECK_DETAILS"), c.CheckDetails),
-				Fix:     "keep one of the two"})
-		}
-		c.CheckDetails, src["CHECK_DETAILS"] = CheckDetailsHide, "Config.HideCheckErrors"
-	}
 	if c.CheckDetails == "" {
 		c.CheckDetails, src["CHECK_DETAILS"] = CheckDetailsAuto, "default: shown on the probe-only listener, hidden where the application is served"
 	}
-	c.HideCheckErrors = c.CheckDetails == CheckDetailsHide
 
 	if c.LivenessPaths == nil {
-		c.LivenessPaths, src["LIVENESS_PATHS"] = []string{PathLiveness, PathLivez}, "default"
+		c.LivenessPaths, src["LIVENESS_PATHS"] = []string{PathLiveness, pathLivez}, "default"
 	}
 	for _, d := range []struct {
 		field *string

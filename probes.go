@@ -19,11 +19,14 @@ import (
 // reserved for one check's answer (the Kubernetes API server's convention).
 const (
 	PathLiveness  = "/healthz"
-	PathLivez     = "/livez" // liveness too, as on the Kubernetes API server
 	PathReadiness = "/readyz"
 	PathStartup   = "/startupz"
 	PathPreStop   = "/prestop"
 )
+
+// pathLivez answers liveness too, by default, as on the Kubernetes API
+// server.
+const pathLivez = "/livez"
 
 // PreStopTokenHeader carries Config.PreStopToken on GET /prestop; in a pod
 // spec it goes in lifecycle.preStop.httpGet.httpHeaders.

@@ -340,11 +340,11 @@ func TestSecondSignalExitIsLogged(t *testing.T) {
 	}
 }
 
-// Config.HideCheckErrors through the Lifecycle: "hide nowhere": even the
+// CheckDetails "hide" through the Lifecycle: "hide nowhere": even the
 // probe-only listener, which shows the text by default, carries the outcome
 // word alone, in every format; the log keeps the (redacted) text.
-func TestHideCheckErrorsThroughTheLifecycle(t *testing.T) {
-	h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second, ProbeAddr: "127.0.0.1:0", HideCheckErrors: true})
+func TestCheckDetailsHideThroughTheLifecycle(t *testing.T) {
+	h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second, ProbeAddr: "127.0.0.1:0", CheckDetails: lameduck.CheckDetailsHide})
 	if err := h.lc.AddCheck(health.Check{Name: "db", Critical: true, Func: func(context.Context) error {
 		return errors.New("dial tcp orders-db.internal:5432: connection refused")
 	}}); err != nil {
@@ -357,7 +357,7 @@ func TestHideCheckErrorsThroughTheLifecycle(t *testing.T) {
 	for _, path := range []string{"/readyz", "/readyz/db", "/readyz?verbose"} {
 		p := get(t, c, "http://"+addr+path)
 		if p.code != 503 || strings.Contains(p.body, "orders-db") || strings.Contains(p.body, "5432") {
-			t.Fatalf("GET %s on the probe-only listener with HideCheckErrors: %d %s; want 503 and no error text", path, p.code, p.body)
+			t.Fatalf("GET %s on the probe-only listener with CheckDetails hide: %d %s; want 503 and no error text", path, p.code, p.body)
 		}
 		if !strings.Contains(p.body, `"db":"error"`) && !strings.Contains(p.body, "[-]db failed: error") {
 			t.Fatalf("GET %s: %s; want the outcome word", path, p.body)
@@ -370,7 +370,7 @@ func TestHideCheckErrorsThroughTheLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	if body := readAll(resp); strings.Contains(body, "orders-db") || !strings.Contains(body, `"status":"fail"`) {
-		t.Fatalf("health+json with HideCheckErrors: %s; want fail and no error text", body)
+		t.Fatalf("health+json with CheckDetails hide: %s; want fail and no error text", body)
 	}
 	if !strings.Contains(h.logs.String(), "orders-db.internal:5432") {
 		t.Fatalf("the log lacks the detail:\n%s", h.logs)
@@ -728,11 +728,11 @@ func TestSettingValuesParseAsDocumented(t *testing.T) {
 	}
 }
 
-// Drain hooks run "for at most LAMEDUCK_HOOK_SHARE × T together …, and never
+// Teardown hooks run "for at most LAMEDUCK_HOOK_SHARE × T together …, and never
 // past the HTTP drain's end, so in-flight requests always keep a share": with
 // a share of 0.9 of T = 4s and a tail of 1s kept for a join and a closer, the
 // hooks' deadline is the HTTP drain's end at 3s, not 3.6s.
-func TestDrainHooksNeverPastTheHTTPDrainsEnd(t *testing.T) {
+func TestTeardownHooksNeverPastTheHTTPDrainsEnd(t *testing.T) {
 	h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 4 * time.Second, HookShare: 0.9})
 	done := make(chan struct{})
 	if err := h.lc.GoWrite("audit-row", 0, func(context.Context) error { close(done); return nil }); err != nil {
@@ -747,7 +747,7 @@ func TestDrainHooksNeverPastTheHTTPDrainsEnd(t *testing.T) {
 	// closing note), so this one is still running at the deadline for sure.
 	stuck, entered := make(chan struct{}), make(chan struct{})
 	defer close(stuck)
-	if err := h.lc.AddDrainHook("dispatcher", func(context.Context) error { close(entered); <-stuck; return nil }); err != nil {
+	if err := h.lc.AddTeardownHook("dispatcher", func(context.Context) error { close(entered); <-stuck; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	h.serve(okHandler)
@@ -762,7 +762,7 @@ func TestDrainHooksNeverPastTheHTTPDrainsEnd(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), `"dispatcher"`) {
 		t.Fatalf("Run = %v; want the hook's overrun (exit 1)", err)
 	}
-	if want := `drain hook \"dispatcher\" overran the hooks' share 3s of the teardown budget`; !strings.Contains(h.logs.String(), want) {
+	if want := `teardown hook \"dispatcher\" overran the hooks' share 3s of the teardown budget`; !strings.Contains(h.logs.String(), want) {
 		t.Fatalf("the log lacks %s (the HTTP drain's end, before 0.9 × 4s):\n%s", want, h.logs)
 	}
 }

@@ -1,7 +1,7 @@
 package lameduck_test
 
 // Promises of docs/probes-and-shutdown.md ("The shutdown sequence",
-// "Configuration") held on the fake clock: drain-hook errors, closers that
+// "Configuration") held on the fake clock: teardown-hook errors, closers that
 // fail, overrun or panic, OnPanic for hooks and loops, /startupz during an
 // interrupted boot, and settings read from the environment actually applied.
 
@@ -22,14 +22,14 @@ import (
 
 // "A hook that returns an error is logged and the next one runs": the
 // error does not change Run's result.
-func TestDrainHookErrorIsLoggedAndTheNextRuns(t *testing.T) {
+func TestTeardownHookErrorIsLoggedAndTheNextRuns(t *testing.T) {
 	h := started(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 10 * time.Second})
 	var mu sync.Mutex
 	var order []string
 	note := func(s string) { mu.Lock(); order = append(order, s); mu.Unlock() }
 	if err := errors.Join(
-		h.lc.AddDrainHook("dispatcher", func(context.Context) error { note("dispatcher"); return errors.New("queue unreachable") }),
-		h.lc.AddDrainHook("flush", func(context.Context) error { note("flush"); return nil }),
+		h.lc.AddTeardownHook("dispatcher", func(context.Context) error { note("dispatcher"); return errors.New("queue unreachable") }),
+		h.lc.AddTeardownHook("flush", func(context.Context) error { note("flush"); return nil }),
 	); err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func TestDrainHookErrorIsLoggedAndTheNextRuns(t *testing.T) {
 	if !slices.Equal(order, []string{"dispatcher", "flush"}) {
 		t.Fatalf("hooks ran %v; want [dispatcher flush]", order)
 	}
-	if logs := h.logs.String(); !strings.Contains(logs, "drain hook dispatcher failed") || !strings.Contains(logs, "queue unreachable") {
+	if logs := h.logs.String(); !strings.Contains(logs, "teardown hook dispatcher failed") || !strings.Contains(logs, "queue unreachable") {
 		t.Fatalf("the hook's error is not named in the log:\n%s", logs)
 	}
 }
@@ -111,13 +111,13 @@ func TestClosersFailOverrunOrPanicAndTheNextRuns(t *testing.T) {
 	}
 }
 
-// OnPanic hears of a panicking drain hook and a panicking loop, and the
+// OnPanic hears of a panicking teardown hook and a panicking loop, and the
 // sequence goes on.
 func TestOnPanicForHooksAndLoops(t *testing.T) {
 	got := make(chan string, 4)
 	h := started(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 10 * time.Second,
 		OnPanic: func(what string, v any, _ []byte) { got <- what + ": " + v.(string) }})
-	if err := h.lc.AddDrainHook("dispatcher", func(context.Context) error { panic("hook bug") }); err != nil {
+	if err := h.lc.AddTeardownHook("dispatcher", func(context.Context) error { panic("hook bug") }); err != nil {
 		t.Fatal(err)
 	}
 	if err := h.lc.GoLoop("sweep", func(ctx context.Context) error { panic("loop bug") }); err != nil {
@@ -132,8 +132,8 @@ func TestOnPanicForHooksAndLoops(t *testing.T) {
 	if loop != "loop sweep: loop bug" {
 		t.Errorf("OnPanic for the loop got %q; want %q", loop, "loop sweep: loop bug")
 	}
-	if hook != "drain hook dispatcher: hook bug" {
-		t.Errorf("OnPanic for the hook got %q; want %q", hook, "drain hook dispatcher: hook bug")
+	if hook != "teardown hook dispatcher: hook bug" {
+		t.Errorf("OnPanic for the hook got %q; want %q", hook, "teardown hook dispatcher: hook bug")
 	}
 }
 
@@ -177,16 +177,16 @@ func TestSettingsFromTheEnvironmentAreApplied(t *testing.T) {
 		stuck := make(chan struct{})
 		defer close(stuck)
 		entered := make(chan struct{})
-		h.lc.AddDrainHook("dispatcher", func(context.Context) error { close(entered); <-stuck; return nil })
+		h.lc.AddTeardownHook("dispatcher", func(context.Context) error { close(entered); <-stuck; return nil })
 		h.endWindow(time.Second)
 		recv(t, entered, "the hook to run")
 		await(t, h.lc.Events().HTTPDrained)
 		h.timers(1)
-		if n := h.clock.Advance(15*time.Second - time.Nanosecond); n != 0 || h.lc.Events().HooksDrained.Fired() {
+		if n := h.clock.Advance(15*time.Second - time.Nanosecond); n != 0 || h.lc.Events().HooksDone.Fired() {
 			t.Fatalf("the hooks were cut before 0.5 × 30s (%d timer(s) fired)", n)
 		}
 		h.clock.Advance(time.Nanosecond)
-		await(t, h.lc.Events().HooksDrained)
+		await(t, h.lc.Events().HooksDone)
 		if err := h.wait(); err == nil || !strings.Contains(err.Error(), `"dispatcher"`) {
 			t.Fatalf("Run = %v; want the hook's overrun", err)
 		}

@@ -250,15 +250,15 @@ func TestCheckDetailsSetting(t *testing.T) {
 		{nil, lameduck.Config{}, lameduck.CheckDetailsAuto},
 		{map[string]string{"LAMEDUCK_CHECK_DETAILS": "Show"}, lameduck.Config{}, lameduck.CheckDetailsShow},
 		{map[string]string{"LAMEDUCK_CHECK_DETAILS": "hide"}, lameduck.Config{}, lameduck.CheckDetailsHide},
-		{nil, lameduck.Config{HideCheckErrors: true}, lameduck.CheckDetailsHide},
+		{nil, lameduck.Config{CheckDetails: "Hide"}, lameduck.CheckDetailsHide},
 		{map[string]string{"LAMEDUCK_CHECK_DETAILS": "show"}, lameduck.Config{CheckDetails: "auto"}, lameduck.CheckDetailsAuto},
 	} {
 		lc, err := newFromEnv(t, tc.vars, tc.cfg)
 		if err != nil {
 			t.Fatalf("%v: %v", tc.vars, err)
 		}
-		if c := lc.Config(); c.CheckDetails != tc.want || c.HideCheckErrors != (tc.want == lameduck.CheckDetailsHide) {
-			t.Errorf("%v %+v: CheckDetails %q HideCheckErrors %v; want %q", tc.vars, tc.cfg, c.CheckDetails, c.HideCheckErrors, tc.want)
+		if c := lc.Config(); c.CheckDetails != tc.want {
+			t.Errorf("%v %+v: CheckDetails %q; want %q", tc.vars, tc.cfg, c.CheckDetails, tc.want)
 		}
 	}
 	for _, tc := range []struct {
@@ -268,7 +268,6 @@ func TestCheckDetailsSetting(t *testing.T) {
 	}{
 		{map[string]string{"LAMEDUCK_CHECK_DETAILS": "verbose"}, lameduck.Config{}, `LAMEDUCK_CHECK_DETAILS="verbose": not one of the choices; set it to "auto" or "show" or "hide"`},
 		{nil, lameduck.Config{CheckDetails: "all"}, `Config.CheckDetails=all`},
-		{nil, lameduck.Config{CheckDetails: "show", HideCheckErrors: true}, "HideCheckErrors"},
 	} {
 		if _, err := newFromEnv(t, tc.vars, tc.cfg); !errors.Is(err, lameduck.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v %+v: %v; want %q", tc.vars, tc.cfg, err, tc.want)

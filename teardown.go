@@ -15,7 +15,7 @@ import (
 // window ends, on the steps between WindowEnded and Stopped of the timeline
 // that Events defines:
 //
-//  1. at once, side by side: the drain hooks, in order, for at most
+//  1. at once, side by side: the teardown hooks, in order, for at most
 //     HookShare of T; and the HTTP drain — http.Server.Shutdown of the
 //     application's servers (listeners close, idle connections close,
 //     HTTP/2 connections get GOAWAY), then a wait for every tracked handler,
@@ -64,7 +64,7 @@ func (l *Lifecycle) teardown(servers []*server, serving *sync.WaitGroup) error {
 	var hookErr, httpErr error
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		defer l.events.HooksDrained.fire()
+		defer l.events.HooksDone.fire()
 		if len(hooks) == 0 {
 			return
 		}
@@ -104,25 +104,25 @@ func (l *Lifecycle) teardown(servers []*server, serving *sync.WaitGroup) error {
 // HTTP drain overrun: the join is never left with nothing.
 const joinReserve = 500 * time.Millisecond
 
-// runHooks runs the drain hooks in order until deadline.
+// runHooks runs the teardown hooks in order until deadline.
 func (l *Lifecycle) runHooks(hooks []namedFunc, deadline time.Time) error {
 	began := l.clock.Now()
 	for i, h := range hooks {
-		err := l.callUntil("drain hook", h, deadline)
+		err := l.callUntil("teardown hook", h, deadline)
 		if errors.Is(err, context.DeadlineExceeded) {
 			var skipped []string
 			for _, s := range hooks[i+1:] {
 				skipped = append(skipped, s.name)
 			}
-			l.log.Error(fmt.Sprintf("lameduck: drain hook %q overran the hooks' share %s of the teardown budget", h.name,
+			l.log.Error(fmt.Sprintf("lameduck: teardown hook %q overran the hooks' share %s of the teardown budget", h.name,
 				deadline.Sub(began).Round(time.Millisecond)), "hook", h.name, "not_run", strings.Join(skipped, ", "))
-			return fmt.Errorf("lameduck: drain hook %q: %w", h.name, context.DeadlineExceeded)
+			return fmt.Errorf("lameduck: teardown hook %q: %w", h.name, context.DeadlineExceeded)
 		}
 		if err != nil {
-			l.log.Warn("lameduck: drain hook "+h.name+" failed", "hook", h.name, "error", err.Error())
+			l.log.Warn("lameduck: teardown hook "+h.name+" failed", "hook", h.name, "error", err.Error())
 		}
 	}
-	l.log.Info("lameduck: drain hooks done", "hooks", len(hooks), "took", l.clock.Now().Sub(began).Round(time.Millisecond).String())
+	l.log.Info("lameduck: teardown hooks done", "hooks", len(hooks), "took", l.clock.Now().Sub(began).Round(time.Millisecond).String())
 	return nil
 }
 
@@ -131,14 +131,43 @@ func (l *Lifecycle) runHooks(hooks []namedFunc, deadline time.Time) error {
 // tenth of the HTTP drain's budget).
 const acceptGrace = 250 * time.Millisecond
 
-// drainHTTP shuts the application's servers down and waits for their
-// tracked handlers until deadline; then it closes what is left by force,
-// names the requests it cut, and shuts the probe listener down.
+// drainHTTP is the HTTP drain, the left column of the teardown in the
+// timeline Events defines: it shuts the application's servers down and
+// waits for their tracked handlers until deadline; then it closes what is
+// left by force, names the requests it cut, and shuts the probe listener
+// down. Each step below is one line of that column.
 func (l *Lifecycle) drainHTTP(servers []*server, serving *sync.WaitGroup, deadline time.Time) error {
 	began := l.clock.Now()
+	ctx, stop := l.drainDeadline(deadline.Sub(began))
+	defer stop()
+	app, probes := splitProbes(servers)
+
+	if l.cfg.SendRetryAfter {
+		l.refuseUntilIdle(ctx)
+	}
+	l.closeListeners(app)
+	l.awaitFirstRequests(ctx, min(acceptGrace, deadline.Sub(began)/10))
+	l.shutdownServers(ctx, app)
+	// Shutdown neither waits for nor closes hijacked connections, and
+	// returns at its deadline with handlers still running: wait for every
+	// tracked handler ourselves.
+	l.track.waitIdle(ctx)
+	forced := ctx.Err() != nil
+	var cut []InFlightRequest
+	if forced {
+		cut = l.cutRemaining(app)
+	}
+	l.shutdownProbes(ctx, probes)
+	serving.Wait()
+	return l.reportHTTPDrain(cut, forced, l.clock.Now().Sub(began), deadline.Sub(began))
+}
+
+// drainDeadline returns the HTTP drain's context, which the Lifecycle's
+// clock cancels (cause context.DeadlineExceeded) once d has passed, and a
+// stop that releases it and waits for the goroutine timing it.
+func (l *Lifecycle) drainDeadline(d time.Duration) (ctx context.Context, stop func()) {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	defer cancel(nil)
-	timer := l.clock.NewTimer(deadline.Sub(began))
+	timer := l.clock.NewTimer(d)
 	var timerWG sync.WaitGroup
 	timerWG.Go(func() {
 		select {
@@ -147,9 +176,12 @@ func (l *Lifecycle) drainHTTP(servers []*server, serving *sync.WaitGroup, deadli
 		case <-ctx.Done():
 		}
 	})
-	defer func() { timer.Stop(); cancel(nil); timerWG.Wait() }()
+	return ctx, func() { timer.Stop(); cancel(nil); timerWG.Wait() }
+}
 
-	var app, probes []*server
+// splitProbes parts the application's servers from the probe listener's
+// (Config.ProbeAddr), which is shut down last.
+func splitProbes(servers []*server) (app, probes []*server) {
 	for _, s := range servers {
 		if s.probes {
 			probes = append(probes, s)
@@ -157,31 +189,20 @@ func (l *Lifecycle) drainHTTP(servers []*server, serving *sync.WaitGroup, deadli
 			app = append(app, s)
 		}
 	}
-	shutdown := func(ctx context.Context, group []*server) {
-		var wg sync.WaitGroup
-		seen := map[*http.Server]bool{}
-		for _, s := range group {
-			switch {
-			case s.ext != nil:
-				wg.Go(func() { l.shutdownExt(ctx, s) })
-			case !seen[s.srv]: // a server on two listeners shuts down once
-				seen[s.srv] = true
-				wg.Go(func() { _ = s.srv.Shutdown(ctx) })
-			}
-		}
-		wg.Wait()
-	}
+	return app, probes
+}
 
-	if l.cfg.SendRetryAfter {
-		// Keep the listeners open, answering new requests 503 Retry-After,
-		// until the requests in flight have drained.
-		l.state.Store(stateRejecting)
-		l.track.waitIdle(ctx)
-	}
-	// Close the listeners first, then let the connections they accepted
-	// have their first request read (for at most acceptGrace), and only
-	// then call Shutdown: it drops any request it reads after it has begun,
-	// which a client that connected a moment before would see as an EOF.
+// refuseUntilIdle is SendRetryAfter: the listeners stay open, answering new
+// requests 503 Retry-After, until the requests in flight have drained or
+// ctx ends.
+func (l *Lifecycle) refuseUntilIdle(ctx context.Context) {
+	l.state.Store(stateRejecting)
+	l.track.waitIdle(ctx)
+}
+
+// closeListeners closes the application's listeners, before Shutdown: from
+// now on a Serve's accept error is expected.
+func (l *Lifecycle) closeListeners(app []*server) {
 	l.closing.Store(true)
 	for _, s := range app {
 		if s.extLn != nil {
@@ -190,8 +211,19 @@ func (l *Lifecycle) drainHTTP(servers []*server, serving *sync.WaitGroup, deadli
 			_ = s.ln.Close()
 		}
 	}
+}
+
+// awaitFirstRequests lets the connections the listeners accepted just
+// before they closed have their first request read, for at most grace (or
+// until ctx ends), and only then does the drain call Shutdown: it drops any
+// request it reads after it has begun, which a client that connected a
+// moment before would see as an EOF. What is still silent after the grace
+// has sent no request (an idle preconnect, a stalled TLS handshake, a
+// half-sent header): Shutdown would wait up to 5s for each, so they are
+// closed now, and the log says so.
+func (l *Lifecycle) awaitFirstRequests(ctx context.Context, grace time.Duration) {
 	graceCtx, cancelGrace := context.WithCancel(ctx)
-	graceTimer := l.clock.NewTimer(min(acceptGrace, deadline.Sub(began)/10))
+	graceTimer := l.clock.NewTimer(grace)
 	var graceWG sync.WaitGroup
 	graceWG.Go(func() {
 		select {
@@ -204,48 +236,69 @@ func (l *Lifecycle) drainHTTP(servers []*server, serving *sync.WaitGroup, deadli
 	graceTimer.Stop()
 	cancelGrace()
 	graceWG.Wait()
-	// What is still silent after the grace has sent no request (an idle
-	// preconnect, a stalled TLS handshake, a half-sent header): Shutdown
-	// would wait up to 5s for each, so close them now and say so.
 	if n := l.track.closeFresh(); n > 0 {
 		l.log.Info("lameduck: closed connection(s) that had sent no request", "silent", n)
 	}
-	shutdown(ctx, app)
-	// Shutdown neither waits for nor closes hijacked connections, and
-	// returns at its deadline with handlers still running: wait for every
-	// tracked handler ourselves.
-	l.track.waitIdle(ctx)
+}
 
-	var cut []InFlightRequest
-	forced := ctx.Err() != nil
-	if forced {
-		cut = l.track.snapshot()
-		for _, s := range app {
-			if s.ext != nil {
-				l.forceExt(s)
-			} else {
-				_ = s.srv.Close()
-			}
-		}
-		for _, r := range cut {
-			if r.conn != nil {
-				_ = r.conn.Close() // hijacked connections: Close above skipped them
-			}
+// shutdownServers calls every server's graceful shutdown with ctx, side by
+// side (http.Server.Shutdown; ServerFuncs.Shutdown), and waits for them; a
+// server on two listeners shuts down once.
+func (l *Lifecycle) shutdownServers(ctx context.Context, group []*server) {
+	var wg sync.WaitGroup
+	seen := map[*http.Server]bool{}
+	for _, s := range group {
+		switch {
+		case s.ext != nil:
+			wg.Go(func() { l.shutdownExt(ctx, s) })
+		case !seen[s.srv]:
+			seen[s.srv] = true
+			wg.Go(func() { _ = s.srv.Shutdown(ctx) })
 		}
 	}
-	// Every probe answers at once from now on: a probe connection still
-	// open after a short grace is a slow client, and cannot hold the drain.
+	wg.Wait()
+}
+
+// cutRemaining is the drain's end at its budget: it closes the application's
+// servers by force (http.Server.Close; ServerFuncs' Close and every
+// connection on its listener) and the hijacked connections Close skips, and
+// returns the requests that were still in flight.
+func (l *Lifecycle) cutRemaining(app []*server) []InFlightRequest {
+	cut := l.track.snapshot()
+	for _, s := range app {
+		if s.ext != nil {
+			l.forceExt(s)
+		} else {
+			_ = s.srv.Close()
+		}
+	}
+	for _, r := range cut {
+		if r.conn != nil {
+			_ = r.conn.Close() // hijacked connections: Close above skipped them
+		}
+	}
+	return cut
+}
+
+// shutdownProbes shuts the probe listener down last. Every probe answers at
+// once from now on: a probe connection still open after a short grace
+// (probeShutdownGrace) is a slow client, and cannot hold the drain.
+func (l *Lifecycle) shutdownProbes(ctx context.Context, probes []*server) {
 	if len(probes) > 0 {
 		probeCtx, cancelProbes := l.withTimeout(ctx, probeShutdownGrace)
-		shutdown(probeCtx, probes)
+		l.shutdownServers(probeCtx, probes)
 		cancelProbes()
 	}
 	for _, s := range probes {
 		_ = s.srv.Close()
 	}
-	serving.Wait()
-	took := l.clock.Now().Sub(began).Round(time.Millisecond)
+}
 
+// reportHTTPDrain logs how the HTTP drain ended, which took took of its
+// budget; when requests were cut, it names them (the first 20), reports a
+// TransitionCut and returns an error wrapping context.DeadlineExceeded.
+func (l *Lifecycle) reportHTTPDrain(cut []InFlightRequest, forced bool, took, budget time.Duration) error {
+	took = took.Round(time.Millisecond)
 	if len(cut) == 0 {
 		if forced {
 			l.log.Warn("lameduck: HTTP drain budget spent waiting for connections that sent no request; closed them",
@@ -277,7 +330,7 @@ func (l *Lifecycle) drainHTTP(servers []*server, serving *sync.WaitGroup, deadli
 		}
 		b.WriteString(")")
 	}
-	budget := deadline.Sub(began).Round(time.Millisecond)
+	budget = budget.Round(time.Millisecond)
 	l.transition(Transition{Kind: TransitionCut, At: l.clock.Now(), Count: len(cut)})
 	l.log.Error(fmt.Sprintf("lameduck: teardown budget spent: HTTP drain cut %d in-flight request(s) after %s: %s", len(cut), budget, b.String()),
 		"http_budget", budget.String(), "cut", len(cut), "hijacked_closed", hijacked)

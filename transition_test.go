@@ -61,7 +61,7 @@ func TestOnTransition(t *testing.T) {
 		slices.Sort(events[3:5])
 	}
 	wantEvents := []string{"startup-done>serving", "shutdown-initiated>draining", "window-ended>stopping",
-		"hooks-drained>stopping", "http-drained>stopping", "joined>stopping", "stopped>stopped"}
+		"hooks-done>stopping", "http-drained>stopping", "joined>stopping", "stopped>stopped"}
 	if !slices.Equal(events, wantEvents) {
 		t.Errorf("events %v, want %v", events, wantEvents)
 	}

@@ -117,7 +117,7 @@ type GateResult struct {
 	// true and OK false, readiness fails: "failed: <Reason>".
 	OK bool
 	// Reason says why, in a few words ("consensus group is empty"). It is
-	// redacted like error text and hidden under HideErrors.
+	// redacted like error text and hidden under HideDetails.
 	Reason string
 }
 
@@ -163,12 +163,13 @@ type CheckerOptions struct {
 	// the probe's, concurrently for different checks, so it must be safe for
 	// concurrent use and return at once. Nil costs nothing.
 	OnResult func(Result)
-	// HideErrors, when true, makes bodies carry the outcome word alone
+	// HideDetails, when true, makes bodies carry the outcome word alone
 	// ("error", "timeout", "panic", "stalled", "failed", "skipped") and
-	// never error, panic or gate text, for services whose probes are
-	// reachable by people who must not learn about the backends. Logs still
-	// carry the (redacted) text.
-	HideErrors bool
+	// never a check's details (error, panic or gate text), for services
+	// whose probes are reachable by people who must not learn about the
+	// backends; [Info.HideDetails] does the same per handler. Logs still
+	// carry the (redacted) details.
+	HideDetails bool
 }
 
 // Checker runs the readiness checks and gates of one process: concurrently,
@@ -270,7 +271,7 @@ func (c *Checker) AddCheck(ch Check) error {
 		timeout:     timeout,
 		maxAge:      max(maxAge, 0),
 		c:           c,
-		timeoutText: timeoutText(timeout, c.opts.HideErrors),
+		timeoutText: timeoutText(timeout, c.opts.HideDetails),
 	}
 	return c.add(&entry{name: ch.Name, check: cs}, "Check")
 }

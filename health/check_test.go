@@ -163,12 +163,12 @@ func TestOnlyExcludeUnknown(t *testing.T) {
 	}
 }
 
-// Under HideErrors, bodies carry the outcome word only; logs keep the
+// Under HideDetails, bodies carry the outcome word only; logs keep the
 // (redacted) text.
-func TestHideErrors(t *testing.T) {
+func TestHideDetails(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var logs logBuf
-		c := health.NewChecker(health.CheckerOptions{HideErrors: true, Logger: logs.logger()})
+		c := health.NewChecker(health.CheckerOptions{HideDetails: true, Logger: logs.logger()})
 		release := make(chan struct{})
 		defer close(release)
 		var calls atomic.Int32

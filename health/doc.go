@@ -33,7 +33,7 @@
 //     probers; [Checker.RunRefresh] can keep such results fresh on its own
 //     schedule;
 //   - error text is redacted of credentials ([Redact]) before it reaches a
-//     body, or hidden entirely: for every probe (CheckerOptions.HideErrors)
+//     body, or hidden entirely: for every probe (CheckerOptions.HideDetails)
 //     or per handler, for a port the internet can reach (Info.HideDetails).
 //
 // # Responses

@@ -189,7 +189,7 @@ func (cs *checkState) arrive(parent context.Context, now time.Time, batch *[]fli
 // probe decided it (decided).
 func (cs *checkState) stalledUnlock(f *flight, now time.Time, timedOut *logLine, decided bool) Result {
 	res := Result{
-		Name: cs.Name, Outcome: OutcomeStalled, Text: stalledWord(cs.c.opts.HideErrors),
+		Name: cs.Name, Outcome: OutcomeStalled, Text: stalledWord(cs.c.opts.HideDetails),
 		Critical: cs.Critical, Duration: now.Sub(f.start), Time: now,
 	}
 	line := cs.noteLocked(res, stalledText, durationAttr("running_for", roundWait(res.Duration)))
@@ -278,7 +278,7 @@ func (cs *checkState) panicked(f *flight, pv any) {
 		pv = goexitValue
 	}
 	stack := debug.Stack()
-	cs.finish(f, OutcomePanic, panicText(pv, cs.c.opts.HideErrors), panicText(pv, false), pv, stack)
+	cs.finish(f, OutcomePanic, panicText(pv, cs.c.opts.HideDetails), panicText(pv, false), pv, stack)
 }
 
 // failed finishes a ping whose Func returned err.
@@ -289,7 +289,7 @@ func (cs *checkState) failed(f *flight, err error) {
 		// a field, say): that is the check's panic, and the process lives.
 		pv = fmt.Sprintf("%v (in the Error method of the %T the check returned)", pv, err)
 		stack := debug.Stack()
-		cs.finish(f, OutcomePanic, panicText(pv, cs.c.opts.HideErrors), panicText(pv, false), pv, stack)
+		cs.finish(f, OutcomePanic, panicText(pv, cs.c.opts.HideDetails), panicText(pv, false), pv, stack)
 		return
 	}
 	if deadline {
@@ -300,7 +300,7 @@ func (cs *checkState) failed(f *flight, err error) {
 	}
 	logText := detail(OutcomeError, msg, false)
 	text := logText
-	if cs.c.opts.HideErrors {
+	if cs.c.opts.HideDetails {
 		text = string(OutcomeError)
 	}
 	cs.finish(f, OutcomeError, text, logText, nil, nil)
@@ -411,7 +411,7 @@ func (cs *checkState) wait(ctx context.Context, f *flight, start time.Time, tm *
 			// waited. Not logged: the check did nothing new.
 			now := time.Now()
 			d := roundWait(now.Sub(start))
-			return Result{Name: cs.Name, Outcome: OutcomeTimeout, Text: timeoutText(d, cs.c.opts.HideErrors),
+			return Result{Name: cs.Name, Outcome: OutcomeTimeout, Text: timeoutText(d, cs.c.opts.HideDetails),
 				Critical: cs.Critical, Duration: d, Time: now}
 		}
 	}

@@ -35,7 +35,7 @@ func (gs *gateState) eval() Result {
 		gr = gs.Func()
 		normal = true
 	}()
-	hide := gs.c.opts.HideErrors
+	hide := gs.c.opts.HideDetails
 	res := Result{Name: gs.Name, Critical: true, Gate: true, Time: time.Now()}
 	var logText string
 	switch {

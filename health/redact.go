@@ -59,7 +59,7 @@ var (
 //
 // Redact errs on the side of hiding: a word that merely looks like a secret
 // is hidden too. It does not find secrets that carry no marker (a bare
-// password in free text); for those, set CheckerOptions.HideErrors. Redact is
+// password in free text); for those, set CheckerOptions.HideDetails. Redact is
 // safe for concurrent use.
 func Redact(s string) string {
 	if s == "" {

@@ -62,7 +62,7 @@ type Result struct {
 	Outcome Outcome
 	// Text is what the body shows: the outcome word, then for failures ": "
 	// and the redacted detail ("error: dial tcp 10.0.0.7:5432: connection
-	// refused"). Under CheckerOptions.HideErrors it is the word alone. It is
+	// refused"). Under CheckerOptions.HideDetails it is the word alone. It is
 	// the value of Report.Checks[Name].
 	Text string
 	// Critical is true for a critical check and for every gate: when it is

@@ -220,7 +220,7 @@ func New(cfg Config) (*Worker, error) {
 		lc.AnswerProbes(w.answer),
 		lc.CountInFlight(w.jobsInFlight),
 		lc.AddDrainWait("jobs in flight", w.drain),
-		lc.AddDrainHook("consume loops", w.joinLoops),
+		lc.AddTeardownHook("consume loops", w.joinLoops),
 	)
 	if err != nil {
 		return nil, err
@@ -426,7 +426,7 @@ func (w *Worker) drain(ctx context.Context) error {
 	return nil // each job cut is named above, once
 }
 
-// joinLoops is the drain hook: it waits, within the teardown's hook share,
+// joinLoops is the teardown hook: it waits, within the teardown's hook share,
 // for the loops cancelled at the bound to hand their jobs back, and at the
 // share's end hands back itself each job whose handler has not returned.
 func (w *Worker) joinLoops(ctx context.Context) error {

@@ -76,7 +76,7 @@ func TestFastHTTPServer(t *testing.T) {
 		switch string(fc.Path()) {
 		case "/slow":
 			close(slowIn)
-			<-lc.Drain()
+			<-lc.WindowEnded()
 			fc.SetBodyString("slept")
 		case "/stuck":
 			close(stuckIn)

@@ -60,7 +60,7 @@ func TestIdleKeepAliveConnectionsNeverHoldTheExit(t *testing.T) {
 			return func(fc *fasthttp.RequestCtx) {
 				if string(fc.Path()) == "/slow" {
 					close(slowIn)
-					<-lc.Drain()
+					<-lc.WindowEnded()
 				}
 				fc.SetBodyString("hello")
 			}
@@ -132,7 +132,7 @@ func TestStreamIsTracked(t *testing.T) {
 					if w.Flush() != nil {
 						return
 					}
-					<-lc.Drain()
+					<-lc.WindowEnded()
 					w.WriteString("event: bye\n\n")
 				})
 			}

@@ -306,7 +306,7 @@ func TestWebSocketsOnFiber(t *testing.T) {
 	var r *rig
 	r = newRig(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 5 * time.Second}, false, func(app *fiber.App) {
 		app.Get("/ws", fiberws.New(func(c *fiberws.Conn) {
-			<-r.lc.Drain()
+			<-r.lc.WindowEnded()
 			// A write deadline a loaded machine cannot outlast (a hang
 			// guard): a 1s one could pass before the frame is written.
 			_ = c.WriteControl(fiberws.CloseMessage,
@@ -358,7 +358,7 @@ func TestHijackedRequestKeepsItsName(t *testing.T) {
 	var r *rig
 	r = newRig(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 5 * time.Second}, false, func(app *fiber.App) {
 		app.Get("/ws", fiberws.New(func(c *fiberws.Conn) {
-			<-r.lc.Drain()
+			<-r.lc.WindowEnded()
 			// A write deadline a loaded machine cannot outlast (a hang
 			// guard): a 1s one could pass before the frame is written.
 			_ = c.WriteControl(fiberws.CloseMessage,
@@ -499,7 +499,7 @@ func TestSendStreamIsTracked(t *testing.T) {
 				if w.Flush() != nil {
 					return
 				}
-				<-r.lc.Drain()
+				<-r.lc.WindowEnded()
 				w.WriteString("event: bye\n\n")
 			})
 			return nil

@@ -323,7 +323,7 @@ func TestUpgradesOnFiber(t *testing.T) {
 			c.Set(fiber.HeaderUpgrade, "x-test")
 			c.Set(fiber.HeaderConnection, "Upgrade")
 			c.RequestCtx().Hijack(func(conn net.Conn) {
-				<-r.lc.Drain()
+				<-r.lc.WindowEnded()
 				conn.Write([]byte("bye\n"))
 			})
 			return nil
@@ -371,7 +371,7 @@ func TestHijackedRequestKeepsItsName(t *testing.T) {
 			c.Set(fiber.HeaderUpgrade, "x-test")
 			c.Set(fiber.HeaderConnection, "Upgrade")
 			c.RequestCtx().Hijack(func(conn net.Conn) {
-				<-r.lc.Drain()
+				<-r.lc.WindowEnded()
 				conn.Write([]byte("bye\n"))
 			})
 			return nil
@@ -504,7 +504,7 @@ func TestSendStreamIsTracked(t *testing.T) {
 				if w.Flush() != nil {
 					return
 				}
-				<-r.lc.Drain()
+				<-r.lc.WindowEnded()
 				w.WriteString("event: bye\n\n")
 			})
 			return nil

@@ -211,7 +211,7 @@ func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 	}
 	ctx, cancel := context.WithCancelCause(ss.Context())
 	defer cancel(nil)
-	drain := s.lc.Drain()
+	drain := s.lc.WindowEnded()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	defer wg.Wait()   // runs second: the watcher has left

@@ -16,7 +16,7 @@ import (
 )
 
 // Each shutdown step's duration, as lameduck_shutdown_step_duration_seconds
-// reports it, is the time the step took: a 5s window, a drain hook that
+// reports it, is the time the step took: a 5s window, a teardown hook that
 // sleeps 2s beside a server whose Shutdown sleeps 4s, a background write
 // that ends 1s after the HTTP drain, a closer that sleeps 500ms. In a
 // synctest bubble, so the times are exact. The same scenario as the root
@@ -58,7 +58,7 @@ func TestStepDurations(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		must(lc.AddDrainHook("release", func(context.Context) error { time.Sleep(hooks); return nil }))
+		must(lc.AddTeardownHook("release", func(context.Context) error { time.Sleep(hooks); return nil }))
 		must(lc.AddCloser("pool", func(context.Context) error { time.Sleep(closers); return nil }))
 		must(lc.AddServerFuncs(lameduck.ServerFuncs{
 			Name: "fake",

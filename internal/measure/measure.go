@@ -245,9 +245,9 @@ var stepEnds = []struct {
 	from      []string
 }{
 	{"window", "window-ended", []string{"shutdown-initiated"}},
-	{"hooks", "hooks-drained", []string{"window-ended"}},
+	{"hooks", "hooks-done", []string{"window-ended"}},
 	{"http_drain", "http-drained", []string{"window-ended"}},
-	{"join", "joined", []string{"hooks-drained", "http-drained"}},
+	{"join", "joined", []string{"hooks-done", "http-drained"}},
 	{"closers", "stopped", []string{"joined"}},
 	{"total", "stopped", []string{"shutdown-initiated"}},
 }

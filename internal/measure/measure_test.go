@@ -82,7 +82,7 @@ func TestTracker(t *testing.T) {
 	fire(es.ShutdownInitiated, 0, lameduck.PhaseDraining)
 	fire(es.WindowEnded, 2*time.Second, lameduck.PhaseStopping)
 	fire(es.HTTPDrained, 3*time.Second, lameduck.PhaseStopping)
-	fire(es.HooksDrained, 5*time.Second, lameduck.PhaseStopping)
+	fire(es.HooksDone, 5*time.Second, lameduck.PhaseStopping)
 	fire(es.Joined, 6*time.Second, lameduck.PhaseStopping)
 	fire(es.Stopped, 7*time.Second, lameduck.PhaseStopped)
 	want := map[string]time.Duration{"window": 2 * time.Second, "http_drain": time.Second, "hooks": 3 * time.Second,
