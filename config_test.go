@@ -217,3 +217,29 @@ func TestConfigOwnPrefixSharesTheApplicationsVariables(t *testing.T) {
 		t.Fatal("MYAPP_SHUTDOWN_DELAY not read")
 	}
 }
+
+// Parsing rules of the configuration: booleans as true/false, 1/0, t/f in
+// lower, upper or title case; surrounding spaces trimmed; an empty value is
+// unset; an unknown LAMEDUCK_ name is an error even when empty.
+func TestSettingValuesParseAsDocumented(t *testing.T) {
+	for _, v := range []string{"true", "TRUE", "True", "1", "t", "T", " true "} {
+		lc, err := newFromEnv(t, map[string]string{"LAMEDUCK_SEND_RETRY_AFTER": v}, lameduck.Config{})
+		if err != nil || !lc.Config().SendRetryAfter {
+			t.Errorf("LAMEDUCK_SEND_RETRY_AFTER=%q: %v; want true", v, err)
+		}
+	}
+	for _, v := range []string{"false", "FALSE", "False", "0", "f", "F"} {
+		lc, err := newFromEnv(t, map[string]string{"LAMEDUCK_SEND_RETRY_AFTER": v}, lameduck.Config{})
+		if err != nil || lc.Config().SendRetryAfter {
+			t.Errorf("LAMEDUCK_SEND_RETRY_AFTER=%q: %v; want false", v, err)
+		}
+	}
+	lc, err := newFromEnv(t, map[string]string{"LAMEDUCK_SHUTDOWN_DELAY": "  2s\t", "LAMEDUCK_CHECK_TIMEOUT": " "}, lameduck.Config{})
+	if err != nil || lc.Config().ShutdownDelay != 2*time.Second || lc.Config().CheckTimeout != time.Second {
+		t.Fatalf("spaces around 2s, a blank CHECK_TIMEOUT: %v %+v; want 2s and the 1s default", err, lc.Config())
+	}
+	if _, err := newFromEnv(t, map[string]string{"LAMEDUCK_SHUTDOWN_DELAYS": ""}, lameduck.Config{}); !errors.Is(err, lameduck.ErrInvalidConfig) ||
+		!strings.Contains(err.Error(), "LAMEDUCK_SHUTDOWN_DELAYS") {
+		t.Fatalf("an empty unknown LAMEDUCK_ name: %v; want an error naming it", err)
+	}
+}

@@ -454,3 +454,62 @@ func TestSequenceStartKnownBeforeItIsAnnounced(t *testing.T) {
 		t.Fatalf("no stopped line:\n%s", logs)
 	}
 }
+
+// "Any of these starts the sequence: … a server that stops with an error":
+// the serve error while serving starts the drain (readiness 503 draining,
+// the window waited), and Run returns the error (exit 1).
+func TestServeErrorStartsTheSequence(t *testing.T) {
+	h := newHarness(t, lameduck.Config{ShutdownDelay: 2 * time.Second})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl := failingListener{ln, make(chan struct{})}
+	if err := h.lc.AddServer(&http.Server{Handler: okHandler}, fl); err != nil {
+		t.Fatal(err)
+	}
+	h.run()
+	await(t, h.lc.Events().StartupDone)
+	close(fl.fail)
+	await(t, h.lc.Events().ShutdownInitiated)
+	probeOf(t, h.lc, "/readyz").status(t, 503, "draining")
+	h.timers(1)
+	if n := h.clock.Advance(2*time.Second - time.Nanosecond); n != 0 || h.lc.Events().WindowEnded.Fired() {
+		t.Fatalf("a serve error skipped the window (%d timer(s) fired)", n)
+	}
+	h.clock.Advance(time.Nanosecond)
+	err = h.wait()
+	if err == nil || !strings.Contains(err.Error(), "the network went away") {
+		t.Fatalf("Run = %v, want the serve error (exit 1)", err)
+	}
+	if !strings.Contains(h.logs.String(), `reason="server failed"`) {
+		t.Fatalf("the draining line does not say a server failed:\n%s", h.logs)
+	}
+}
+
+// "Without ReadHeaderTimeout (or ReadTimeout) … Run logs a warning naming
+// the server at startup" (docs/security.md); a server with one is not named.
+func TestServerWithoutReadHeaderTimeoutIsWarned(t *testing.T) {
+	h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second})
+	bare := h.serve(okHandler)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.lc.AddServer(&http.Server{Handler: okHandler, ReadHeaderTimeout: 10 * time.Second}, ln); err != nil {
+		t.Fatal(err)
+	}
+	h.run()
+	await(t, h.lc.Events().StartupDone)
+	logs := h.logs.String()
+	if !strings.Contains(logs, "lameduck: the server on "+strings.TrimPrefix(bare, "http://")+" has no ReadHeaderTimeout") {
+		t.Fatalf("no warning names the server without ReadHeaderTimeout:\n%s", logs)
+	}
+	if strings.Contains(logs, "the server on "+ln.Addr().String()+" has no ReadHeaderTimeout") {
+		t.Fatalf("a server with ReadHeaderTimeout was warned about:\n%s", logs)
+	}
+	h.endWindow(time.Second)
+	if err := h.wait(); err != nil {
+		t.Fatal(err)
+	}
+}

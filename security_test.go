@@ -481,3 +481,22 @@ func TestProbeFloodOverHTTPSharesOnePing(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// docs/security.md: the token is "never printed in a configuration error
+// (LAMEDUCK_PRESTOP_TOKEN="(hidden)")" and "must be printable ASCII without
+// surrounding spaces".
+func TestPreStopTokenNeverPrintedInItsError(t *testing.T) {
+	for _, tok := range []string{"s3cret\x01token-long-enough", "s3cret-tökén-long-enough"} {
+		_, err := newFromEnv(t, map[string]string{"LAMEDUCK_PRESTOP_TOKEN": tok}, lameduck.Config{})
+		if !errors.Is(err, lameduck.ErrInvalidConfig) || !strings.Contains(err.Error(), `LAMEDUCK_PRESTOP_TOKEN="(hidden)"`) {
+			t.Fatalf("token %q: %v; want an error showing (hidden)", tok, err)
+		}
+		if strings.Contains(err.Error(), "s3cret") {
+			t.Fatalf("the error prints the token: %v", err)
+		}
+	}
+	_, err := newFromEnv(t, nil, lameduck.Config{PreStopToken: " s3cret-token-long-enough "})
+	if !errors.Is(err, lameduck.ErrInvalidConfig) || strings.Contains(err.Error(), "s3cret") {
+		t.Fatalf("a token with surrounding spaces: %v; want refused, without printing it", err)
+	}
+}

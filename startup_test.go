@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -254,5 +255,48 @@ func TestBadRetriesAreRefused(t *testing.T) {
 		if err == nil || !strings.HasPrefix(err.Error(), "lameduck: AddStartupTask(") {
 			t.Errorf("want a refusal, got %v", err)
 		}
+	}
+}
+
+// "If the sequence starts during boot, draining follows starting directly":
+// the phase goes from starting to draining, and serving never happens.
+func TestSequenceDuringBootGoesFromStartingToDraining(t *testing.T) {
+	var mu sync.Mutex
+	var phases []string // each phase an event led to, deduplicated
+	h := newHarness(t, lameduck.Config{ShutdownDelay: 5 * time.Second, OnTransition: func(tr lameduck.Transition) {
+		if tr.Kind != lameduck.TransitionEvent {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if p := tr.Phase.String(); len(phases) == 0 || phases[len(phases)-1] != p {
+			phases = append(phases, p)
+		}
+	}})
+	booting := make(chan struct{})
+	h.lc.AddStartupTask("warm-up", func(ctx context.Context) error {
+		close(booting)
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	h.serve(okHandler)
+	h.run()
+	recv(t, booting, "the startup task to run")
+	if got := h.lc.Phase(); got != lameduck.PhaseStarting {
+		t.Fatalf("phase during boot = %s", got)
+	}
+	// Outside serving /readyz does not even look at the path.
+	probeOf(t, h.lc, "/readyz/nope").status(t, 503, "starting")
+	h.lc.BeginShutdown("test")
+	if err := h.wait(); err != nil {
+		t.Fatal(err)
+	}
+	if h.lc.Events().StartupDone.Fired() {
+		t.Fatal("the pod passed through serving")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if got := strings.Join(phases, " → "); got != "draining → stopping → stopped" {
+		t.Fatalf("phases after starting: %s; want draining → stopping → stopped", got)
 	}
 }
