@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/lameduck/lameduck"
+	ldnats "github.com/lameduck/lameduck/contrib/nats"
 	"github.com/lameduck/lameduck/worker"
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 )
@@ -212,13 +212,17 @@ func runDemoWorker(ctx context.Context, o workerOptions) error {
 		return exitError{err}
 	}
 	cons, err := demoConsumerFor(cctx, st, o)
+	var src *ldnats.Source
+	if err == nil {
+		src, err = ldnats.NewSource(js, cons, ldnats.SourceConfig{ID: demoJobID, Logger: log})
+	}
 	if err == nil {
 		if o.epochSource == "kv" {
-			var kve *kvEpochs
-			kve, err = newKVEpochs(cctx, js, o.queue, o.epochPoll, lc.Events().ShutdownInitiated.Fired)
+			var kve *ldnats.Epochs
+			kve, err = ldnats.NewEpochs(cctx, js, ldnats.EpochsConfig{Fleet: o.queue, Poll: o.epochPoll, Draining: lc.Events().ShutdownInitiated.Fired})
 			if err == nil { // runs before the connection's closer: closers run in reverse
 				epochs = kve
-				err = lc.AddCloser("epoch key", kve.retire)
+				err = lc.AddCloser("epoch key", kve.Retire)
 			}
 		} else {
 			epochs = worker.StaticEpochs(0)
@@ -235,18 +239,17 @@ func runDemoWorker(ctx context.Context, o workerOptions) error {
 		return exitError{err}
 	}
 	cc := cons.CachedInfo().Config
-	ackWait := cc.AckWait
 	log.Info("demo-worker: consuming", "nats", url, "stream", demoStream(o.queue), "consumer", demoConsumer(o.queue), "loops", o.loops,
-		"ack_wait", ackWait.String(), "in_progress_every", (ackWait / 3).String(), "max_deliver", cc.MaxDeliver,
+		"ack_wait", cc.AckWait.String(), "in_progress_every", src.InProgressEvery().String(), "max_deliver", cc.MaxDeliver,
 		"epoch", lc.Config().Epoch, "epoch_source", o.epochSource, "drain_mode", lc.Config().DrainMode)
 
-	src := &natsSource{nc: nc, js: js, cons: cons, maxDeliver: cc.MaxDeliver, stallAfter: o.stallAfter, metrics: metrics}
+	loopSrc := &demoSource{src: src, stallAfter: o.stallAfter, metrics: metrics}
 	for i := 1; i <= o.loops; i++ {
 		name := "jobs"
 		if o.loops > 1 {
 			name = fmt.Sprintf("jobs-%d", i)
 		}
-		if err := wk.AddLoop(worker.Loop{Name: name, Source: src, Handle: demoHandler(log, ackWait, metrics)}); err != nil {
+		if err := wk.AddLoop(worker.Loop{Name: name, Source: loopSrc, Handle: demoHandler(log, metrics)}); err != nil {
 			return err
 		}
 	}
@@ -288,22 +291,22 @@ func demoConsumerFor(ctx context.Context, st jetstream.Stream, o workerOptions) 
 	return st.UpdateConsumer(ctx, cfg)
 }
 
-// demoHandler runs a demo job: it sleeps the job's duration, sending an
-// in-progress ack every third of ackWait (the consumer's), and stops when
-// ctx ends.
+// demoHandler runs a demo job: it sleeps the job's duration (the Source
+// keeps it in progress meanwhile), and stops when ctx ends.
 func demoHandler(log interface {
 	Info(string, ...any)
 	Warn(string, ...any)
-}, ackWait time.Duration, m *workerMetrics) func(context.Context, worker.Job) error {
+}, m *workerMetrics) func(context.Context, worker.Job) error {
 	return func(ctx context.Context, j worker.Job) error {
-		job := j.(*natsJob)
-		if job.bad != nil {
-			log.Warn("demo-worker: dropping a malformed job", "job", job.ID(), "error", job.bad.Error())
+		job := j.(*countedJob)
+		var body demoJob
+		if err := json.Unmarshal(job.Msg().Data(), &body); err != nil || body.ID == "" {
+			log.Warn("demo-worker: dropping a malformed job", "job", job.ID(), "error", fmt.Sprintf("not a demo job: %q", job.Msg().Data()))
 			return nil
 		}
-		d, err := time.ParseDuration(job.job.D)
+		d, err := time.ParseDuration(body.D)
 		if err != nil {
-			log.Warn("demo-worker: dropping a job with a bad duration", "job", job.ID(), "d", job.job.D)
+			log.Warn("demo-worker: dropping a job with a bad duration", "job", job.ID(), "d", body.D)
 			return nil
 		}
 		began := time.Now()
@@ -313,22 +316,14 @@ func demoHandler(log interface {
 		defer m.inFlight.Dec()
 		done := time.NewTimer(d)
 		defer done.Stop()
-		tick := time.NewTicker(ackWait / 3)
-		defer tick.Stop()
-		for {
-			select {
-			case <-done.C:
-				log.Info("demo-worker: job done", "job", job.ID(), "took", time.Since(began).Round(time.Millisecond).String())
-				return nil
-			case <-tick.C:
-				if err := job.msg.InProgress(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-					log.Warn("demo-worker: in-progress ack failed; the job may be redelivered", "job", job.ID(), "error", err.Error())
-				}
-			case <-ctx.Done():
-				log.Info("demo-worker: job stopped; checkpointing", "job", job.ID(), "ran", time.Since(began).Round(time.Millisecond).String(),
-					"cause", strings.TrimPrefix(context.Cause(ctx).Error(), "worker: "))
-				return context.Cause(ctx)
-			}
+		select {
+		case <-done.C:
+			log.Info("demo-worker: job done", "job", job.ID(), "took", time.Since(began).Round(time.Millisecond).String())
+			return nil
+		case <-ctx.Done():
+			log.Info("demo-worker: job stopped; checkpointing", "job", job.ID(), "ran", time.Since(began).Round(time.Millisecond).String(),
+				"cause", strings.TrimPrefix(context.Cause(ctx).Error(), "worker: "))
+			return context.Cause(ctx)
 		}
 	}
 }

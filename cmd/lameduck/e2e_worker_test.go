@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	ldnats "github.com/lameduck/lameduck/contrib/nats"
 	"github.com/lameduck/lameduck/worker"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -93,7 +94,7 @@ func uniqueQueue(t *testing.T, url string) string {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = js.DeleteStream(ctx, demoStream(q))
-		if kv, err := js.KeyValue(ctx, epochBucket); err == nil {
+		if kv, err := js.KeyValue(ctx, ldnats.DefaultEpochBucket); err == nil {
 			if keys, err := kv.ListKeysFiltered(ctx, q+".*"); err == nil {
 				for k := range keys.Keys() {
 					_ = kv.Purge(ctx, k)
@@ -901,49 +902,4 @@ func TestE2EWorkerSilentServerFailsLiveness(t *testing.T) {
 	p.waitLog(`"no reply"`, startTimeout, msgContains("lameduck: worker: fetch got no reply from the queue server"))
 	p.signal(syscall.SIGTERM)
 	p.waitExit(startTimeout)
-}
-
-// A job's own failure (HandBack with no runner's cause) is a plain NAK even
-// at its last delivery: it counts against MaxDeliver, the server publishes
-// its max-deliveries advisory (the dead-letter hook) and delivers it no
-// more, instead of the runner re-publishing a job that keeps failing.
-func TestNatsJobFailureCountsAtTheLastDelivery(t *testing.T) {
-	url := privateJetStream(t)
-	q := uniqueQueue(t, url)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	nc, js, st, err := connect(ctx, url, q)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	advisories, err := nc.SubscribeSync("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.>")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cons, err := st.CreateConsumer(ctx, jetstream.ConsumerConfig{Durable: demoConsumer(q), AckPolicy: jetstream.AckExplicitPolicy,
-		AckWait: 30 * time.Second, MaxDeliver: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := js.Publish(ctx, demoSubject(q), []byte(`{"id":"job-f","d":"1s"}`)); err != nil {
-		t.Fatal(err)
-	}
-	src := &natsSource{nc: nc, js: js, cons: cons, maxDeliver: 1}
-	job, err := src.Fetch(ctx, 2*time.Second)
-	if err != nil || job == nil {
-		t.Fatalf("Fetch: %v, %v; want the job", job, err)
-	}
-	if err := job.HandBack(ctx, 0); err != nil {
-		t.Fatalf("HandBack: %v", err)
-	}
-	if again, err := src.Fetch(ctx, time.Second); err != nil || again != nil {
-		t.Fatalf("Fetch after the last delivery failed: %v, %v; want nothing (not re-published)", again, err)
-	}
-	if _, err := advisories.NextMsg(10 * time.Second); err != nil {
-		t.Fatalf("no max-deliveries advisory after the failed job's last delivery: %v", err)
-	}
-	if n, _ := st.Info(ctx); n.State.Msgs != 1 {
-		t.Fatalf("the stream holds %d messages; want the failed job, kept for the dead-letter policy", n.State.Msgs)
-	}
 }

@@ -1,13 +1,25 @@
-// Package ldnats is a lameduck readiness check for NATS through nats.go
-// (github.com/nats-io/nats.go), with JetStream when asked.
+// Package ldnats holds lameduck's integrations for NATS through nats.go
+// (github.com/nats-io/nats.go):
+//
+//   - readiness checks of a connection, with JetStream when asked:
+//     [Check] and [CheckJetStream];
+//   - for a runner (the worker package), a job source on a JetStream pull
+//     consumer, [Source], whose jobs ([Job]) are kept in progress while
+//     they run and handed back with a NAK, or re-published at their last
+//     delivery so that a drain or a rollout never strands one; its fetches
+//     tell an idle queue (the server's heartbeats) from a silent server
+//     (worker.ErrNoReply), which liveness sees;
+//   - a rollout-epoch store on a JetStream key-value bucket, [Epochs], a
+//     worker.EpochSource that counts only the runners alive now.
 //
 // Import it as
 //
 //	import ldnats "github.com/lameduck/lameduck/contrib/nats"
 //
 // It is a module of its own, so importing it pulls nats.go and nothing else
-// beyond lameduck's standard-library core. The operator's page is
-// docs/nats.md in the lameduck repository.
+// beyond lameduck's standard-library core. The operator's pages are
+// docs/nats.md (the checks) and docs/runners.md (the runner) in the
+// lameduck repository.
 package ldnats
 
 import (

@@ -78,16 +78,31 @@ func budgetValues(b lameduck.Budget, spec *corev1.PodSpec, res lameduck.Resolved
 	}
 }
 
-// checkGrace is grace-period, or runner-grace for a runner:
-// preStop + longest window + teardown ≤ terminationGracePeriodSeconds, at
-// the line of terminationGracePeriodSeconds.
-func checkGrace(j *judged) []Finding {
-	if j.refused() {
-		return nil // the sum would hold the default in place of the refused value
-	}
-	id := "grace-period"
+// checkGracePeriod is grace-period, for a server: preStop + longest
+// window + teardown ≤ terminationGracePeriodSeconds, at the line of
+// terminationGracePeriodSeconds.
+func checkGracePeriod(j *judged) []Finding {
 	if j.runner {
-		id = "runner-grace"
+		return nil // runner-grace
+	}
+	return j.graceFindings("grace-period")
+}
+
+// checkRunnerGrace is runner-grace, grace-period's sum for a runner:
+// preStop + drain bound + teardown ≤ terminationGracePeriodSeconds.
+func checkRunnerGrace(j *judged) []Finding {
+	if !j.runner {
+		return nil // grace-period
+	}
+	return j.graceFindings("runner-grace")
+}
+
+// graceFindings reports, as rule id, a preStop that never returns, or a
+// budget that does not fit the grace period; nothing while a setting is
+// refused (the sum would hold the default in place of the refused value).
+func (j *judged) graceFindings(id string) []Finding {
+	if j.refused() {
+		return nil
 	}
 	line, path := j.podField("terminationGracePeriodSeconds")
 	_, secs := graceOf(&j.o.Spec)

@@ -92,31 +92,54 @@ func (j *judged) finding(id string, line int, path, msg, fix string, values map[
 // from this environment (the defaults when no variable renames them). It
 // returns the judged container, or nil and why it was skipped.
 func judge(o *Object, k podContainer, opt Options) (*judged, string) {
-	c := k.c
-	if slices.Contains(opt.Skip, c.Name) {
+	if slices.Contains(opt.Skip, k.c.Name) {
 		return nil, "named with --skip"
 	}
-	j := &judged{o: o, podContainer: k}
+	j := &judged{o: o, podContainer: k, signs: declaredSigns(k.c, opt), runner: isRunner(k.c, opt)}
+	j.resolve()
+	j.signs = append(j.signs, j.servedSigns()...)
+	if len(j.signs) == 0 {
+		return nil, fmt.Sprintf("nothing says it runs lameduck: no %s* variable, no probe on a path lameduck serves (%s), not named with --container",
+			lameduck.DefaultEnvPrefix, strings.Join(append(slices.Clone(j.rc.LivenessPaths), j.rc.ReadinessPath, j.rc.StartupPath), ", "))
+	}
+	j.ps = preStopTime(k.c)
+	return j, ""
+}
+
+// declaredSigns are the signs that c runs lameduck that need no
+// resolution: a LAMEDUCK_* variable, --container, --runner.
+func declaredSigns(c corev1.Container, opt Options) []string {
+	var signs []string
 	for _, e := range c.Env {
 		if strings.HasPrefix(e.Name, lameduck.DefaultEnvPrefix) {
-			j.signs = append(j.signs, "sets "+e.Name)
+			signs = append(signs, "sets "+e.Name)
 			break
 		}
 	}
 	if slices.Contains(opt.Containers, c.Name) {
-		j.signs = append(j.signs, "named with --container")
+		signs = append(signs, "named with --container")
 	}
 	if slices.Contains(opt.Runners, c.Name) {
-		j.signs = append(j.signs, "named with --runner")
+		signs = append(signs, "named with --runner")
 	}
-	j.runner = isRunner(c, opt)
+	return signs
+}
 
-	// The binary's own resolution of this environment.
+// resolve reads the container's environment as the binary would
+// (lameduck.Resolve), as a runner when it is one.
+func (j *judged) resolve() {
 	cfg := lameduck.Config{Runner: j.runner}
-	cfg.LookupEnv, cfg.Environ = lameduck.EnvList(environment(c))
+	cfg.LookupEnv, cfg.Environ = lameduck.EnvList(environment(j.c))
 	j.res, j.errs = lameduck.Resolve(cfg)
 	j.rc = &j.res.Config
+}
 
+// servedSigns are the signs that the container runs lameduck in its
+// probes and preStop hook: a path lameduck serves (as resolved from its
+// environment), or a gRPC health service it answers.
+func (j *judged) servedSigns() []string {
+	var signs []string
+	c := j.c
 	for _, p := range []struct {
 		name string
 		p    *corev1.Probe
@@ -124,20 +147,15 @@ func judge(o *Object, k podContainer, opt Options) (*judged, string) {
 		switch {
 		case p.p == nil:
 		case p.p.HTTPGet != nil && servedPath(p.p.HTTPGet.Path, j.rc):
-			j.signs = append(j.signs, fmt.Sprintf("%s is httpGet %s, a path lameduck serves", p.name, p.p.HTTPGet.Path))
+			signs = append(signs, fmt.Sprintf("%s is httpGet %s, a path lameduck serves", p.name, p.p.HTTPGet.Path))
 		case p.p.GRPC != nil && (grpcService(p.p.GRPC) == grpcLiveness || grpcService(p.p.GRPC) == grpcReadiness):
-			j.signs = append(j.signs, fmt.Sprintf("%s asks the gRPC health service %q, which lameduck answers", p.name, grpcService(p.p.GRPC)))
+			signs = append(signs, fmt.Sprintf("%s asks the gRPC health service %q, which lameduck answers", p.name, grpcService(p.p.GRPC)))
 		}
 	}
 	if h := preStopHTTP(c); h != nil && atPath(h.Path, j.rc.PreStopPath, false) {
-		j.signs = append(j.signs, "its preStop hook is httpGet "+h.Path)
+		signs = append(signs, "its preStop hook is httpGet "+h.Path)
 	}
-	if len(j.signs) == 0 {
-		return nil, fmt.Sprintf("nothing says it runs lameduck: no %s* variable, no probe on a path lameduck serves (%s), not named with --container",
-			lameduck.DefaultEnvPrefix, strings.Join(append(slices.Clone(j.rc.LivenessPaths), j.rc.ReadinessPath, j.rc.StartupPath), ", "))
-	}
-	j.ps = preStopTime(c)
-	return j, ""
+	return signs
 }
 
 // isRunner reports whether c runs lameduck's worker package: named so,

@@ -130,26 +130,17 @@ func probeWhere(p *corev1.Probe) string {
 	return probeSummary(p)
 }
 
-// checkProbePair is probes-identical and probes-swapped: the meaning of
-// the two probes together, at the line of the liveness probe (the one the
-// fix usually changes), naming both.
-func checkProbePair(j *judged) []Finding {
-	kind := j.probePair()
-	if kind == pairDistinct {
+// checkProbesIdentical is probes-identical: liveness and readiness are
+// the same probe (path or gRPC service, and port), at the line of the
+// liveness probe (the one the fix usually changes), naming both.
+func checkProbesIdentical(j *judged) []Finding {
+	if j.probePair() != pairIdentical {
 		return nil
 	}
-	lp, rp := j.c.LivenessProbe, j.c.ReadinessProbe
+	lp := j.c.LivenessProbe
 	line, path := j.field("livenessProbe")
 	rline, _ := j.field("readinessProbe")
 	live, ready := j.rc.LivenessPaths[0], j.rc.ReadinessPath
-	values := map[string]any{"liveness": probeWhere(lp), "readiness": probeWhere(rp), "liveness_line": line, "readiness_line": rline}
-	if kind == pairSwapped {
-		return []Finding{j.finding("probes-swapped", line, path,
-			fmt.Sprintf("livenessProbe (line %d) is %s and readinessProbe (line %d) is %s: the probes are swapped, so the kubelet restarts every pod when a critical dependency is down and kills a draining one, while readiness stays green through the drain and routes to a pod that is going away",
-				line, probeWhere(lp), rline, probeWhere(rp)),
-			fmt.Sprintf("swap them: livenessProbe on %s (or grpc service %s), readinessProbe on %s (or grpc service %s)", live, grpcLiveness, ready, grpcReadiness),
-			values)}
-	}
 	var why, fix string
 	switch {
 	case readinessLike(lp, j.rc):
@@ -164,7 +155,31 @@ func checkProbePair(j *judged) []Finding {
 	}
 	return []Finding{j.finding("probes-identical", line, path,
 		fmt.Sprintf("livenessProbe (line %d) and readinessProbe (line %d) are the same probe, %s: %s", line, rline, probeWhere(lp), why),
-		fix, values)}
+		fix, j.pairValues())}
+}
+
+// checkProbesSwapped is probes-swapped: liveness asks the readiness
+// question and readiness the liveness one, at the line of the liveness
+// probe, naming both.
+func checkProbesSwapped(j *judged) []Finding {
+	if j.probePair() != pairSwapped {
+		return nil
+	}
+	lp, rp := j.c.LivenessProbe, j.c.ReadinessProbe
+	line, path := j.field("livenessProbe")
+	rline, _ := j.field("readinessProbe")
+	return []Finding{j.finding("probes-swapped", line, path,
+		fmt.Sprintf("livenessProbe (line %d) is %s and readinessProbe (line %d) is %s: the probes are swapped, so the kubelet restarts every pod when a critical dependency is down and kills a draining one, while readiness stays green through the drain and routes to a pod that is going away",
+			line, probeWhere(lp), rline, probeWhere(rp)),
+		fmt.Sprintf("swap them: livenessProbe on %s (or grpc service %s), readinessProbe on %s (or grpc service %s)", j.rc.LivenessPaths[0], grpcLiveness, j.rc.ReadinessPath, grpcReadiness),
+		j.pairValues())}
+}
+
+// pairValues are the two probes and their lines, for Finding.Values.
+func (j *judged) pairValues() map[string]any {
+	line, _ := j.field("livenessProbe")
+	rline, _ := j.field("readinessProbe")
+	return map[string]any{"liveness": probeWhere(j.c.LivenessProbe), "readiness": probeWhere(j.c.ReadinessProbe), "liveness_line": line, "readiness_line": rline}
 }
 
 // checkLivenessPath is liveness-path: the liveness probe must not run the

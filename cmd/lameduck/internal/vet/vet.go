@@ -165,7 +165,10 @@ func Check(objs []Object, opt Options) (findings []Finding, checked int) {
 
 // Run judges every container of objs that runs lameduck (see judge), runs
 // every rule on each and on each pod, and reports the findings, how many
-// containers were judged and which were skipped.
+// containers were judged and which were skipped. Its steps, per object:
+// judge each container (or skip it, saying why), run the container rules
+// on each judged one, then the pod rule on them together; at the end,
+// sort the findings.
 func Run(objs []Object, opt Options) Report {
 	var r Report
 	fileOrder := map[string]int{}
@@ -174,43 +177,72 @@ func Run(objs []Object, opt Options) Report {
 		if _, ok := fileOrder[o.File]; !ok {
 			fileOrder[o.File] = len(fileOrder)
 		}
-		var pod []*judged
-		for _, k := range podContainers(o) {
-			j, why := judge(o, k, opt)
-			if j == nil {
-				r.Skipped = append(r.Skipped, Skip{Object: o.Ref(), Container: k.c.Name, File: o.File, Line: o.lineOf(k.at), Reason: why})
-				continue
-			}
-			r.Containers++
-			r.Judged = append(r.Judged, Judged{Object: o.Ref(), Container: k.c.Name, File: o.File, Line: o.lineOf(k.at), Runner: j.runner, Signs: j.signs})
-			pod = append(pod, j)
-			for _, check := range containerRules {
-				r.Findings = append(r.Findings, check(j)...)
-			}
+		pod := r.judgeAll(o, opt)
+		for _, j := range pod {
+			r.Findings = append(r.Findings, runContainerRules(j)...)
 		}
 		r.Findings = append(r.Findings, checkPodGrace(o, pod)...)
 	}
-	slices.SortStableFunc(r.Findings, func(a, b Finding) int {
-		return cmp.Or(cmp.Compare(fileOrder[a.File], fileOrder[b.File]), cmp.Compare(a.Line, b.Line),
-			cmp.Compare(ruleIndex(a.Rule), ruleIndex(b.Rule)), cmp.Compare(a.Container, b.Container), cmp.Compare(a.Message, b.Message))
-	})
+	sortFindings(r.Findings, fileOrder)
 	return r
 }
 
+// judgeAll judges o's containers, recording each as judged or skipped,
+// and returns the judged ones, in the pod's order.
+func (r *Report) judgeAll(o *Object, opt Options) []*judged {
+	var pod []*judged
+	for _, k := range podContainers(o) {
+		j, why := judge(o, k, opt)
+		if j == nil {
+			r.Skipped = append(r.Skipped, Skip{Object: o.Ref(), Container: k.c.Name, File: o.File, Line: o.lineOf(k.at), Reason: why})
+			continue
+		}
+		r.Containers++
+		r.Judged = append(r.Judged, Judged{Object: o.Ref(), Container: k.c.Name, File: o.File, Line: o.lineOf(k.at), Runner: j.runner, Signs: j.signs})
+		pod = append(pod, j)
+	}
+	return pod
+}
+
+// runContainerRules runs every container rule on j, in containerRules'
+// order.
+func runContainerRules(j *judged) []Finding {
+	var fs []Finding
+	for _, r := range containerRules {
+		fs = append(fs, r.check(j)...)
+	}
+	return fs
+}
+
+// sortFindings sorts fs in Report's order: by file (fileOrder, the input
+// order), line, rule (in Rules order), container and message.
+func sortFindings(fs []Finding, fileOrder map[string]int) {
+	slices.SortStableFunc(fs, func(a, b Finding) int {
+		return cmp.Or(cmp.Compare(fileOrder[a.File], fileOrder[b.File]), cmp.Compare(a.Line, b.Line),
+			cmp.Compare(ruleIndex(a.Rule), ruleIndex(b.Rule)), cmp.Compare(a.Container, b.Container), cmp.Compare(a.Message, b.Message))
+	})
+}
+
 // containerRules are the rules run on each judged container, one function
-// per rule id (pod-grace runs once per pod).
-var containerRules = []func(*judged) []Finding{
-	checkSettings,      // lameduck-setting
-	checkGrace,         // grace-period, runner-grace
-	checkGraceEnv,      // grace-env
-	checkProbePair,     // probes-identical, probes-swapped
-	checkLivenessPath,  // liveness-path
-	checkReadinessPath, // readiness-path
-	checkProbePorts,    // probe-port
-	checkReadinessTimeout,
-	checkReadinessWindow,
-	checkReadinessMaxAge,
-	checkStartupProbe,
-	checkPreStopSleep,
-	checkPreStopHook,
+// per rule id, in Rules order; pod-grace (checkPodGrace) runs once per pod.
+// A function reports findings of its own id only.
+var containerRules = []struct {
+	id    string
+	check func(*judged) []Finding
+}{
+	{"lameduck-setting", checkSettings},
+	{"grace-period", checkGracePeriod},
+	{"runner-grace", checkRunnerGrace},
+	{"grace-env", checkGraceEnv},
+	{"liveness-path", checkLivenessPath},
+	{"readiness-path", checkReadinessPath},
+	{"probes-identical", checkProbesIdentical},
+	{"probes-swapped", checkProbesSwapped},
+	{"probe-port", checkProbePorts},
+	{"readiness-timeout", checkReadinessTimeout},
+	{"readiness-window", checkReadinessWindow},
+	{"readiness-max-age", checkReadinessMaxAge},
+	{"startup-probe", checkStartupProbe},
+	{"prestop-sleep", checkPreStopSleep},
+	{"prestop-hook", checkPreStopHook},
 }

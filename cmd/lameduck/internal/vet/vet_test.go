@@ -2,7 +2,9 @@ package vet
 
 import (
 	"math"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -177,15 +179,7 @@ func TestRenamedProbePaths(t *testing.T) {
 // (periodSeconds × failureThreshold) is a warning with the numbers; one
 // well under it is clean.
 func TestReadinessMaxAge(t *testing.T) {
-	grace := int64(60)
-	pod := func(maxAge string) Object {
-		return Object{Kind: "Pod", Name: "p", Spec: corev1.PodSpec{TerminationGracePeriodSeconds: &grace, Containers: []corev1.Container{{
-			Name: "app",
-			Env:  []corev1.EnvVar{{Name: "LAMEDUCK_TERMINATION_GRACE", Value: "60s"}, {Name: "LAMEDUCK_CHECK_MAX_AGE", Value: maxAge}},
-			ReadinessProbe: &corev1.Probe{TimeoutSeconds: 3, PeriodSeconds: 2, FailureThreshold: 2,
-				ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz"}}},
-		}}}}
-	}
+	pod := maxAgePod
 	if fs, _ := Check([]Object{pod("1s")}, Options{}); len(fs) != 0 {
 		t.Fatalf("MaxAge 1s against 2s × 2: findings %+v; want none", fs)
 	}
@@ -195,6 +189,18 @@ func TestReadinessMaxAge(t *testing.T) {
 		!strings.Contains(fs[0].Fix, "well under 4s") {
 		t.Fatalf("MaxAge 5s against 2s × 2: findings %+v", fs)
 	}
+}
+
+// maxAgePod is a pod whose readiness (every 2s, 2 failures) reuses a
+// check's result for maxAge.
+func maxAgePod(maxAge string) Object {
+	grace := int64(60)
+	return Object{Kind: "Pod", Name: "p", Spec: corev1.PodSpec{TerminationGracePeriodSeconds: &grace, Containers: []corev1.Container{{
+		Name: "app",
+		Env:  []corev1.EnvVar{{Name: "LAMEDUCK_TERMINATION_GRACE", Value: "60s"}, {Name: "LAMEDUCK_CHECK_MAX_AGE", Value: maxAge}},
+		ReadinessProbe: &corev1.Probe{TimeoutSeconds: 3, PeriodSeconds: 2, FailureThreshold: 2,
+			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz"}}},
+	}}}}
 }
 
 // gRPC probes: liveness must ask "liveness"; readiness any other name
@@ -422,5 +428,56 @@ func TestPodGrace(t *testing.T) {
 	plain := lameduckC("migrate", "15s")
 	if fs, n := Check(pod([]corev1.Container{plain}, lameduckC("app", "10s")), Options{}); n != 1 || len(fs) != 0 {
 		t.Errorf("a plain init container: %d judged, %+v", n, fs)
+	}
+}
+
+// The container rules are one function per rule id, in Rules order
+// (pod-grace runs per pod), and each reports its own id only: over every
+// fixture, each rule's function reports at least once, and only findings
+// of its id (readiness-max-age has no fixture file: maxAgePod).
+func TestOneFuncPerRule(t *testing.T) {
+	var ids []string
+	for _, r := range Rules {
+		if r.ID != "pod-grace" {
+			ids = append(ids, r.ID)
+		}
+	}
+	var table []string
+	for _, r := range containerRules {
+		table = append(table, r.id)
+	}
+	if !slices.Equal(table, ids) {
+		t.Fatalf("containerRules %q; want Rules' ids but pod-grace, in order: %q", table, ids)
+	}
+	paths, err := filepath.Glob("../../testdata/vet/*.yaml")
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no fixtures: %v", err)
+	}
+	objs, _, err := ReadInputs(paths, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs = append(objs, maxAgePod("5s"))
+	reported := map[string]int{}
+	for i := range objs {
+		for _, k := range podContainers(&objs[i]) {
+			j, _ := judge(&objs[i], k, Options{})
+			if j == nil {
+				continue
+			}
+			for _, r := range containerRules {
+				for _, f := range r.check(j) {
+					if f.Rule != r.id {
+						t.Errorf("the function of %s reported %s: %s", r.id, f.Rule, f.Message)
+					}
+					reported[r.id]++
+				}
+			}
+		}
+	}
+	for _, id := range ids {
+		if reported[id] == 0 {
+			t.Errorf("no fixture makes %s report", id)
+		}
 	}
 }

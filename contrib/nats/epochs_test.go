@@ -1,0 +1,131 @@
+package ldnats_test
+
+import (
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	ldnats "github.com/lameduck/lameduck/contrib/nats"
+	"github.com/lameduck/lameduck/internal/contribtest"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+func newEpochs(t *testing.T, js jetstream.JetStream, cfg ldnats.EpochsConfig) *ldnats.Epochs {
+	t.Helper()
+	e, err := ldnats.NewEpochs(contribtest.Context(t, time.Minute), js, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func wantNewest(t *testing.T, e *ldnats.Epochs, mine, want uint64, why string) {
+	t.Helper()
+	got, err := e.Newest(contribtest.Context(t, time.Minute), mine)
+	if err != nil || got != want {
+		t.Fatalf("Newest(%d) = %d, %v; want %d: %s", mine, got, err, want, why)
+	}
+}
+
+func jetStream(t *testing.T) jetstream.JetStream {
+	t.Helper()
+	js, err := jetstream.New(connect(t, startEmbedded(t, true).url()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+// The newest epoch is the newest among the fleet's runners alive now: a
+// runner that retires (at exit) or begins to drain stops counting at once,
+// and the answer falls back (a rollback); another fleet never counts.
+func TestEpochsNewestAmongLiveRunners(t *testing.T) {
+	js := jetStream(t)
+	var draining atomic.Bool
+	old := newEpochs(t, js, ldnats.EpochsConfig{Fleet: "jobs"})
+	next := newEpochs(t, js, ldnats.EpochsConfig{Fleet: "jobs"})
+	third := newEpochs(t, js, ldnats.EpochsConfig{Fleet: "jobs", Draining: draining.Load})
+	other := newEpochs(t, js, ldnats.EpochsConfig{Fleet: "other"})
+
+	wantNewest(t, other, 9, 9, "alone in its fleet")
+	wantNewest(t, old, 1, 1, "alone in its fleet")
+	wantNewest(t, next, 2, 2, "the newest")
+	wantNewest(t, old, 1, 2, "a runner of epoch 2 is alive")
+	if err := next.Retire(contribtest.Context(t, time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	wantNewest(t, old, 1, 1, "the epoch-2 runner retired")
+	wantNewest(t, next, 2, 2, "a retired runner keeps its answer")
+	wantNewest(t, old, 1, 1, "a retired runner puts nothing")
+	if err := next.Retire(contribtest.Context(t, time.Minute)); err != nil {
+		t.Fatalf("a second Retire: %v", err)
+	}
+
+	wantNewest(t, third, 3, 3, "the newest")
+	wantNewest(t, old, 1, 3, "a runner of epoch 3 is alive")
+	draining.Store(true)
+	wantNewest(t, third, 3, 3, "a draining runner keeps its last answer")
+	wantNewest(t, old, 1, 1, "the epoch-3 runner is draining")
+	kv, err := js.KeyValue(contribtest.Context(t, time.Minute), ldnats.DefaultEpochBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := kv.Keys(contribtest.Context(t, time.Minute))
+	if err != nil || len(keys) != 2 {
+		t.Fatalf("keys %q, %v; want the two runners' still counting (old's and other's)", keys, err)
+	}
+}
+
+// A runner killed without a drain (its key never deleted) stops counting
+// once its key is older than three of its polls, by the server's clock,
+// and the runner that notices deletes the key.
+func TestEpochsStaleKeyStopsCounting(t *testing.T) {
+	js := jetStream(t)
+	killed := newEpochs(t, js, ldnats.EpochsConfig{Bucket: "epochs", Fleet: "jobs", Poll: 50 * time.Millisecond})
+	alive := newEpochs(t, js, ldnats.EpochsConfig{Bucket: "epochs", Fleet: "jobs"})
+	wantNewest(t, killed, 5, 5, "alone")
+	time.Sleep(500 * time.Millisecond) // more than 3 × 50ms of the server's time passes
+	wantNewest(t, alive, 1, 1, "the epoch-5 key is older than three of its polls")
+	kv, err := js.KeyValue(contribtest.Context(t, time.Minute), "epochs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := kv.Keys(contribtest.Context(t, time.Minute))
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("keys %q, %v; want only the live runner's: the stale one deleted", keys, err)
+	}
+}
+
+// An entry that is not one is named; bad settings are refused before any
+// I/O, naming the setting.
+func TestEpochsRefuses(t *testing.T) {
+	js := jetStream(t)
+	e := newEpochs(t, js, ldnats.EpochsConfig{Fleet: "jobs"})
+	kv, err := js.KeyValue(contribtest.Context(t, time.Minute), ldnats.DefaultEpochBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(contribtest.Context(t, time.Minute), "jobs.bad", []byte("2")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Newest(contribtest.Context(t, time.Minute), 1); err == nil || !strings.Contains(err.Error(), "lameduck_epochs/jobs.bad") {
+		t.Fatalf("Newest with a bad entry: %v; want an error naming the key", err)
+	}
+	for _, c := range []struct {
+		cfg  ldnats.EpochsConfig
+		want string
+	}{
+		{ldnats.EpochsConfig{}, "Fleet=\"\""},
+		{ldnats.EpochsConfig{Fleet: "a.b"}, "Fleet=\"a.b\""},
+		{ldnats.EpochsConfig{Fleet: "a*"}, "Fleet=\"a*\""},
+		{ldnats.EpochsConfig{Fleet: "jobs", Poll: -time.Second}, "Poll=-1s"},
+	} {
+		if _, err := ldnats.NewEpochs(contribtest.Context(t, time.Minute), js, c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("NewEpochs(%+v): %v; want an error naming %s", c.cfg, err, c.want)
+		}
+	}
+	if _, err := ldnats.NewEpochs(contribtest.Context(t, time.Minute), nil, ldnats.EpochsConfig{Fleet: "jobs"}); err == nil {
+		t.Error("a nil JetStream was accepted")
+	}
+}
