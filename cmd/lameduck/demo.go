@@ -193,7 +193,7 @@ func runDemo(ctx context.Context, o demoOptions) error {
 		}
 	}
 	if o.startupDial != "" {
-		if err := lc.AddStartupTask("dial "+o.startupDial, checks.TCPDial(o.startupDial), lameduck.Retry{}); err != nil {
+		if err := lc.AddStartupTask("dial "+o.startupDial, checks.TCPDial(health.Check{}, o.startupDial).Func, lameduck.Retry{}); err != nil {
 			return err
 		}
 	}

@@ -51,7 +51,7 @@ func run(addr, dsn string) error {
 	if err := lc.AddCloser("postgres", func(context.Context) error { return db.Close() }); err != nil {
 		return err
 	}
-	if err := lc.AddCheck(health.Check{Name: "db", Critical: true, Func: checks.SQLPing(db)}); err != nil {
+	if err := lc.AddCheck(checks.SQLPing(health.Check{Name: "db", Critical: true}, db)); err != nil {
 		return err
 	}
 	app, err := lameduckfiber.New(lc, addr)
