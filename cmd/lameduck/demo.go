@@ -14,7 +14,7 @@ import (
 
 	"github.com/lameduck/lameduck"
 	"github.com/lameduck/lameduck/checks"
-	ldprom "github.com/lameduck/lameduck/contrib/prometheus"
+	ldprometheus "github.com/lameduck/lameduck/contrib/prometheus"
 	"github.com/lameduck/lameduck/health"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -136,7 +136,7 @@ func runDemo(ctx context.Context, o demoOptions) error {
 	if err != nil {
 		return err
 	}
-	metrics := ldprom.New()
+	metrics := ldprometheus.New()
 	cfg := lameduck.Config{Logger: log, OnTransition: metrics.Observe}
 	if len(pings) > 0 {
 		cfg.Fields = pings.fields

@@ -1,4 +1,4 @@
-package ldprom_test
+package ldprometheus_test
 
 import (
 	"fmt"
@@ -6,7 +6,7 @@ import (
 	"net/http"
 
 	"github.com/lameduck/lameduck"
-	ldprom "github.com/lameduck/lameduck/contrib/prometheus"
+	ldprometheus "github.com/lameduck/lameduck/contrib/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -14,7 +14,7 @@ import (
 // Wire the collector into a Lifecycle and serve /metrics beside the
 // application's routes (the probes are answered by the Lifecycle itself).
 func Example() {
-	col := ldprom.New()
+	col := ldprometheus.New()
 	lc, err := lameduck.New(lameduck.Config{
 		OnTransition: col.Observe,
 		LookupEnv:    func(string) (string, bool) { return "", false }, // the example ignores LAMEDUCK_* variables

@@ -1,10 +1,10 @@
-// Package ldprom exports a Lifecycle's phase, readiness checks, probe
+// Package ldprometheus exports a Lifecycle's phase, readiness checks, probe
 // answers, in-flight requests and shutdown steps as Prometheus metrics,
 // through client_golang (github.com/prometheus/client_golang).
 //
 // Import it as
 //
-//	import ldprom "github.com/lameduck/lameduck/contrib/prometheus"
+//	import ldprometheus "github.com/lameduck/lameduck/contrib/prometheus"
 //
 // It is a module of its own: the core never imports client_golang. It
 // builds on lameduck.Config.OnTransition. contrib/otel exports the same
@@ -26,7 +26,7 @@
 //	lameduck_requests_cut_total                           requests closed by force at the teardown budget
 //	lameduck_join_overruns_total                          background joins that ran out of budget
 //	lameduck_background_tasks_abandoned_total             tasks still running when a join ran out
-package ldprom
+package ldprometheus
 
 import (
 	"strconv"
@@ -47,7 +47,7 @@ var DurationBuckets = measure.Buckets
 // [New], pass its Observe method as Config.OnTransition, call Watch with
 // the Lifecycle, and register it:
 //
-//	col := ldprom.New()
+//	col := ldprometheus.New()
 //	lc, err := lameduck.New(lameduck.Config{OnTransition: col.Observe})
 //	...
 //	col.Watch(lc)
