@@ -7,9 +7,13 @@
 //	import ldprometheus "github.com/lameduck/lameduck/contrib/prometheus"
 //
 // It is a module of its own: the core never imports client_golang. It
-// builds on lameduck.Config.OnTransition. contrib/otel exports the same
-// metrics, from the same list and the same bookkeeping, through
-// OpenTelemetry. The operator's page, with every
+// builds on lameduck.Config.OnTransition. One call wires it, as
+// ldotel.New does for OpenTelemetry:
+//
+//	lc, err := ldprometheus.New(lameduck.Config{}, prometheus.DefaultRegisterer)
+//
+// contrib/otel exports the same metrics, from the same list and the same
+// bookkeeping, through OpenTelemetry. The operator's page, with every
 // series and example queries, is docs/prometheus.md in the lameduck
 // repository.
 //
@@ -29,6 +33,8 @@
 package ldprometheus
 
 import (
+	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -43,11 +49,48 @@ import (
 // finest below it and end a little above the deadlines one sets.
 var DurationBuckets = measure.Buckets
 
-// Collector is a prometheus.Collector for one Lifecycle. Create it with
-// [New], pass its Observe method as Config.OnTransition, call Watch with
-// the Lifecycle, and register it:
+// New returns a Lifecycle configured by cfg (see lameduck.New) whose
+// metrics are registered with reg, wired in one call: it creates a
+// [Collector] ([NewCollector]), chains [Collector.Observe] after
+// cfg.OnTransition (which still hears every transition, first), registers
+// the Collector with reg, creates the Lifecycle and calls [Collector.Watch]
+// with it. Serve reg's series with promhttp (prometheus.DefaultRegisterer's
+// through promhttp.Handler(), a registry of your own through
+// promhttp.HandlerFor).
 //
-//	col := ldprometheus.New()
+// It returns an error when reg is nil; reg's Register error, wrapped (a
+// prometheus.AlreadyRegisteredError when reg already holds lameduck's
+// series: one Lifecycle per registry); or lameduck.New's (an invalid
+// setting, lameduck.ErrInvalidConfig). Nothing stays registered then.
+func New(cfg lameduck.Config, reg prometheus.Registerer) (*lameduck.Lifecycle, error) {
+	if reg == nil {
+		return nil, errors.New("lameduck: ldprometheus.New: the Registerer is nil; pass prometheus.DefaultRegisterer or a registry of your own")
+	}
+	col := NewCollector()
+	if err := reg.Register(col); err != nil {
+		return nil, fmt.Errorf("lameduck: ldprometheus.New: registering lameduck's series: %w", err)
+	}
+	if prev := cfg.OnTransition; prev != nil {
+		cfg.OnTransition = func(t lameduck.Transition) { prev(t); col.Observe(t) }
+	} else {
+		cfg.OnTransition = col.Observe
+	}
+	lc, err := lameduck.New(cfg)
+	if err != nil {
+		reg.Unregister(col)
+		return nil, err
+	}
+	col.Watch(lc)
+	return lc, nil
+}
+
+// Collector is a prometheus.Collector for one Lifecycle. Use [New] to wire
+// it in one call, or, to compose it with another OnTransition hook
+// (contrib/otel's Metrics, say), create it with [NewCollector], pass its
+// Observe method as Config.OnTransition, call Watch with the Lifecycle,
+// and register it:
+//
+//	col := ldprometheus.NewCollector()
 //	lc, err := lameduck.New(lameduck.Config{OnTransition: col.Observe})
 //	...
 //	col.Watch(lc)
@@ -91,11 +134,11 @@ func counter(m measure.Metric) prometheus.Counter {
 	return prometheus.NewCounter(prometheus.CounterOpts{Name: m.Prom, Help: m.Help})
 }
 
-// New returns a Collector with no observation yet: phase starting, no
-// checks, every counter at zero. Its series are the list every lameduck
+// NewCollector returns a Collector with no observation yet: phase
+// starting, no checks, every counter at zero. Its series are the list every lameduck
 // metrics integration shares, under Prometheus' names (see the package
 // doc).
-func New() *Collector {
+func NewCollector() *Collector {
 	c := &Collector{
 		phaseDesc: desc(measure.Phase),
 		inFlight:  desc(measure.InFlight),

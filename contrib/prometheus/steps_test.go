@@ -32,7 +32,7 @@ func TestStepDurations(t *testing.T) {
 			closers = 500 * time.Millisecond
 		)
 		var logs bytes.Buffer
-		col := ldprometheus.New()
+		col := ldprometheus.NewCollector()
 		lc, err := lameduck.New(lameduck.Config{
 			ShutdownDelay:    window,
 			ShutdownTeardown: 30 * time.Second,
