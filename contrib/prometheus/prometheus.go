@@ -24,7 +24,7 @@
 //	lameduck_requests_in_flight                           application requests in flight (after Watch)
 //	lameduck_check_status{check,critical,outcome}         1 for each check's last outcome, 0 for the others
 //	lameduck_check_results_total{check,outcome}           verdicts, by outcome
-//	lameduck_check_duration_seconds{check}                histogram of ping durations (stalled excluded)
+//	lameduck_check_duration_seconds{check}                histogram of ping durations (stalled excluded), buckets 1ms … 5s
 //	lameduck_probe_answers_total{path,code}               probe answers; path /healthz, /readyz, /readyz/*, /startupz, /prestop or other
 //	lameduck_shutdown_step_duration_seconds{step}         window, hooks, http_drain, join, closers, total; set as each ends
 //	lameduck_requests_cut_total                           requests closed by force at the teardown budget
@@ -43,11 +43,6 @@ import (
 	"github.com/lameduck/lameduck/internal/measure"
 	"github.com/prometheus/client_golang/prometheus"
 )
-
-// DurationBuckets are the buckets of lameduck_check_duration_seconds, in
-// seconds: a readiness check's deadline is 1s by default, so they are
-// finest below it and end a little above the deadlines one sets.
-var DurationBuckets = measure.Buckets
 
 // New returns a Lifecycle configured by cfg (see lameduck.New) whose
 // metrics are registered with reg, wired in one call: it creates a
@@ -145,7 +140,7 @@ func NewCollector() *Collector {
 		statusD:   desc(measure.CheckStatus),
 		results:   counterVec(measure.CheckResults),
 		durations: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: measure.CheckDuration.Prom,
-			Help: measure.CheckDuration.Help, Buckets: DurationBuckets}, promLabels(measure.CheckDuration)),
+			Help: measure.CheckDuration.Help, Buckets: measure.Buckets}, promLabels(measure.CheckDuration)),
 		probes: counterVec(measure.ProbeAnswers),
 		steps: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: measure.StepDuration.Prom, Help: measure.StepDuration.Help},
 			promLabels(measure.StepDuration)),
