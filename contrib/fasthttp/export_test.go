@@ -1,4 +1,4 @@
 package ldfasthttp
 
-// Path is requestPath, for the tests of the external test package.
-var Path = requestPath
+// RequestPath is requestPath, for the tests of the external test package.
+var RequestPath = requestPath

@@ -200,14 +200,14 @@ func TestPathIsNetHTTPs(t *testing.T) {
 		var fc fasthttp.RequestCtx // as fasthttp's server reads a request: a Host header
 		fc.Request.Header.SetHost("example.com")
 		fc.Request.SetRequestURI(target)
-		if got := ldfasthttp.Path(&fc); got != u.Path {
+		if got := ldfasthttp.RequestPath(&fc); got != u.Path {
 			t.Errorf("Path(%q) = %q; net/http's URL.Path is %q", target, got, u.Path)
 		}
 	}
 	// A malformed escape, which net/http answers 400 itself, is kept.
 	var fc fasthttp.RequestCtx
 	fc.Request.SetRequestURI("/readyz%zz")
-	if got := ldfasthttp.Path(&fc); got != "/readyz%zz" {
+	if got := ldfasthttp.RequestPath(&fc); got != "/readyz%zz" {
 		t.Errorf("Path(/readyz%%zz) = %q; want it as it came", got)
 	}
 }
