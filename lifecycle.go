@@ -171,6 +171,9 @@ func (l *Lifecycle) Events() *Events { return l.events }
 func (l *Lifecycle) InFlight() []InFlightRequest { return l.track.snapshot() }
 
 // AddServer registers srv to be served by Run and shut down by the sequence.
+// Every server integration in contrib uses the same verb and order
+// (ldfiber.AddServer(lc, app, addr, ln), ldfasthttp.AddServer(lc, srv,
+// addr, ln)); here the address is srv.Addr, which an http.Server carries.
 //
 // If ln is nil, Run binds srv.Addr (":http" when empty) over TCP; a bind
 // failure makes Run return at once. When srv.TLSConfig is set, Run serves

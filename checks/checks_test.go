@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/lameduck/lameduck/checks"
+	"github.com/lameduck/lameduck/health"
 	"go.uber.org/goleak"
 )
 
@@ -63,7 +64,7 @@ func waitAccepted(t *testing.T, accepted <-chan struct{}) {
 
 func TestTCPDial(t *testing.T) {
 	addr, accepted, stop := listen(t)
-	check := checks.TCPDial(addr)
+	check := checks.TCPDial(health.Check{}, addr).Func
 	if err := check(t.Context()); err != nil {
 		t.Fatalf("dial a listening port: %v", err)
 	}
@@ -77,7 +78,7 @@ func TestTCPDial(t *testing.T) {
 	if err := check(ctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("canceled ctx: %v", err)
 	}
-	if err := checks.TCPDial("no-port")(t.Context()); err == nil || !strings.HasPrefix(err.Error(), `lameduck: checks.TCPDial("no-port")`) {
+	if err := checks.TCPDial(health.Check{}, "no-port").Func(t.Context()); err == nil || !strings.HasPrefix(err.Error(), `lameduck: checks.TCPDial("no-port")`) {
 		t.Fatalf("malformed addr: %v", err)
 	}
 }
@@ -115,7 +116,7 @@ func TestHTTPGet(t *testing.T) {
 		"/down":    "lameduck: GET " + srv.URL + "/down: 503 Service Unavailable",
 		"/missing": "lameduck: GET " + srv.URL + "/missing: 404 Not Found",
 	} {
-		err := checks.HTTPGet(srv.URL+path, nil)(t.Context())
+		err := checks.HTTPGet(health.Check{}, srv.URL+path, nil).Func(t.Context())
 		if (err == nil) != (want == "") || (err != nil && err.Error() != want) {
 			t.Errorf("GET %s: %v, want %q", path, err, want)
 		}
@@ -124,41 +125,41 @@ func TestHTTPGet(t *testing.T) {
 		t.Error("the default client followed a redirect; a 3xx is the answer")
 	}
 	// A client of the caller's own, redirect policy included.
-	if err := checks.HTTPGet(srv.URL+"/redirect", srv.Client())(t.Context()); err == nil || !strings.Contains(err.Error(), "500") {
+	if err := checks.HTTPGet(health.Check{}, srv.URL+"/redirect", srv.Client()).Func(t.Context()); err == nil || !strings.Contains(err.Error(), "500") {
 		t.Errorf("GET /redirect with a following client: %v, want the target's 500", err)
 	}
 	// The check honours ctx.
 	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	err := checks.HTTPGet(srv.URL+"/hang", nil)(ctx)
+	err := checks.HTTPGet(health.Check{}, srv.URL+"/hang", nil).Func(ctx)
 	if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 5*time.Second {
 		t.Errorf("GET /hang: %v after %v, want the ctx deadline", err, time.Since(start))
 	}
 	for _, bad := range []string{"::", "/relative", "ftp://host/x"} {
-		if err := checks.HTTPGet(bad, nil)(t.Context()); err == nil || !strings.HasPrefix(err.Error(), "lameduck: checks.HTTPGet(") {
+		if err := checks.HTTPGet(health.Check{}, bad, nil).Func(t.Context()); err == nil || !strings.HasPrefix(err.Error(), "lameduck: checks.HTTPGet(") {
 			t.Errorf("HTTPGet(%q): %v", bad, err)
 		}
 	}
-	if err := checks.HTTPGet("ftp://u:pw@host/x", nil)(t.Context()); err == nil || strings.Contains(err.Error(), "pw") {
+	if err := checks.HTTPGet(health.Check{}, "ftp://u:pw@host/x", nil).Func(t.Context()); err == nil || strings.Contains(err.Error(), "pw") {
 		t.Errorf("the password of a rejected URL must not be in its error: %v", err)
 	}
 }
 
 func TestDNSLookup(t *testing.T) {
-	if err := checks.DNSLookup("localhost", nil)(t.Context()); err != nil {
+	if err := checks.DNSLookup(health.Check{}, "localhost", nil).Func(t.Context()); err != nil {
 		t.Fatalf("lookup localhost: %v", err)
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	if err := checks.DNSLookup("lameduck-test.invalid", nil)(ctx); err == nil {
+	if err := checks.DNSLookup(health.Check{}, "lameduck-test.invalid", nil).Func(ctx); err == nil {
 		t.Fatal("a lookup under a canceled ctx succeeded")
 	}
-	if err := checks.DNSLookup("", nil)(t.Context()); err == nil || !strings.HasPrefix(err.Error(), "lameduck:") {
+	if err := checks.DNSLookup(health.Check{}, "", nil).Func(t.Context()); err == nil || !strings.HasPrefix(err.Error(), "lameduck:") {
 		t.Fatalf("empty host: %v", err)
 	}
 	r := &net.Resolver{PreferGo: true}
-	if err := checks.DNSLookup("localhost", r)(t.Context()); err != nil {
+	if err := checks.DNSLookup(health.Check{}, "localhost", r).Func(t.Context()); err != nil {
 		t.Fatalf("lookup localhost with the Go resolver: %v", err)
 	}
 }
@@ -194,7 +195,7 @@ func (c *dialConn) Begin() (driver.Tx, error)           { return nil, errors.New
 func TestSQLPing(t *testing.T) {
 	addr, accepted, stop := listen(t)
 	db := sql.OpenDB(dialConnector{addr: addr})
-	check := checks.SQLPing(db)
+	check := checks.SQLPing(health.Check{}, db).Func
 	if err := check(t.Context()); err != nil {
 		t.Fatalf("ping: %v", err)
 	}
@@ -207,7 +208,30 @@ func TestSQLPing(t *testing.T) {
 	if err := check(t.Context()); err == nil || !strings.Contains(err.Error(), "closed") {
 		t.Fatalf("ping of a closed pool: %v", err)
 	}
-	if err := checks.SQLPing(nil)(t.Context()); err == nil || !strings.HasPrefix(err.Error(), "lameduck: checks.SQLPing(nil)") {
+	if err := checks.SQLPing(health.Check{}, nil).Func(t.Context()); err == nil || !strings.HasPrefix(err.Error(), "lameduck: checks.SQLPing(nil)") {
 		t.Fatalf("nil db: %v", err)
+	}
+}
+
+// Every constructor returns the spec it was given with its Func set: the
+// name, criticality and timings the caller chose are kept, and a Func the
+// spec held is replaced.
+func TestConstructorsKeepTheSpec(t *testing.T) {
+	old := errors.New("the spec's own Func")
+	spec := health.Check{Name: "dep", Critical: true, Timeout: 3 * time.Second, MaxAge: 2 * time.Second, Refresh: true,
+		Func: func(context.Context) error { return old }}
+	for name, got := range map[string]health.Check{
+		"TCPDial":   checks.TCPDial(spec, "no-port"),
+		"HTTPGet":   checks.HTTPGet(spec, "not a url", nil),
+		"DNSLookup": checks.DNSLookup(spec, "", nil),
+		"SQLPing":   checks.SQLPing(spec, nil),
+	} {
+		if got.Name != spec.Name || got.Critical != spec.Critical || got.Timeout != spec.Timeout ||
+			got.MaxAge != spec.MaxAge || got.Refresh != spec.Refresh {
+			t.Errorf("%s: %+v, want the spec's fields %+v", name, got, spec)
+		}
+		if err := got.Func(t.Context()); err == nil || errors.Is(err, old) {
+			t.Errorf("%s: Func returned %v, want the constructor's own error for its bad argument", name, err)
+		}
 	}
 }

@@ -43,49 +43,50 @@ func (pc pingCounts) fields() map[string]any {
 func (f checkFlags) build(start time.Time, pings pingCounts) ([]health.Check, error) {
 	var out []health.Check
 	var errs []error
-	add := func(flag string, specs []string, make func(name, arg string) (func(context.Context) error, error)) {
+	add := func(flag string, specs []string, make func(spec health.Check, arg string) (health.Check, error)) {
 		for _, spec := range specs {
 			name, arg, critical, err := splitSpec(spec, flag == "check-http")
 			if err == nil {
-				var fn func(context.Context) error
-				fn, err = make(name, arg)
+				var c health.Check
+				c, err = make(health.Check{Name: name, Critical: critical}, arg)
 				if err == nil {
-					out = append(out, health.Check{Name: name, Func: fn, Critical: critical})
+					out = append(out, c)
 					continue
 				}
 			}
 			errs = append(errs, fmt.Errorf("--%s=%q: %w", flag, spec, err))
 		}
 	}
-	add("simulate-check", f.simulate, func(name, mode string) (func(context.Context) error, error) {
+	add("simulate-check", f.simulate, func(spec health.Check, mode string) (health.Check, error) {
 		fn, err := simulated(mode, start)
 		if err != nil {
-			return nil, err
+			return spec, err
 		}
 		n := new(atomic.Int64)
-		pings[name] = n
-		return func(ctx context.Context) error {
+		pings[spec.Name] = n
+		spec.Func = func(ctx context.Context) error {
 			n.Add(1)
 			return fn(ctx)
-		}, nil
+		}
+		return spec, nil
 	})
-	add("check-tcp", f.tcp, func(_, addr string) (func(context.Context) error, error) {
+	add("check-tcp", f.tcp, func(spec health.Check, addr string) (health.Check, error) {
 		if !strings.Contains(addr, ":") {
-			return nil, errors.New("want HOST:PORT, such as db=127.0.0.1:5432")
+			return spec, errors.New("want HOST:PORT, such as db=127.0.0.1:5432")
 		}
-		return checks.TCPDial(addr), nil
+		return checks.TCPDial(spec, addr), nil
 	})
-	add("check-http", f.http, func(_, url string) (func(context.Context) error, error) {
+	add("check-http", f.http, func(spec health.Check, url string) (health.Check, error) {
 		if !strings.HasPrefix(url, "http://") && !strings.HasPrefix(url, "https://") {
-			return nil, errors.New("want an http:// or https:// URL, such as api=http://127.0.0.1:9000/healthz")
+			return spec, errors.New("want an http:// or https:// URL, such as api=http://127.0.0.1:9000/healthz")
 		}
-		return checks.HTTPGet(url, nil), nil
+		return checks.HTTPGet(spec, url, nil), nil
 	})
-	add("check-dns", f.dns, func(_, host string) (func(context.Context) error, error) {
+	add("check-dns", f.dns, func(spec health.Check, host string) (health.Check, error) {
 		if host == "" {
-			return nil, errors.New("want a host name, such as dns=example.internal")
+			return spec, errors.New("want a host name, such as dns=example.internal")
 		}
-		return checks.DNSLookup(host, nil), nil
+		return checks.DNSLookup(spec, host, nil), nil
 	})
 	return out, errors.Join(errs...)
 }

@@ -14,7 +14,7 @@ import (
 
 	"github.com/lameduck/lameduck"
 	"github.com/lameduck/lameduck/checks"
-	ldprom "github.com/lameduck/lameduck/contrib/prometheus"
+	ldprometheus "github.com/lameduck/lameduck/contrib/prometheus"
 	"github.com/lameduck/lameduck/health"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -136,18 +136,17 @@ func runDemo(ctx context.Context, o demoOptions) error {
 	if err != nil {
 		return err
 	}
-	metrics := ldprom.New()
-	cfg := lameduck.Config{Logger: log, OnTransition: metrics.Observe}
+	cfg := lameduck.Config{Logger: log}
 	if len(pings) > 0 {
 		cfg.Fields = pings.fields
 	}
-	lc, err := lameduck.New(cfg)
+	reg := prometheus.NewRegistry()
+	lc, err := ldprometheus.New(cfg, reg) // a fresh registry: only an invalid setting fails
 	if err != nil {
 		logErrors(log, o.logFormat, "lameduck: invalid configuration; nothing was started", err)
 		return exitError{err}
 	}
 	var errs []error
-	metrics.Watch(lc)
 	for _, c := range checkList {
 		errs = append(errs, lc.AddCheck(c))
 	}
@@ -157,9 +156,6 @@ func runDemo(ctx context.Context, o demoOptions) error {
 	if err := o.contrib.add(lc); err != nil {
 		return usageError{err} // a bad target or a duplicate name in the flags
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(metrics)
-
 	scrape := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	d := &demo{lc: lc, log: log, metrics: scrape}
 	if o.metricsAddr != "" {
@@ -193,7 +189,7 @@ func runDemo(ctx context.Context, o demoOptions) error {
 		}
 	}
 	if o.startupDial != "" {
-		if err := lc.AddStartupTask("dial "+o.startupDial, checks.TCPDial(o.startupDial), lameduck.Retry{}); err != nil {
+		if err := lc.AddStartupTask("dial "+o.startupDial, checks.TCPDial(health.Check{}, o.startupDial).Func, lameduck.Retry{}); err != nil {
 			return err
 		}
 	}

@@ -9,14 +9,14 @@ import (
 	fiberws "github.com/gofiber/contrib/websocket"
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/middleware/adaptor"
-	lameduckfiber "github.com/lameduck/lameduck/contrib/fiber"
+	ldfiber "github.com/lameduck/lameduck/contrib/fiber"
 )
 
 // addFiber serves the routes on a Fiber app (lameduck demo --server fiber),
 // so the same end-to-end tests and rollouts run against both servers.
-// The probes are mounted by the middleware lameduckfiber.New installs first.
+// The probes are mounted by the middleware ldfiber.New installs first.
 func (d *demo) addFiber(addr string) error {
-	app, err := lameduckfiber.New(d.lc, addr, fiber.Config{ReadTimeout: time.Minute, IdleTimeout: time.Minute})
+	app, err := ldfiber.New(d.lc, addr, fiber.Config{ReadTimeout: time.Minute, IdleTimeout: time.Minute})
 	if err != nil {
 		return err
 	}
@@ -57,7 +57,7 @@ func (d *demo) addFiber(addr string) error {
 	app.Get("/events", func(c *fiber.Ctx) error {
 		c.Set(fiber.HeaderContentType, "text/event-stream")
 		c.Set(fiber.HeaderCacheControl, "no-store")
-		lameduckfiber.SendStream(d.lc, c, func(w *bufio.Writer) {
+		ldfiber.Stream(d.lc, c, func(w *bufio.Writer) {
 			eventLoop(d.lc, nil, func(ev string) error {
 				if _, err := w.WriteString(ev); err != nil {
 					return err

@@ -77,5 +77,5 @@ func addGRPC(lc *lameduck.Lifecycle, addr string) error {
 	g := ldgrpc.New(lc)
 	gs := grpc.NewServer(g.ServerOptions()...)
 	gs.RegisterService(&demoServiceDesc, struct{}{})
-	return g.Serve(gs, addr, nil)
+	return g.AddServer(gs, addr, nil)
 }

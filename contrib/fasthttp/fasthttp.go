@@ -1,4 +1,4 @@
-// Package lameduckfasthttp runs a fasthttp server (github.com/valyala/fasthttp)
+// Package ldfasthttp runs a fasthttp server (github.com/valyala/fasthttp)
 // under a lameduck Lifecycle, with the same probes and the same drain as a
 // net/http server registered with Lifecycle.AddServer. It is also the
 // fasthttp half of contrib/fiber (Fiber v2) and contrib/fiberv3 (Fiber v3),
@@ -26,7 +26,15 @@
 // (it does not read the connection while the handler runs). Handlers that
 // stream watch Lifecycle.WindowEnded().
 // See the operations guide, docs/probes-and-shutdown.md, for the sequence.
-package lameduckfasthttp
+//
+// Import it as
+//
+//	import ldfasthttp "github.com/lameduck/lameduck/contrib/fasthttp"
+//
+// A framework built on fasthttp other than Fiber joins the same sequence
+// with [ServerFuncs], [Middleware.Begin] and [Middleware.End], as the Fiber
+// modules do (see the examples).
+package ldfasthttp
 
 import (
 	"bufio"
@@ -42,7 +50,10 @@ import (
 )
 
 // AddServer registers srv with lc, as Lifecycle.AddServer does an
-// *http.Server: Run binds addr (or uses ln when not nil), serves srv on it
+// *http.Server, with the arguments in the order of every contrib
+// AddServer: the Lifecycle, the server, its address, a listener (the
+// address is an argument because a fasthttp.Server has no Addr field, where
+// an http.Server carries its own). Run binds addr (or uses ln when not nil), serves srv on it
 // with Server.Serve, and in the teardown, beside the HTTP servers and under
 // the same budget, stops it in this order (see [ServerFuncs]): the listener
 // closes; every request srv is serving runs to its end, with its
@@ -95,8 +106,9 @@ func (m *Middleware) Handler(next fasthttp.RequestHandler) fasthttp.RequestHandl
 }
 
 // Begin starts one request, as Lifecycle.TrackRequest decides it, under
-// its method and the path net/http's Request.URL.Path would hold (see
-// [Path]). It reports answered when it has answered the request itself,
+// its method and the path net/http's Request.URL.Path would hold:
+// percent-decoded, neither cleaned nor lower-cased, so /readyz%2Fdb is the
+// readiness of the check "db" and //readyz is no probe, as on net/http. It reports answered when it has answered the request itself,
 // and the caller must then neither serve it nor call End:
 //
 //   - a probe path (unless Config.ProbeAddr gives the probes their own
@@ -113,7 +125,7 @@ func (m *Middleware) Handler(next fasthttp.RequestHandler) fasthttp.RequestHandl
 // tracks.
 func (m *Middleware) Begin(fc *fasthttp.RequestCtx) (tr lameduck.Tracked, answered bool) {
 	upgrade := m.lc.Phase() >= lameduck.PhaseDraining && len(fc.Request.Header.Peek(fasthttp.HeaderUpgrade)) > 0
-	tr, v := m.lc.TrackRequest(unsafeString(fc.Method()), Path(fc), upgrade)
+	tr, v := m.lc.TrackRequest(unsafeString(fc.Method()), requestPath(fc), upgrade)
 	switch {
 	case v.Probe:
 		m.probes(fc)
@@ -137,34 +149,35 @@ func (m *Middleware) Begin(fc *fasthttp.RequestCtx) (tr lameduck.Tracked, answer
 // (RequestCtx.Hijack: a WebSocket upgrade), the request stays in flight
 // until that connection closes, so the teardown waits for the session and
 // names it "hijacked" if it has to cut it; the idle drain does not wait for
-// it. Its method and path are copied then (Tracked.Hijacked), since fasthttp
-// and Fiber reuse their request buffers for the connection's next request
-// or another one. End allocates nothing for a request that was not hijacked.
+// it. Its method and path are copied then (Tracked.Hijacked), since
+// fasthttp and Fiber reuse their request buffers for the connection's next
+// request or another one.
+//
+// End also marks the response Connection: close when the shutdown signal
+// came while the handlers ran (the request began before it, so Begin did
+// not): the connection closes once the response is written instead of
+// going idle, and no keep-alive client reuses it as the teardown closes
+// idle connections. It allocates nothing for a request that was not
+// hijacked; [Middleware.Handler] and the Fiber middlewares call it.
 //
 // End does not see a response body that fasthttp writes after the handlers
-// returned (RequestCtx.SetBodyStreamWriter, Fiber's SendStream): such a
-// stream is not counted in flight. ShutdownWithContext still waits for its
-// connection, and at the budget the Lifecycle closes it, counted in the
-// log's closed connections rather than named. Stream from the handler
-// with [Stream] instead, which counts it in flight until it has been written.
-func End(fc *fasthttp.RequestCtx, tr lameduck.Tracked) {
-	if !fc.Hijacked() || !tr.Hijacked(fc.Conn()) {
-		tr.End()
-	}
-}
-
-// End is the package's [End], and it also marks the response Connection:
-// close when the shutdown signal came while the handlers ran (the request
-// began before it, so Begin did not): the connection closes once the
-// response is written instead of going idle, and no keep-alive client
-// reuses it as the teardown closes idle connections. Like End it
-// allocates nothing for a request that was not hijacked; Handler and the
-// Fiber middlewares call it.
+// returned (RequestCtx.SetBodyStreamWriter, or Fiber's own stream methods):
+// such a stream is not counted in flight. ShutdownWithContext still waits
+// for its connection, and at the budget the Lifecycle closes it, counted in
+// the log's closed connections rather than named. Stream from the handler
+// with [Stream] instead, which counts it in flight until it has been
+// written.
 func (m *Middleware) End(fc *fasthttp.RequestCtx, tr lameduck.Tracked) {
-	if !fc.Hijacked() && m.lc.Phase() >= lameduck.PhaseDraining {
+	if fc.Hijacked() {
+		if !tr.Hijacked(fc.Conn()) {
+			tr.End()
+		}
+		return
+	}
+	if m.lc.Phase() >= lameduck.PhaseDraining {
 		fc.SetConnectionClose()
 	}
-	End(fc, tr)
+	tr.End()
 }
 
 // Stream sets fn as fc's streamed response body (RequestCtx.SetBodyStreamWriter)
@@ -179,16 +192,16 @@ func (m *Middleware) End(fc *fasthttp.RequestCtx, tr lameduck.Tracked) {
 // but not counted.
 func Stream(lc *lameduck.Lifecycle, fc *fasthttp.RequestCtx, fn func(w *bufio.Writer)) {
 	// Copies: the strings outlive the handler.
-	tr, _ := lc.TrackRequest(string(fc.Method()), strings.Clone(Path(fc)), false)
+	tr, _ := lc.TrackRequest(string(fc.Method()), strings.Clone(requestPath(fc)), false)
 	fc.SetBodyStreamWriter(func(w *bufio.Writer) {
 		defer tr.End()
 		fn(w)
 	})
 }
 
-// Path returns fc's request path as net/http's Request.URL.Path holds it:
-// the path of the request target, percent-decoded (RFC 3986, section 2.1),
-// neither cleaned nor lower-cased, so that the probe paths and the names in
+// requestPath returns fc's request path as net/http's Request.URL.Path
+// holds it: the path of the request target, percent-decoded (RFC 3986,
+// section 2.1), neither cleaned nor lower-cased, so that the probe paths and the names in
 // the log are the same on fasthttp as on net/http: /readyz%2Fdb is the
 // readiness of the check "db" on both, //readyz is a probe on neither.
 // (fasthttp's RequestCtx.Path also cleans the path: /a/../readyz would be
@@ -200,7 +213,7 @@ func Stream(lc *lameduck.Lifecycle, fc *fasthttp.RequestCtx, fn func(w *bufio.Wr
 // decoded into a new string; one with a malformed escape, which net/http
 // refuses with 400 Bad Request before any handler sees it, is returned as
 // it came.
-func Path(fc *fasthttp.RequestCtx) string {
+func requestPath(fc *fasthttp.RequestCtx) string {
 	raw := fc.URI().PathOriginal()
 	if bytes.IndexByte(raw, '%') < 0 {
 		return unsafeString(raw)

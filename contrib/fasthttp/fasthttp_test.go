@@ -1,4 +1,4 @@
-package lameduckfasthttp_test
+package ldfasthttp_test
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/lameduck/lameduck"
-	lameduckfasthttp "github.com/lameduck/lameduck/contrib/fasthttp"
+	ldfasthttp "github.com/lameduck/lameduck/contrib/fasthttp"
 	"github.com/lameduck/lameduck/internal/contribtest"
 	"github.com/lameduck/lameduck/lameducktest"
 	"github.com/valyala/fasthttp"
@@ -86,8 +86,8 @@ func TestFastHTTPServer(t *testing.T) {
 		}
 	}
 	fl, hl := listen(t), listen(t)
-	srv := &fasthttp.Server{Handler: lameduckfasthttp.New(lc).Handler(app)}
-	if err := lameduckfasthttp.AddServer(lc, srv, "", fl); err != nil {
+	srv := &fasthttp.Server{Handler: ldfasthttp.New(lc).Handler(app)}
+	if err := ldfasthttp.AddServer(lc, srv, "", fl); err != nil {
 		t.Fatal(err)
 	}
 	if err := lc.AddServer(&http.Server{Handler: http.NotFoundHandler()}, hl); err != nil {
@@ -145,7 +145,7 @@ func handler(tb testing.TB, tracked bool) fasthttp.RequestHandler {
 	}
 	h := func(fc *fasthttp.RequestCtx) { fc.SetStatusCode(200) }
 	if tracked {
-		return lameduckfasthttp.New(lc).Handler(h)
+		return ldfasthttp.New(lc).Handler(h)
 	}
 	return h
 }
@@ -200,14 +200,14 @@ func TestPathIsNetHTTPs(t *testing.T) {
 		var fc fasthttp.RequestCtx // as fasthttp's server reads a request: a Host header
 		fc.Request.Header.SetHost("example.com")
 		fc.Request.SetRequestURI(target)
-		if got := lameduckfasthttp.Path(&fc); got != u.Path {
+		if got := ldfasthttp.RequestPath(&fc); got != u.Path {
 			t.Errorf("Path(%q) = %q; net/http's URL.Path is %q", target, got, u.Path)
 		}
 	}
 	// A malformed escape, which net/http answers 400 itself, is kept.
 	var fc fasthttp.RequestCtx
 	fc.Request.SetRequestURI("/readyz%zz")
-	if got := lameduckfasthttp.Path(&fc); got != "/readyz%zz" {
+	if got := ldfasthttp.RequestPath(&fc); got != "/readyz%zz" {
 		t.Errorf("Path(/readyz%%zz) = %q; want it as it came", got)
 	}
 }

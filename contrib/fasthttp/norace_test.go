@@ -1,5 +1,5 @@
 //go:build !race
 
-package lameduckfasthttp_test
+package ldfasthttp_test
 
 const raceEnabled = false

@@ -1,4 +1,4 @@
-package lameduckfasthttp_test
+package ldfasthttp_test
 
 import (
 	"log/slog"
@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/lameduck/lameduck"
-	lameduckfasthttp "github.com/lameduck/lameduck/contrib/fasthttp"
+	ldfasthttp "github.com/lameduck/lameduck/contrib/fasthttp"
 	"github.com/lameduck/lameduck/internal/contribtest"
 	"github.com/lameduck/lameduck/lameducktest"
 	"github.com/valyala/fasthttp"
@@ -27,8 +27,8 @@ func probeRig(t *testing.T, cfg lameduck.Config, app fasthttp.RequestHandler) (*
 		}
 	})
 	ln := listen(t)
-	srv := &fasthttp.Server{Handler: lameduckfasthttp.New(lc).Handler(app)}
-	if err := lameduckfasthttp.AddServer(lc, srv, "", ln); err != nil {
+	srv := &fasthttp.Server{Handler: ldfasthttp.New(lc).Handler(app)}
+	if err := ldfasthttp.AddServer(lc, srv, "", ln); err != nil {
 		t.Fatal(err)
 	}
 	return lc, clk, "http://" + ln.Addr().String(), lameducktest.Start(t, lc)

@@ -1,6 +1,6 @@
 //go:build race
 
-package lameduckfasthttp_test
+package ldfasthttp_test
 
 // raceEnabled: the race detector makes sync.Pool drop a share of what is
 // put back, so allocation counts are meaningless under it.

@@ -1,4 +1,4 @@
-package lameduckfasthttp
+package ldfasthttp
 
 import (
 	"context"
@@ -42,8 +42,9 @@ import (
 // ServerFuncs installs srv.ConnState (calling the hook srv had, if any,
 // after its own bookkeeping): call it before srv serves, and do not replace
 // srv.ConnState afterwards. [AddServer] and contrib/fiber's and
-// contrib/fiberv3's AddApp call it; call it yourself only to register a
-// server with Lifecycle.AddServerFuncs directly. The hook takes a mutex per
+// contrib/fiberv3's AddServer call it; call it yourself only to register a
+// server built on fasthttp with Lifecycle.AddServerFuncs directly (see the
+// example). The hook takes a mutex per
 // connection state change, never while calling the previous hook.
 func ServerFuncs(lc *lameduck.Lifecycle, name string, srv *fasthttp.Server, serve func(net.Listener) error,
 	stop func(context.Context) error) lameduck.ServerFuncs {

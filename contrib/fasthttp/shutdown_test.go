@@ -1,4 +1,4 @@
-package lameduckfasthttp_test
+package ldfasthttp_test
 
 import (
 	"bufio"
@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/lameduck/lameduck"
-	lameduckfasthttp "github.com/lameduck/lameduck/contrib/fasthttp"
+	ldfasthttp "github.com/lameduck/lameduck/contrib/fasthttp"
 	"github.com/lameduck/lameduck/internal/contribtest"
 	"github.com/lameduck/lameduck/lameducktest"
 	"github.com/valyala/fasthttp"
@@ -33,8 +33,8 @@ func newFastRig(t *testing.T, cfg lameduck.Config, app func(lc *lameduck.Lifecyc
 	cfg.Logger = slog.New(slog.NewTextHandler(r.logs, nil))
 	r.lc, r.clk = lameducktest.New(t, cfg)
 	ln := listen(t)
-	srv := &fasthttp.Server{Handler: lameduckfasthttp.New(r.lc).Handler(app(r.lc))}
-	if err := lameduckfasthttp.AddServer(r.lc, srv, "", ln); err != nil {
+	srv := &fasthttp.Server{Handler: ldfasthttp.New(r.lc).Handler(app(r.lc))}
+	if err := ldfasthttp.AddServer(r.lc, srv, "", ln); err != nil {
 		t.Fatal(err)
 	}
 	r.base = "http://" + ln.Addr().String()
@@ -127,7 +127,7 @@ func TestStreamIsTracked(t *testing.T) {
 		func(lc *lameduck.Lifecycle) fasthttp.RequestHandler {
 			return func(fc *fasthttp.RequestCtx) {
 				fc.SetContentType("text/event-stream")
-				lameduckfasthttp.Stream(lc, fc, func(w *bufio.Writer) {
+				ldfasthttp.Stream(lc, fc, func(w *bufio.Writer) {
 					w.WriteString("data: hello\n\n")
 					if w.Flush() != nil {
 						return
@@ -169,7 +169,7 @@ func TestStreamCutAtTheBudgetIsNamed(t *testing.T) {
 	r := newFastRig(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 3 * time.Second},
 		func(lc *lameduck.Lifecycle) fasthttp.RequestHandler {
 			return func(fc *fasthttp.RequestCtx) {
-				lameduckfasthttp.Stream(lc, fc, func(w *bufio.Writer) {
+				ldfasthttp.Stream(lc, fc, func(w *bufio.Writer) {
 					w.WriteString("data: hello\n\n")
 					if w.Flush() != nil {
 						return

@@ -1,4 +1,4 @@
-package lameduckfiber_test
+package ldfiber_test
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/lameduck/lameduck"
-	lameduckfiber "github.com/lameduck/lameduck/contrib/fiber"
+	ldfiber "github.com/lameduck/lameduck/contrib/fiber"
 	"github.com/lameduck/lameduck/internal/contribtest"
 	"github.com/lameduck/lameduck/lameducktest"
 )
@@ -69,7 +69,7 @@ func TestEveryContextLivesThroughTheTeardown(t *testing.T) {
 		}
 	})
 	app := fiber.New(fiber.Config{DisableStartupMessage: true})
-	app.Use(lameduckfiber.Middleware(lc))
+	app.Use(ldfiber.Middleware(lc))
 	app.Get("/query", func(c *fiber.Ctx) error {
 		name := c.Query("ctx")
 		var ctx context.Context
@@ -92,7 +92,7 @@ func TestEveryContextLivesThroughTheTeardown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := lameduckfiber.AddApp(lc, app, "", ln); err != nil {
+	if err := ldfiber.AddServer(lc, app, "", ln); err != nil {
 		t.Fatal(err)
 	}
 	base := "http://" + ln.Addr().String()

@@ -1,4 +1,4 @@
-package lameduckfiber_test
+package ldfiber_test
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/lameduck/lameduck"
-	lameduckfiber "github.com/lameduck/lameduck/contrib/fiber"
+	ldfiber "github.com/lameduck/lameduck/contrib/fiber"
 )
 
 // A Fiber app on a Lifecycle: New installs the middleware first and
@@ -23,7 +23,7 @@ func ExampleNew() {
 		fmt.Println(err)
 		return
 	}
-	app, err := lameduckfiber.New(lc, "127.0.0.1:0")
+	app, err := ldfiber.New(lc, "127.0.0.1:0")
 	if err != nil {
 		fmt.Println(err)
 		return

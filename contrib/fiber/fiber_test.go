@@ -1,4 +1,4 @@
-package lameduckfiber_test
+package ldfiber_test
 
 import (
 	"bufio"
@@ -20,7 +20,7 @@ import (
 	fiberws "github.com/gofiber/contrib/websocket"
 	"github.com/gofiber/fiber/v2"
 	"github.com/lameduck/lameduck"
-	lameduckfiber "github.com/lameduck/lameduck/contrib/fiber"
+	ldfiber "github.com/lameduck/lameduck/contrib/fiber"
 	"github.com/lameduck/lameduck/health"
 	"github.com/lameduck/lameduck/internal/contribtest"
 	"github.com/lameduck/lameduck/lameducktest"
@@ -68,7 +68,7 @@ type rig struct {
 }
 
 // newRig returns a Lifecycle on a fake clock with a Fiber app registered
-// by lameduckfiber.New on a loopback listener; routes adds the app's
+// by ldfiber.New on a loopback listener; routes adds the app's
 // routes. withHTTP also registers a net/http server on the same Lifecycle.
 func newRig(t *testing.T, cfg lameduck.Config, withHTTP bool, routes func(app *fiber.App)) *rig {
 	t.Helper()
@@ -85,11 +85,11 @@ func newRig(t *testing.T, cfg lameduck.Config, withHTTP bool, routes func(app *f
 		t.Fatal(err)
 	}
 	r.app = fiber.New(fiber.Config{DisableStartupMessage: true})
-	r.app.Use(lameduckfiber.Middleware(r.lc))
+	r.app.Use(ldfiber.Middleware(r.lc))
 	if routes != nil {
 		routes(r.app)
 	}
-	if err := lameduckfiber.AddApp(r.lc, r.app, "", ln); err != nil {
+	if err := ldfiber.AddServer(r.lc, r.app, "", ln); err != nil {
 		t.Fatal(err)
 	}
 	r.base = "http://" + ln.Addr().String()
@@ -416,10 +416,10 @@ func TestIdleAppStopsAtOnce(t *testing.T) {
 
 func TestNewRegistersTheApp(t *testing.T) {
 	lc, _ := lameducktest.New(t, lameduck.Config{})
-	if _, err := lameduckfiber.New(lc, ""); err == nil || !strings.Contains(err.Error(), "Addr") {
+	if _, err := ldfiber.New(lc, ""); err == nil || !strings.Contains(err.Error(), "Addr") {
 		t.Fatalf("New with no address: %v; want an error naming Addr", err)
 	}
-	app, err := lameduckfiber.New(lc, "127.0.0.1:0")
+	app, err := ldfiber.New(lc, "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -446,7 +446,7 @@ func trackedApp(tb testing.TB, tracked bool) fasthttp.RequestHandler {
 	}
 	app := fiber.New(fiber.Config{DisableStartupMessage: true})
 	if tracked {
-		app.Use(lameduckfiber.Middleware(lc))
+		app.Use(ldfiber.Middleware(lc))
 	}
 	app.Get("/api/orders", func(c *fiber.Ctx) error { return c.SendStatus(200) })
 	return app.Handler()
@@ -488,13 +488,13 @@ func BenchmarkMiddleware(b *testing.B) {
 	}
 }
 
-// TestSendStreamIsTracked: a body streamed after the handler returned is a
+// TestStreamIsTracked: a body streamed after the handler returned is a
 // request in flight until the stream ends; the teardown waits for it.
-func TestSendStreamIsTracked(t *testing.T) {
+func TestStreamIsTracked(t *testing.T) {
 	var r *rig
 	r = newRig(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 5 * time.Second}, false, func(app *fiber.App) {
 		app.Get("/events", func(c *fiber.Ctx) error {
-			lameduckfiber.SendStream(r.lc, c, func(w *bufio.Writer) {
+			ldfiber.Stream(r.lc, c, func(w *bufio.Writer) {
 				w.WriteString("data: hello\n\n")
 				if w.Flush() != nil {
 					return

@@ -1,5 +1,5 @@
 //go:build !race
 
-package lameduckfiber_test
+package ldfiber_test
 
 const raceEnabled = false

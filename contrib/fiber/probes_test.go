@@ -1,4 +1,4 @@
-package lameduckfiber_test
+package ldfiber_test
 
 import (
 	"testing"

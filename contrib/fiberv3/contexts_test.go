@@ -1,4 +1,4 @@
-package lameduckfiberv3_test
+package ldfiberv3_test
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"github.com/gofiber/fiber/v3"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/lameduck/lameduck"
-	lameduckfiber "github.com/lameduck/lameduck/contrib/fiberv3"
+	ldfiberv3 "github.com/lameduck/lameduck/contrib/fiberv3"
 	"github.com/lameduck/lameduck/internal/contribtest"
 	"github.com/lameduck/lameduck/lameducktest"
 )
@@ -70,7 +70,7 @@ func TestEveryContextLivesThroughTheTeardown(t *testing.T) {
 		}
 	})
 	app := fiber.New()
-	app.Use(lameduckfiber.Middleware(lc))
+	app.Use(ldfiberv3.Middleware(lc))
 	app.Get("/query", func(c fiber.Ctx) error {
 		name := c.Query("ctx")
 		var ctx context.Context
@@ -95,7 +95,7 @@ func TestEveryContextLivesThroughTheTeardown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := lameduckfiber.AddApp(lc, app, "", ln); err != nil {
+	if err := ldfiberv3.AddServer(lc, app, "", ln); err != nil {
 		t.Fatal(err)
 	}
 	base := "http://" + ln.Addr().String()

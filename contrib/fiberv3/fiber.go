@@ -1,4 +1,4 @@
-// Package lameduckfiberv3 runs a Fiber v3 (github.com/gofiber/fiber/v3) app under
+// Package ldfiberv3 runs a Fiber v3 (github.com/gofiber/fiber/v3) app under
 // a lameduck Lifecycle, with the same probes and the same drain as a
 // net/http server registered with Lifecycle.AddServer:
 //
@@ -12,7 +12,7 @@
 //     on, responses carry Connection: close and WebSocket upgrades are
 //     refused 503 with Retry-After, so clients reconnect elsewhere; in
 //     reject mode (LAMEDUCK_SEND_RETRY_AFTER) every new request is.
-//   - [AddApp] registers the app with the Lifecycle: Run binds its listener,
+//   - [AddServer] registers the app with the Lifecycle: Run binds its listener,
 //     serves it with App.Listener, and stops it with
 //     App.ShutdownWithContext under the teardown budget, then closes what is
 //     left; what is cut is named in the log with method, path and age.
@@ -25,14 +25,18 @@
 // The fasthttp half (the tracking, the refusals, the probes) is
 // contrib/fasthttp's Middleware. Handlers that stream (server-sent events,
 // WebSockets) watch Lifecycle.WindowEnded() to finish when the lame-duck window
-// ends; a streamed body goes through [SendStream] to be counted in flight.
+// ends; a streamed body goes through [Stream] to be counted in flight.
 //
 // A handler may pass any of its contexts to a database call: fasthttp's
 // shutdown, which closes RequestCtx.Done(), begins only once the requests
 // in flight have ended or the teardown budget is spent. fasthttp never
 // tells a running handler that its client left. See the operations guide,
 // docs/probes-and-shutdown.md, for the sequence.
-package lameduckfiberv3
+//
+// Import it as
+//
+//	import ldfiberv3 "github.com/lameduck/lameduck/contrib/fiberv3"
+package ldfiberv3
 
 import (
 	"bufio"
@@ -40,17 +44,17 @@ import (
 
 	"github.com/gofiber/fiber/v3"
 	"github.com/lameduck/lameduck"
-	lameduckfasthttp "github.com/lameduck/lameduck/contrib/fasthttp"
+	ldfasthttp "github.com/lameduck/lameduck/contrib/fasthttp"
 )
 
 // New returns a Fiber app configured by config (its zero value when
 // omitted), with [Middleware] installed as its first handler, and registered
-// with lc by [AddApp] to be served on addr (such as ":8080") when lc.Run
+// with lc by [AddServer] to be served on addr (such as ":8080") when lc.Run
 // runs, without Fiber's startup banner: the Lifecycle logs the listening
 // line. Register routes on the app as usual; do not call its
 // Listen, Listener or Shutdown methods.
 //
-// It returns AddApp's error (lameduck.ErrAlreadyRunning once Run has
+// It returns AddServer's error (lameduck.ErrAlreadyRunning once Run has
 // started, or an error naming an empty addr).
 func New(lc *lameduck.Lifecycle, addr string, config ...fiber.Config) (*fiber.App, error) {
 	var cfg fiber.Config
@@ -59,28 +63,31 @@ func New(lc *lameduck.Lifecycle, addr string, config ...fiber.Config) (*fiber.Ap
 	}
 	app := fiber.New(cfg)
 	app.Use(Middleware(lc))
-	if err := AddApp(lc, app, addr, nil); err != nil {
+	if err := AddServer(lc, app, addr, nil); err != nil {
 		return nil, err
 	}
 	return app, nil
 }
 
-// AddApp registers app with lc, as Lifecycle.AddServer does an
-// *http.Server: Run binds addr (or uses ln when not nil), serves app on it
-// with App.Listener, and in the teardown, beside the HTTP servers and under
-// the same budget, stops it in this order (lameduckfasthttp.ServerFuncs): its
-// listener closes; the requests in flight run to their end, every context a
-// handler can reach (c itself (fiber.Ctx), c.Context() and c.RequestCtx()) still live; then App.ShutdownWithContext runs
-// Fiber's shutdown hooks and closes the idle keep-alive connections,
-// counted in the log. At the budget it closes every connection still open,
-// WebSockets included, and names the requests it cut. It sets
-// app.Server().ConnState (chaining the hook it had). Install [Middleware] first on app, or its requests are
-// neither tracked nor told to close, and the probes are not mounted.
+// AddServer registers app with lc, as Lifecycle.AddServer does an
+// *http.Server, with the arguments in the order of every contrib AddServer
+// (the Lifecycle, the server, its address, a listener): Run binds addr (or
+// uses ln when not nil), serves app on it with App.Listener, and in the
+// teardown, beside the HTTP servers and under the same budget, stops it in
+// this order (ldfasthttp.ServerFuncs): its listener closes; the requests in
+// flight run to their end, every context a handler can reach (c itself
+// (fiber.Ctx), c.Context() and c.RequestCtx()) still live; then
+// App.ShutdownWithContext runs Fiber's shutdown hooks and closes the idle
+// keep-alive connections, counted in the log. At the budget it closes every
+// connection still open, WebSockets included, and names the requests it cut.
+// It sets app.Server().ConnState (chaining the hook it had). Install
+// [Middleware] first on app, or its requests are neither tracked nor told to
+// close, and the probes are not mounted.
 //
 // It returns the error of Lifecycle.AddServerFuncs: an error naming an
 // empty addr with a nil ln, or lameduck.ErrAlreadyRunning once Run has
 // started.
-func AddApp(lc *lameduck.Lifecycle, app *fiber.App, addr string, ln net.Listener) error {
+func AddServer(lc *lameduck.Lifecycle, app *fiber.App, addr string, ln net.Listener) error {
 	// The Lifecycle logs the listening line; no signal handling of Fiber's
 	// own (GracefulContext unset): the Lifecycle stops it. The requests
 	// first, then Fiber's shutdown (its hooks, then fasthttp's, which
@@ -90,7 +97,7 @@ func AddApp(lc *lameduck.Lifecycle, app *fiber.App, addr string, ln net.Listener
 	serve := func(ln net.Listener) error {
 		return app.Listener(ln, fiber.ListenConfig{DisableStartupMessage: true})
 	}
-	funcs := lameduckfasthttp.ServerFuncs(lc, "fiber", app.Server(), serve, app.ShutdownWithContext)
+	funcs := ldfasthttp.ServerFuncs(lc, "fiber", app.Server(), serve, app.ShutdownWithContext)
 	funcs.Addr = addr
 	return lc.AddServerFuncs(funcs, ln)
 }
@@ -118,7 +125,7 @@ func AddApp(lc *lameduck.Lifecycle, app *fiber.App, addr string, ln net.Listener
 //
 // It is safe for concurrent use.
 func Middleware(lc *lameduck.Lifecycle) fiber.Handler {
-	m := lameduckfasthttp.New(lc)
+	m := ldfasthttp.New(lc)
 	return func(c fiber.Ctx) error {
 		fc := c.RequestCtx()
 		tr, answered := m.Begin(fc)
@@ -130,12 +137,12 @@ func Middleware(lc *lameduck.Lifecycle) fiber.Handler {
 	}
 }
 
-// SendStream streams the response body from fn (RequestCtx.SetBodyStreamWriter)
+// Stream streams the response body from fn (RequestCtx.SetBodyStreamWriter)
 // and counts the stream as a request in flight until fn has returned, so the
 // teardown waits for it and names it if the budget cuts it: server-sent
 // events, say. fn runs after the handler returned; it should end the stream
 // when lc.WindowEnded() is closed and return when a Flush fails (the client left).
-// See lameduckfasthttp.Stream.
-func SendStream(lc *lameduck.Lifecycle, c fiber.Ctx, fn func(w *bufio.Writer)) {
-	lameduckfasthttp.Stream(lc, c.RequestCtx(), fn)
+// It is ldfasthttp.Stream for a Fiber context, under the same name.
+func Stream(lc *lameduck.Lifecycle, c fiber.Ctx, fn func(w *bufio.Writer)) {
+	ldfasthttp.Stream(lc, c.RequestCtx(), fn)
 }

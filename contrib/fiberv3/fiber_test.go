@@ -1,4 +1,4 @@
-package lameduckfiberv3_test
+package ldfiberv3_test
 
 import (
 	"bufio"
@@ -18,7 +18,7 @@ import (
 
 	"github.com/gofiber/fiber/v3"
 	"github.com/lameduck/lameduck"
-	lameduckfiber "github.com/lameduck/lameduck/contrib/fiberv3"
+	ldfiberv3 "github.com/lameduck/lameduck/contrib/fiberv3"
 	"github.com/lameduck/lameduck/health"
 	"github.com/lameduck/lameduck/internal/contribtest"
 	"github.com/lameduck/lameduck/lameducktest"
@@ -66,7 +66,7 @@ type rig struct {
 }
 
 // newRig returns a Lifecycle on a fake clock with a Fiber app registered
-// by lameduckfiber.New on a loopback listener; routes adds the app's
+// by ldfiberv3.New on a loopback listener; routes adds the app's
 // routes. withHTTP also registers a net/http server on the same Lifecycle.
 func newRig(t *testing.T, cfg lameduck.Config, withHTTP bool, routes func(app *fiber.App)) *rig {
 	t.Helper()
@@ -83,11 +83,11 @@ func newRig(t *testing.T, cfg lameduck.Config, withHTTP bool, routes func(app *f
 		t.Fatal(err)
 	}
 	r.app = fiber.New()
-	r.app.Use(lameduckfiber.Middleware(r.lc))
+	r.app.Use(ldfiberv3.Middleware(r.lc))
 	if routes != nil {
 		routes(r.app)
 	}
-	if err := lameduckfiber.AddApp(r.lc, r.app, "", ln); err != nil {
+	if err := ldfiberv3.AddServer(r.lc, r.app, "", ln); err != nil {
 		t.Fatal(err)
 	}
 	r.base = "http://" + ln.Addr().String()
@@ -420,10 +420,10 @@ func TestIdleAppStopsAtOnce(t *testing.T) {
 
 func TestNewRegistersTheApp(t *testing.T) {
 	lc, _ := lameducktest.New(t, lameduck.Config{})
-	if _, err := lameduckfiber.New(lc, ""); err == nil || !strings.Contains(err.Error(), "Addr") {
+	if _, err := ldfiberv3.New(lc, ""); err == nil || !strings.Contains(err.Error(), "Addr") {
 		t.Fatalf("New with no address: %v; want an error naming Addr", err)
 	}
-	app, err := lameduckfiber.New(lc, "127.0.0.1:0")
+	app, err := ldfiberv3.New(lc, "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -450,7 +450,7 @@ func trackedApp(tb testing.TB, tracked bool) fasthttp.RequestHandler {
 	}
 	app := fiber.New()
 	if tracked {
-		app.Use(lameduckfiber.Middleware(lc))
+		app.Use(ldfiberv3.Middleware(lc))
 	}
 	app.Get("/api/orders", func(c fiber.Ctx) error { return c.SendStatus(200) })
 	return app.Handler()
@@ -492,14 +492,14 @@ func BenchmarkMiddleware(b *testing.B) {
 	}
 }
 
-// SendStream counts the streamed body in flight, under the request's method
+// Stream counts the streamed body in flight, under the request's method
 // and path, until its writer returns: the teardown waits for it, and the
 // stream ends with its final event when the window ends.
-func TestSendStreamIsTracked(t *testing.T) {
+func TestStreamIsTracked(t *testing.T) {
 	var r *rig
 	r = newRig(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 5 * time.Second}, false, func(app *fiber.App) {
 		app.Get("/events", func(c fiber.Ctx) error {
-			lameduckfiber.SendStream(r.lc, c, func(w *bufio.Writer) {
+			ldfiberv3.Stream(r.lc, c, func(w *bufio.Writer) {
 				w.WriteString("data: hello\n\n")
 				if w.Flush() != nil {
 					return

@@ -1,5 +1,5 @@
 //go:build !race
 
-package lameduckfiberv3_test
+package ldfiberv3_test
 
 const raceEnabled = false

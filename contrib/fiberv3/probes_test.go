@@ -1,4 +1,4 @@
-package lameduckfiberv3_test
+package ldfiberv3_test
 
 import (
 	"testing"

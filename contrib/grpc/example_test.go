@@ -16,7 +16,7 @@ import (
 // one shutdown sequence, with the health service that the kubelet's gRPC
 // probe asks ("liveness" and "readiness"), and a readiness check of a
 // service this one depends on.
-func ExampleServer_Serve() {
+func ExampleServer_AddServer() {
 	lc, err := lameduck.New(lameduck.Config{})
 	if err != nil {
 		log.Fatal(err)
@@ -24,7 +24,7 @@ func ExampleServer_Serve() {
 	g := ldgrpc.New(lc)
 	gs := grpc.NewServer(g.ServerOptions()...)
 	// pb.RegisterGreeterServer(gs, &greeter{}) — the application's services.
-	if err := g.Serve(gs, ":9000", nil); err != nil {
+	if err := g.AddServer(gs, ":9000", nil); err != nil {
 		log.Fatal(err)
 	}
 	if err := lc.AddServer(&http.Server{Addr: ":8080"}, nil); err != nil {

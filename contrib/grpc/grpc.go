@@ -56,7 +56,9 @@ import (
 // never named as cut, and are answered in reject mode
 // (Config.SendRetryAfter); a Watch stream still ends at the window's end.
 //
-// Create one with [New]. Its methods are safe for concurrent use.
+// Create one with [New], pass [Server.ServerOptions] to grpc.NewServer and
+// register the server with [Server.AddServer]. Its methods are safe for
+// concurrent use.
 type Server struct {
 	lc     *lameduck.Lifecycle
 	health *Health
@@ -68,7 +70,7 @@ func New(lc *lameduck.Lifecycle) *Server {
 }
 
 // Health returns the health service the Server registers on every
-// grpc.Server it serves.
+// grpc.Server given to AddServer.
 func (s *Server) Health() *Health { return s.health }
 
 // ServerOptions returns the options a grpc.Server needs to be drained:
@@ -84,11 +86,15 @@ func (s *Server) ServerOptions() []grpc.ServerOption {
 	}
 }
 
-// Serve registers gs with the Lifecycle, to be bound, served and stopped
-// by Run in the shutdown sequence, and registers the health service on it
-// (grpc.health.v1.Health; do not register another). gs must have been
+// AddServer registers gs with the Lifecycle, to be bound, served and
+// stopped by Run in the shutdown sequence, and registers the health service
+// on it (grpc.health.v1.Health; do not register another). gs must have been
 // created with ServerOptions. If ln is nil, Run binds addr (":9000") over
-// TCP.
+// TCP. The verb and the order of the arguments are those of every server
+// integration (the server, its address, a listener); the Lifecycle is the
+// one New was given, since the interceptors, passed to grpc.NewServer
+// before gs exists, and the health service, shared by every grpc.Server of
+// the Lifecycle, need it first.
 //
 // Teardown, beside the HTTP drain and under the same budget: the listener
 // closes, GracefulStop sends GOAWAY and waits for the RPCs in flight
@@ -99,11 +105,11 @@ func (s *Server) ServerOptions() []grpc.ServerOption {
 // Stop waits for it in a goroutine of its own) and the process exits
 // without it. Do not call gs.Serve, GracefulStop or Stop yourself.
 //
-// Serve returns the error of lameduck.Lifecycle.AddServerFuncs
+// AddServer returns the error of lameduck.Lifecycle.AddServerFuncs
 // (lameduck.ErrAlreadyRunning once Run has started, a missing address).
-func (s *Server) Serve(gs *grpc.Server, addr string, ln net.Listener) error {
+func (s *Server) AddServer(gs *grpc.Server, addr string, ln net.Listener) error {
 	if gs == nil {
-		return errors.New("lameduck: ldgrpc.Serve: nil *grpc.Server")
+		return errors.New("lameduck: ldgrpc.Server.AddServer: the *grpc.Server is nil; pass the server created with ServerOptions")
 	}
 	var mu sync.Mutex
 	var stopped chan struct{} // closed when GracefulStop returns
@@ -173,7 +179,7 @@ var endedAtDrain = status.Error(codes.Unavailable, "lameduck: the server is shut
 var errDrained = errors.New("lameduck: the lame-duck window ended")
 
 // healthPrefix begins the full method name of every RPC of the health
-// service (grpc.health.v1.Health: Check, Watch, List), which Serve
+// service (grpc.health.v1.Health: Check, Watch, List), which AddServer
 // registers on every grpc.Server it serves.
 var healthPrefix = "/" + healthpb.Health_ServiceDesc.ServiceName + "/"
 

@@ -93,7 +93,7 @@ func serve(t *testing.T, lc *lameduck.Lifecycle, logs *syncBuffer) *served {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.srv.Serve(gs, "", ln); err != nil {
+	if err := s.srv.AddServer(gs, "", ln); err != nil {
 		t.Fatal(err)
 	}
 	s.cc, err = grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))

@@ -51,7 +51,7 @@ func TestCheckRealServer(t *testing.T) {
 	db := open(t, live(t).FormatDSN())
 	r := contribtest.Serve(t,
 		ldmysql.Check(health.Check{Name: "db", Critical: true}, db),
-		health.Check{Name: "sqlping", Critical: true, Func: checks.SQLPing(db)})
+		checks.SQLPing(health.Check{Name: "sqlping", Critical: true}, db))
 	for range 5 {
 		a := r.Probe(t)
 		a.Want(t, "the shared MariaDB", 200, "ok", "db", "ok")
@@ -92,7 +92,7 @@ func TestErrorsRedacted(t *testing.T) {
 	bad := open(t, cfg.FormatDSN())
 	r := contribtest.Serve(t,
 		ldmysql.Check(health.Check{Name: "db", Critical: true}, bad),
-		health.Check{Name: "sqlping", Critical: true, Func: checks.SQLPing(open(t, "appuser:hunter2@tcp(127.0.0.1:1)/test?timeout=2s"))})
+		checks.SQLPing(health.Check{Name: "sqlping", Critical: true}, open(t, "appuser:hunter2@tcp(127.0.0.1:1)/test?timeout=2s")))
 	a := r.Probe(t)
 	a.Want(t, "a wrong password", 503, "failed", "db", "error")
 	a.Want(t, "nothing listens on port 1", 503, "failed", "sqlping", "error")

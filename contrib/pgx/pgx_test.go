@@ -122,8 +122,8 @@ func TestSQLPingThroughStdlib(t *testing.T) {
 		return db
 	}
 	r := contribtest.Serve(t,
-		health.Check{Name: "live", Critical: true, Func: checks.SQLPing(open(live(t)))},
-		health.Check{Name: "gone", Func: checks.SQLPing(open("postgres://appuser:hunter2@127.0.0.1:1/test?sslmode=disable&connect_timeout=2"))})
+		checks.SQLPing(health.Check{Name: "live", Critical: true}, open(live(t))),
+		checks.SQLPing(health.Check{Name: "gone"}, open("postgres://appuser:hunter2@127.0.0.1:1/test?sslmode=disable&connect_timeout=2")))
 	a := r.Probe(t)
 	a.Want(t, "the shared server", 200, "degraded", "live", "ok")
 	a.Want(t, "nothing listens on port 1", 200, "degraded", "gone", "error")

@@ -1,4 +1,4 @@
-package ldprom_test
+package ldprometheus_test
 
 import (
 	"fmt"
@@ -6,26 +6,21 @@ import (
 	"net/http"
 
 	"github.com/lameduck/lameduck"
-	ldprom "github.com/lameduck/lameduck/contrib/prometheus"
+	ldprometheus "github.com/lameduck/lameduck/contrib/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// Wire the collector into a Lifecycle and serve /metrics beside the
+// One call wires the metrics into a Lifecycle; serve /metrics beside the
 // application's routes (the probes are answered by the Lifecycle itself).
 func Example() {
-	col := ldprom.New()
-	lc, err := lameduck.New(lameduck.Config{
-		OnTransition: col.Observe,
-		LookupEnv:    func(string) (string, bool) { return "", false }, // the example ignores LAMEDUCK_* variables
-	})
+	reg := prometheus.NewRegistry()
+	lc, err := ldprometheus.New(lameduck.Config{
+		LookupEnv: func(string) (string, bool) { return "", false }, // the example ignores LAMEDUCK_* variables
+	}, reg)
 	if err != nil {
 		log.Fatal(err)
 	}
-	col.Watch(lc)
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(col)
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	if err := lc.AddServer(&http.Server{Addr: ":8080", Handler: mux}, nil); err != nil {

@@ -1,15 +1,19 @@
-// Package ldprom exports a Lifecycle's phase, readiness checks, probe
+// Package ldprometheus exports a Lifecycle's phase, readiness checks, probe
 // answers, in-flight requests and shutdown steps as Prometheus metrics,
 // through client_golang (github.com/prometheus/client_golang).
 //
 // Import it as
 //
-//	import ldprom "github.com/lameduck/lameduck/contrib/prometheus"
+//	import ldprometheus "github.com/lameduck/lameduck/contrib/prometheus"
 //
 // It is a module of its own: the core never imports client_golang. It
-// builds on lameduck.Config.OnTransition. contrib/otel exports the same
-// metrics, from the same list and the same bookkeeping, through
-// OpenTelemetry. The operator's page, with every
+// builds on lameduck.Config.OnTransition. One call wires it, as
+// ldotel.New does for OpenTelemetry:
+//
+//	lc, err := ldprometheus.New(lameduck.Config{}, prometheus.DefaultRegisterer)
+//
+// contrib/otel exports the same metrics, from the same list and the same
+// bookkeeping, through OpenTelemetry. The operator's page, with every
 // series and example queries, is docs/prometheus.md in the lameduck
 // repository.
 //
@@ -20,15 +24,17 @@
 //	lameduck_requests_in_flight                           application requests in flight (after Watch)
 //	lameduck_check_status{check,critical,outcome}         1 for each check's last outcome, 0 for the others
 //	lameduck_check_results_total{check,outcome}           verdicts, by outcome
-//	lameduck_check_duration_seconds{check}                histogram of ping durations (stalled excluded)
+//	lameduck_check_duration_seconds{check}                histogram of ping durations (stalled excluded), buckets 1ms … 5s
 //	lameduck_probe_answers_total{path,code}               probe answers; path /healthz, /readyz, /readyz/*, /startupz, /prestop or other
 //	lameduck_shutdown_step_duration_seconds{step}         window, hooks, http_drain, join, closers, total; set as each ends
 //	lameduck_requests_cut_total                           requests closed by force at the teardown budget
 //	lameduck_join_overruns_total                          background joins that ran out of budget
 //	lameduck_background_tasks_abandoned_total             tasks still running when a join ran out
-package ldprom
+package ldprometheus
 
 import (
+	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -38,16 +44,48 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// DurationBuckets are the buckets of lameduck_check_duration_seconds, in
-// seconds: a readiness check's deadline is 1s by default, so they are
-// finest below it and end a little above the deadlines one sets.
-var DurationBuckets = measure.Buckets
-
-// Collector is a prometheus.Collector for one Lifecycle. Create it with
-// [New], pass its Observe method as Config.OnTransition, call Watch with
-// the Lifecycle, and register it:
+// New returns a Lifecycle configured by cfg (see lameduck.New) whose
+// metrics are registered with reg, wired in one call: it creates a
+// [Collector] ([NewCollector]), chains [Collector.Observe] after
+// cfg.OnTransition (which still hears every transition, first), registers
+// the Collector with reg, creates the Lifecycle and calls [Collector.Watch]
+// with it. Serve reg's series with promhttp (prometheus.DefaultRegisterer's
+// through promhttp.Handler(), a registry of your own through
+// promhttp.HandlerFor).
 //
-//	col := ldprom.New()
+// It returns an error when reg is nil; reg's Register error, wrapped (a
+// prometheus.AlreadyRegisteredError when reg already holds lameduck's
+// series: one Lifecycle per registry); or lameduck.New's (an invalid
+// setting, lameduck.ErrInvalidConfig). Nothing stays registered then.
+func New(cfg lameduck.Config, reg prometheus.Registerer) (*lameduck.Lifecycle, error) {
+	if reg == nil {
+		return nil, errors.New("lameduck: ldprometheus.New: the Registerer is nil; pass prometheus.DefaultRegisterer or a registry of your own")
+	}
+	col := NewCollector()
+	if err := reg.Register(col); err != nil {
+		return nil, fmt.Errorf("lameduck: ldprometheus.New: registering lameduck's series: %w", err)
+	}
+	if prev := cfg.OnTransition; prev != nil {
+		cfg.OnTransition = func(t lameduck.Transition) { prev(t); col.Observe(t) }
+	} else {
+		cfg.OnTransition = col.Observe
+	}
+	lc, err := lameduck.New(cfg)
+	if err != nil {
+		reg.Unregister(col)
+		return nil, err
+	}
+	col.Watch(lc)
+	return lc, nil
+}
+
+// Collector is a prometheus.Collector for one Lifecycle. Use [New] to wire
+// it in one call, or, to compose it with another OnTransition hook
+// (contrib/otel's Metrics, say), create it with [NewCollector], pass its
+// Observe method as Config.OnTransition, call Watch with the Lifecycle,
+// and register it:
+//
+//	col := ldprometheus.NewCollector()
 //	lc, err := lameduck.New(lameduck.Config{OnTransition: col.Observe})
 //	...
 //	col.Watch(lc)
@@ -91,18 +129,18 @@ func counter(m measure.Metric) prometheus.Counter {
 	return prometheus.NewCounter(prometheus.CounterOpts{Name: m.Prom, Help: m.Help})
 }
 
-// New returns a Collector with no observation yet: phase starting, no
-// checks, every counter at zero. Its series are the list every lameduck
+// NewCollector returns a Collector with no observation yet: phase
+// starting, no checks, every counter at zero. Its series are the list every lameduck
 // metrics integration shares, under Prometheus' names (see the package
 // doc).
-func New() *Collector {
+func NewCollector() *Collector {
 	c := &Collector{
 		phaseDesc: desc(measure.Phase),
 		inFlight:  desc(measure.InFlight),
 		statusD:   desc(measure.CheckStatus),
 		results:   counterVec(measure.CheckResults),
 		durations: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: measure.CheckDuration.Prom,
-			Help: measure.CheckDuration.Help, Buckets: DurationBuckets}, promLabels(measure.CheckDuration)),
+			Help: measure.CheckDuration.Help, Buckets: measure.Buckets}, promLabels(measure.CheckDuration)),
 		probes: counterVec(measure.ProbeAnswers),
 		steps: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: measure.StepDuration.Prom, Help: measure.StepDuration.Help},
 			promLabels(measure.StepDuration)),

@@ -1,4 +1,4 @@
-package ldprom_test
+package ldprometheus_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/lameduck/lameduck"
-	ldprom "github.com/lameduck/lameduck/contrib/prometheus"
+	ldprometheus "github.com/lameduck/lameduck/contrib/prometheus"
 	"github.com/lameduck/lameduck/health"
 	"github.com/lameduck/lameduck/internal/measure"
 	"github.com/lameduck/lameduck/lameducktest"
@@ -85,7 +85,7 @@ func want(t testing.TB, fams map[string]*dto.MetricFamily, name string, labels m
 // A served Lifecycle scraped over HTTP: the phase, the checks, the probes,
 // in flight; then the shutdown steps.
 func TestScrape(t *testing.T) {
-	col := ldprom.New()
+	col := ldprometheus.NewCollector()
 	lc, clk := lameducktest.New(t, lameduck.Config{ShutdownDelay: 2 * time.Second, OnTransition: col.Observe,
 		CheckTimeout: 10 * time.Second}) // "ok" and "error" even when a loaded machine delays a ping past 1s
 	col.Watch(lc)
@@ -181,7 +181,7 @@ func gather(t testing.TB, reg *prometheus.Registry) map[string]*dto.MetricFamily
 
 // The requests cut and the tasks abandoned, as the core reports them.
 func TestCutAndAbandoned(t *testing.T) {
-	col := ldprom.New()
+	col := ldprometheus.NewCollector()
 	col.Observe(lameduck.Transition{Kind: lameduck.TransitionCut, Count: 3})
 	col.Observe(lameduck.Transition{Kind: lameduck.TransitionAbandoned, Count: 2})
 	reg := prometheus.NewPedanticRegistry()
@@ -195,7 +195,7 @@ func TestCutAndAbandoned(t *testing.T) {
 // promtool's linter (the same rules as `promtool check metrics`) finds
 // nothing to say about any series.
 func TestLint(t *testing.T) {
-	col := ldprom.New()
+	col := ldprometheus.NewCollector()
 	col.Observe(lameduck.Transition{Kind: lameduck.TransitionCheck, Check: health.Result{Name: "db", Outcome: health.OutcomeOK, Duration: time.Millisecond}})
 	col.Observe(lameduck.Transition{Kind: lameduck.TransitionProbe, Path: "/readyz", Code: 200})
 	col.Observe(lameduck.Transition{Kind: lameduck.TransitionCut, Count: 1})
@@ -212,7 +212,7 @@ func TestLint(t *testing.T) {
 // Every metric of the list contrib/otel reports too is exported, under its
 // Prometheus name and help, as the type the list says, and nothing else is.
 func TestEveryMeasureIsExported(t *testing.T) {
-	col := ldprom.New()
+	col := ldprometheus.NewCollector()
 	lc, _ := lameducktest.New(t, lameduck.Config{})
 	col.Watch(lc)
 	col.Observe(lameduck.Transition{Kind: lameduck.TransitionCheck, Check: health.Result{Name: "db", Outcome: health.OutcomeOK, Duration: time.Millisecond}})

@@ -1,4 +1,4 @@
-package ldprom_test
+package ldprometheus_test
 
 import (
 	"bytes"
@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/lameduck/lameduck"
-	ldprom "github.com/lameduck/lameduck/contrib/prometheus"
+	ldprometheus "github.com/lameduck/lameduck/contrib/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -32,7 +32,7 @@ func TestStepDurations(t *testing.T) {
 			closers = 500 * time.Millisecond
 		)
 		var logs bytes.Buffer
-		col := ldprom.New()
+		col := ldprometheus.NewCollector()
 		lc, err := lameduck.New(lameduck.Config{
 			ShutdownDelay:    window,
 			ShutdownTeardown: 30 * time.Second,

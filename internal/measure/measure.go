@@ -1,5 +1,5 @@
 // Package measure is the one list of what lameduck's metrics integrations
-// measure, and the bookkeeping they share: contrib/prometheus (ldprom) and
+// measure, and the bookkeeping they share: contrib/prometheus (ldprometheus) and
 // contrib/otel (ldotel) both export exactly the metrics of [All], under the
 // names, units and label keys given here, fed by one [Tracker]. It imports
 // only the standard library and the core, so the core never depends on a

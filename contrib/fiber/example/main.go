@@ -23,7 +23,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 	"github.com/lameduck/lameduck"
 	"github.com/lameduck/lameduck/checks"
-	lameduckfiber "github.com/lameduck/lameduck/contrib/fiber"
+	ldfiber "github.com/lameduck/lameduck/contrib/fiber"
 	"github.com/lameduck/lameduck/health"
 )
 
@@ -51,10 +51,10 @@ func run(addr, dsn string) error {
 	if err := lc.AddCloser("postgres", func(context.Context) error { return db.Close() }); err != nil {
 		return err
 	}
-	if err := lc.AddCheck(health.Check{Name: "db", Critical: true, Func: checks.SQLPing(db)}); err != nil {
+	if err := lc.AddCheck(checks.SQLPing(health.Check{Name: "db", Critical: true}, db)); err != nil {
 		return err
 	}
-	app, err := lameduckfiber.New(lc, addr)
+	app, err := ldfiber.New(lc, addr)
 	if err != nil {
 		return err
 	}

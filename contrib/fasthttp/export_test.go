@@ -1,0 +1,4 @@
+package ldfasthttp
+
+// RequestPath is requestPath, for the tests of the external test package.
+var RequestPath = requestPath
