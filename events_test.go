@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lameduck/lameduck"
+	"github.com/lameduck/lameduck/internal/testsupport"
 )
 
 // Each event's time is the moment its step ended, read from the
@@ -21,7 +22,7 @@ import (
 // join measured from there.
 func TestEventsTellEachStepsTime(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		logs := &logBuffer{}
+		logs := &testsupport.LogBuffer{}
 		lc, err := lameduck.New(lameduck.Config{
 			ShutdownDelay:    5 * time.Second,
 			ShutdownTeardown: 30 * time.Second,

@@ -1,7 +1,6 @@
 package lameduck_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/lameduck/lameduck"
+	"github.com/lameduck/lameduck/internal/testsupport"
 	"github.com/lameduck/lameduck/lameducktest"
 	"go.uber.org/goleak"
 )
@@ -24,24 +24,6 @@ func TestMain(m *testing.M) {
 
 var epoch = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 
-// logBuffer is a goroutine-safe log sink.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // env returns a LookupEnv reading only from m.
 func env(m map[string]string) func(string) (string, bool) {
 	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
@@ -51,7 +33,7 @@ type harness struct {
 	t     *testing.T
 	lc    *lameduck.Lifecycle
 	clock *lameducktest.Clock
-	logs  *logBuffer
+	logs  *testsupport.LogBuffer
 	done  chan error
 }
 
@@ -60,7 +42,7 @@ type harness struct {
 // text, unless cfg sets a Logger.
 func newHarness(t *testing.T, cfg lameduck.Config) *harness {
 	t.Helper()
-	h := &harness{t: t, clock: lameducktest.NewClock(epoch), logs: &logBuffer{}}
+	h := &harness{t: t, clock: lameducktest.NewClock(epoch), logs: &testsupport.LogBuffer{}}
 	cfg.Clock = h.clock
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(h.logs, nil))

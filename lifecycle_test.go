@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/lameduck/lameduck"
+	"github.com/lameduck/lameduck/internal/testsupport"
 )
 
 func TestPhasesThroughACleanShutdown(t *testing.T) {
@@ -401,7 +402,7 @@ func (h blockOn) WithAttrs(a []slog.Attr) slog.Handler {
 // Run returned before ShutdownInitiated fired, without the stopped line.
 func TestSequenceStartKnownBeforeItIsAnnounced(t *testing.T) {
 	entered, release, serveFailed := make(chan struct{}), make(chan struct{}), make(chan struct{})
-	logs := &logBuffer{}
+	logs := &testsupport.LogBuffer{}
 	h := newHarness(t, lameduck.Config{ShutdownDelay: 2 * time.Second, ShutdownTeardown: time.Second,
 		Logger: slog.New(blockOn{slog.NewTextHandler(logs, nil), "lameduck: draining", "lameduck: serve on", entered, release, serveFailed})})
 	h.logs = logs

@@ -15,6 +15,7 @@ import (
 
 	"github.com/lameduck/lameduck"
 	"github.com/lameduck/lameduck/health"
+	"github.com/lameduck/lameduck/internal/testsupport"
 )
 
 // noDurationValues fails t on any attribute whose value is a time.Duration:
@@ -61,7 +62,7 @@ var (
 // ping ran. The test runs a sequence that
 // writes them all and scans every line.
 func TestJSONLogWritesEveryDurationTheSameWay(t *testing.T) {
-	var out logBuffer
+	var out testsupport.LogBuffer
 	// The system clock and short budgets: this test is about the form of
 	// the lines, not their timing.
 	lc, err := lameduck.New(lameduck.Config{
@@ -169,7 +170,7 @@ func TestDefaultLoggerIsResolvedWhenLogging(t *testing.T) {
 	// also points the log package at the new handler, so both are restored.
 	old, oldOut, oldFlags := slog.Default(), log.Writer(), log.Flags()
 	t.Cleanup(func() { slog.SetDefault(old); log.SetOutput(oldOut); log.SetFlags(oldFlags) })
-	logs := &logBuffer{}
+	logs := &testsupport.LogBuffer{}
 	slog.SetDefault(slog.New(slog.NewJSONHandler(logs, nil)))
 
 	lc.BeginShutdown("test") // before Run: Run binds nothing, warns, then stops

@@ -9,7 +9,7 @@ import (
 
 	ldamqp "github.com/lameduck/lameduck/contrib/amqp"
 	"github.com/lameduck/lameduck/health"
-	"github.com/lameduck/lameduck/internal/contribtest"
+	"github.com/lameduck/lameduck/internal/testsupport"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.uber.org/goleak"
 )
@@ -20,7 +20,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // under CI).
 func live(t testing.TB) *url.URL {
 	t.Helper()
-	srv := contribtest.RabbitMQ
+	srv := testsupport.RabbitMQ
 	conn, err := amqp.DialConfig(srv.Addr(), amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
 	if err != nil {
 		srv.Missing(t, err)
@@ -43,7 +43,7 @@ func TestCheckRealServer(t *testing.T) {
 	t.Cleanup(func() { conn.Close() })
 	dc, closeDC := ldamqp.DialCheck(health.Check{Name: "dialed", Critical: true}, u.String(), amqp.Config{})
 	t.Cleanup(func() { closeDC() })
-	r := contribtest.Serve(t, ldamqp.Check(health.Check{Name: "broker", Critical: true}, conn), dc)
+	r := testsupport.Serve(t, ldamqp.Check(health.Check{Name: "broker", Critical: true}, conn), dc)
 	for range 3 {
 		a := r.Probe(t)
 		a.Want(t, "the shared RabbitMQ", 200, "ok", "broker", "ok")
@@ -57,10 +57,10 @@ func TestCheckRealServer(t *testing.T) {
 // restored. DialCheck redials after the outage.
 func TestFaults(t *testing.T) {
 	base := live(t)
-	var proxy *contribtest.Proxy
-	contribtest.Faults{
+	var proxy *testsupport.Proxy
+	testsupport.Faults{
 		Check: func(t testing.TB, name string, critical bool) health.Check {
-			proxy = contribtest.NewProxy(t, base.Host)
+			proxy = testsupport.NewProxy(t, base.Host)
 			u := *base
 			u.Host = proxy.Addr()
 			// The harness sets the Timeout.

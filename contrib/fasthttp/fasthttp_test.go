@@ -9,13 +9,12 @@ import (
 	"net/url"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/lameduck/lameduck"
 	ldfasthttp "github.com/lameduck/lameduck/contrib/fasthttp"
-	"github.com/lameduck/lameduck/internal/contribtest"
+	"github.com/lameduck/lameduck/internal/testsupport"
 	"github.com/lameduck/lameduck/lameducktest"
 	"github.com/valyala/fasthttp"
 	"go.uber.org/goleak"
@@ -29,23 +28,6 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m,
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"))
-}
-
-type logBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func listen(t *testing.T) net.Listener {
@@ -62,7 +44,7 @@ func listen(t *testing.T) net.Listener {
 // request in flight at the signal to its end, marks responses in the window
 // Connection: close, and at the budget cuts and names a stuck request.
 func TestFastHTTPServer(t *testing.T) {
-	logs := &logBuffer{}
+	logs := &testsupport.LogBuffer{}
 	lc, clk := lameducktest.New(t, lameduck.Config{ShutdownDelay: 2 * time.Second, ShutdownTeardown: 3 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	defer func() {
@@ -101,7 +83,7 @@ func TestFastHTTPServer(t *testing.T) {
 
 	for _, q := range []struct{ method, path string }{{"GET", "/healthz"}, {"HEAD", "/readyz"}, {"GET", "/readyz?verbose"},
 		{"POST", "/readyz"}, {"GET", "/startupz"}, {"GET", "/readyz/nope"}} {
-		f, h := contribtest.Do(t, c, q.method, fb+q.path, nil), contribtest.Do(t, c, q.method, hb+q.path, nil)
+		f, h := testsupport.Do(t, c, q.method, fb+q.path, nil), testsupport.Do(t, c, q.method, hb+q.path, nil)
 		if f.Code != h.Code || f.Body != h.Body {
 			t.Errorf("%s %s: fasthttp %d %q, net/http %d %q", q.method, q.path, f.Code, f.Body, h.Code, h.Body)
 		}
@@ -112,25 +94,25 @@ func TestFastHTTPServer(t *testing.T) {
 		}
 	}
 
-	slow := contribtest.GoFetch(&http.Client{Timeout: 10 * time.Second}, "GET", fb+"/slow")
-	stuck := contribtest.GoFetch(&http.Client{Timeout: 10 * time.Second}, "POST", fb+"/stuck")
-	contribtest.Recv(t, slowIn, "the /slow handler")
-	contribtest.Recv(t, stuckIn, "the /stuck handler")
+	slow := testsupport.GoFetch(&http.Client{Timeout: 10 * time.Second}, "GET", fb+"/slow")
+	stuck := testsupport.GoFetch(&http.Client{Timeout: 10 * time.Second}, "POST", fb+"/stuck")
+	testsupport.Recv(t, slowIn, "the /slow handler")
+	testsupport.Recv(t, stuckIn, "the /stuck handler")
 	lc.BeginShutdown("test")
-	if a := contribtest.Do(t, c, "GET", fb+"/", nil); a.Code != 200 || !a.Close || a.Body != "hello" {
+	if a := testsupport.Do(t, c, "GET", fb+"/", nil); a.Code != 200 || !a.Close || a.Body != "hello" {
 		t.Fatalf("in the window: %d close=%v %q; want 200 with Connection: close", a.Code, a.Close, a.Body)
 	}
-	contribtest.Timers(t, clk, 1)
+	testsupport.Timers(t, clk, 1)
 	clk.Advance(2 * time.Second)
-	if a := contribtest.Recv(t, slow, "the in-flight request's answer"); a.Err != nil || a.Code != 200 || a.Body != "slept" {
+	if a := testsupport.Recv(t, slow, "the in-flight request's answer"); a.Err != nil || a.Code != 200 || a.Body != "slept" {
 		t.Fatalf("the in-flight request got %d %q, %v", a.Code, a.Body, a.Err)
 	}
-	contribtest.Timers(t, clk, 1)
+	testsupport.Timers(t, clk, 1)
 	clk.Advance(3 * time.Second)
 	if err := wait(); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Run = %v; want the stuck request cut", err)
 	}
-	if a := contribtest.Recv(t, stuck, "the stuck request's end"); a.Err == nil {
+	if a := testsupport.Recv(t, stuck, "the stuck request's end"); a.Err == nil {
 		t.Fatalf("the stuck request was answered %d", a.Code)
 	}
 	if !strings.Contains(logs.String(), "cut 1 in-flight request(s) after 3s: POST /stuck (age 5s)") {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/lameduck/lameduck"
 	ldfasthttp "github.com/lameduck/lameduck/contrib/fasthttp"
-	"github.com/lameduck/lameduck/internal/contribtest"
+	"github.com/lameduck/lameduck/internal/testsupport"
 	"github.com/lameduck/lameduck/lameducktest"
 	"github.com/valyala/fasthttp"
 )
@@ -17,9 +17,9 @@ import (
 // middleware on a fasthttp server, and its base URL.
 func probeRig(t *testing.T, cfg lameduck.Config, app fasthttp.RequestHandler) (*lameduck.Lifecycle, *lameducktest.Clock, string, func() error) {
 	t.Helper()
-	logs := &logBuffer{}
+	logs := &testsupport.LogBuffer{}
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
-	cfg.CheckTimeout = contribtest.Timeout
+	cfg.CheckTimeout = testsupport.Timeout
 	lc, clk := lameducktest.New(t, cfg)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -50,14 +50,14 @@ func TestProbesAreNotApplicationRequestsOnFastHTTP(t *testing.T) {
 		clk.Advance(100 * time.Millisecond)
 		lc.BeginShutdown("test")
 		for _, p := range []string{"/healthz", "/readyz", "/startupz"} {
-			contribtest.Do(t, c, "GET", base+p, nil)
+			testsupport.Do(t, c, "GET", base+p, nil)
 		}
 		if got := lc.InFlight(); len(got) != 0 {
 			t.Fatalf("InFlight() after probes = %v", got)
 		}
-		contribtest.Timers(t, clk, 1) // the window's
+		testsupport.Timers(t, clk, 1) // the window's
 		clk.Advance(time.Second)
-		contribtest.Await(t, lc.Events().WindowEnded)
+		testsupport.Await(t, lc.Events().WindowEnded)
 		if a, _ := lc.Events().ShutdownInitiated.At(); !a.Add(time.Second).Equal(clk.Now()) {
 			t.Fatal("probes held the idle drain past its 1s minimum")
 		}
@@ -73,20 +73,20 @@ func TestProbesAreNotApplicationRequestsOnFastHTTP(t *testing.T) {
 				<-release
 			}
 		})
-		slow := contribtest.GoFetch(c, "GET", base+"/slow")
-		contribtest.Recv(t, entered, "the /slow handler")
+		slow := testsupport.GoFetch(c, "GET", base+"/slow")
+		testsupport.Recv(t, entered, "the /slow handler")
 		lameducktest.EndWindow(t, lc, clk)
-		var a contribtest.Reply
+		var a testsupport.Reply
 		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && a.Code != 503; {
-			a = contribtest.Do(t, c, "GET", base+"/new", nil)
+			a = testsupport.Do(t, c, "GET", base+"/new", nil)
 		}
 		if a.Code != 503 {
 			t.Fatalf("no refusal in reject mode: %d %q", a.Code, a.Body)
 		}
-		contribtest.Do(t, c, "GET", base+"/healthz", nil).Status(t, 200, "ok")
-		contribtest.Do(t, c, "GET", base+"/readyz", nil).Status(t, 503, "draining")
+		testsupport.Do(t, c, "GET", base+"/healthz", nil).Status(t, 200, "ok")
+		testsupport.Do(t, c, "GET", base+"/readyz", nil).Status(t, 503, "draining")
 		close(release)
-		if a := contribtest.Recv(t, slow, "the in-flight request's answer").OK(t); a.Code != 200 {
+		if a := testsupport.Recv(t, slow, "the in-flight request's answer").OK(t); a.Code != 200 {
 			t.Fatalf("the in-flight request got %d", a.Code)
 		}
 		if err := wait(); err != nil {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/lameduck/lameduck"
 	ldfasthttp "github.com/lameduck/lameduck/contrib/fasthttp"
-	"github.com/lameduck/lameduck/internal/contribtest"
+	"github.com/lameduck/lameduck/internal/testsupport"
 	"github.com/lameduck/lameduck/lameducktest"
 	"github.com/valyala/fasthttp"
 )
@@ -22,14 +22,14 @@ import (
 type fastRig struct {
 	lc   *lameduck.Lifecycle
 	clk  *lameducktest.Clock
-	logs *logBuffer
+	logs *testsupport.LogBuffer
 	base string
 	wait func() error
 }
 
 func newFastRig(t *testing.T, cfg lameduck.Config, app func(lc *lameduck.Lifecycle) fasthttp.RequestHandler) *fastRig {
 	t.Helper()
-	r := &fastRig{logs: &logBuffer{}}
+	r := &fastRig{logs: &testsupport.LogBuffer{}}
 	cfg.Logger = slog.New(slog.NewTextHandler(r.logs, nil))
 	r.lc, r.clk = lameducktest.New(t, cfg)
 	ln := listen(t)
@@ -66,13 +66,13 @@ func TestIdleKeepAliveConnectionsNeverHoldTheExit(t *testing.T) {
 			}
 		})
 	idle := client(t)
-	if a := contribtest.Do(t, idle, "GET", r.base+"/", nil); a.Code != 200 || a.Close {
+	if a := testsupport.Do(t, idle, "GET", r.base+"/", nil); a.Code != 200 || a.Close {
 		t.Fatalf("before the signal: %d close=%v; want 200, kept alive", a.Code, a.Close)
 	}
-	slow := contribtest.GoFetch(client(t), "GET", r.base+"/slow")
-	contribtest.Recv(t, slowIn, "the /slow handler")
+	slow := testsupport.GoFetch(client(t), "GET", r.base+"/slow")
+	testsupport.Recv(t, slowIn, "the /slow handler")
 	lameducktest.EndWindow(t, r.lc, r.clk)
-	a := contribtest.Recv(t, slow, "the straddling request's answer").OK(t)
+	a := testsupport.Recv(t, slow, "the straddling request's answer").OK(t)
 	if a.Code != 200 || !a.Close {
 		t.Fatalf("the request that straddled the signal: %d close=%v; want 200 with Connection: close", a.Code, a.Close)
 	}
@@ -99,21 +99,21 @@ func TestRequestCtxDoneClosesAtTheBudget(t *testing.T) {
 				close(out)
 			}
 		})
-	held := contribtest.GoFetch(client(t), "GET", r.base+"/held")
-	contribtest.Recv(t, in, "the handler")
+	held := testsupport.GoFetch(client(t), "GET", r.base+"/held")
+	testsupport.Recv(t, in, "the handler")
 	lameducktest.EndWindow(t, r.lc, r.clk)
-	contribtest.Timers(t, r.clk, 1) // the teardown's budget
+	testsupport.Timers(t, r.clk, 1) // the teardown's budget
 	select {
 	case <-out:
 		t.Fatal("RequestCtx.Done() closed when the teardown began, with its budget untouched")
 	default:
 	}
 	r.clk.Advance(4 * time.Second)
-	contribtest.Recv(t, out, "RequestCtx.Done() at the budget")
+	testsupport.Recv(t, out, "RequestCtx.Done() at the budget")
 	if err := r.wait(); err == nil {
 		t.Fatal("Run = nil; want the held request cut at the budget")
 	}
-	_ = contribtest.Recv(t, held, "the held request's end")
+	_ = testsupport.Recv(t, held, "the held request's end")
 	if !strings.Contains(r.logs.String(), "GET /held") {
 		t.Fatalf("the cut request is not named:\n%s", r.logs)
 	}
@@ -187,7 +187,7 @@ func TestStreamCutAtTheBudgetIsNamed(t *testing.T) {
 		t.Fatalf("first line %q", line)
 	}
 	lameducktest.EndWindow(t, r.lc, r.clk)
-	contribtest.Timers(t, r.clk, 1)
+	testsupport.Timers(t, r.clk, 1)
 	r.clk.Advance(3 * time.Second)
 	if err := r.wait(); err == nil {
 		t.Fatal("Run = nil; want the stream cut")

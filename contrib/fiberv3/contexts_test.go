@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/lameduck/lameduck"
 	ldfiberv3 "github.com/lameduck/lameduck/contrib/fiberv3"
-	"github.com/lameduck/lameduck/internal/contribtest"
+	"github.com/lameduck/lameduck/internal/testsupport"
 	"github.com/lameduck/lameduck/lameducktest"
 )
 
@@ -21,7 +21,7 @@ import (
 // or skips (fails under CI) when it does not answer.
 func livePool(t *testing.T, n int) *pgxpool.Pool {
 	t.Helper()
-	srv := contribtest.Postgres
+	srv := testsupport.Postgres
 	pool, err := pgxpool.New(context.Background(), srv.Addr())
 	if err != nil {
 		t.Fatalf("%s=%s: %v", srv.EnvVar, srv.Addr(), err)
@@ -58,7 +58,7 @@ func TestEveryContextLivesThroughTheTeardown(t *testing.T) {
 	started := make(chan string, len(contexts))
 	// A Lifecycle of its own that listens to the process's signals, on the
 	// real clock: the test sends SIGTERM to itself, as the kubelet would.
-	logs := &logBuffer{}
+	logs := &testsupport.LogBuffer{}
 	lc, err := lameduck.New(lameduck.Config{ShutdownTeardown: 30 * time.Second, Logger: slog.New(slog.NewTextHandler(logs, nil)),
 		LookupEnv: func(string) (string, bool) { return "", false }})
 	if err != nil {
@@ -100,19 +100,19 @@ func TestEveryContextLivesThroughTheTeardown(t *testing.T) {
 	}
 	base := "http://" + ln.Addr().String()
 	wait := lameducktest.Start(t, lc)
-	answers := map[string]<-chan contribtest.Fetched{}
+	answers := map[string]<-chan testsupport.Fetched{}
 	for _, name := range contexts {
-		answers[name] = contribtest.GoFetch(client(t), "GET", base+"/query?ctx="+name)
+		answers[name] = testsupport.GoFetch(client(t), "GET", base+"/query?ctx="+name)
 	}
 	for range contexts {
-		contribtest.Recv(t, started, "a query's start")
+		testsupport.Recv(t, started, "a query's start")
 	}
 	time.Sleep(100 * time.Millisecond) // the schedule under test: the signal 100ms into the 1s queries
 	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range contexts {
-		a := contribtest.Recv(t, answers[name], "the answer of the query on "+name).OK(t)
+		a := testsupport.Recv(t, answers[name], "the answer of the query on "+name).OK(t)
 		if a.Code != 200 || a.Body != name {
 			t.Errorf("the query on %s: %d %q; want 200 %q", name, a.Code, a.Body, name)
 		}

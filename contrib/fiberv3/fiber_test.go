@@ -2,7 +2,6 @@ package ldfiberv3_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -12,7 +11,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,7 +18,7 @@ import (
 	"github.com/lameduck/lameduck"
 	ldfiberv3 "github.com/lameduck/lameduck/contrib/fiberv3"
 	"github.com/lameduck/lameduck/health"
-	"github.com/lameduck/lameduck/internal/contribtest"
+	"github.com/lameduck/lameduck/internal/testsupport"
 	"github.com/lameduck/lameduck/lameducktest"
 	"github.com/valyala/fasthttp"
 	"go.uber.org/goleak"
@@ -36,29 +34,11 @@ func TestMain(m *testing.M) {
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"))
 }
 
-// logBuffer is a goroutine-safe log sink.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 type rig struct {
 	t     *testing.T
 	lc    *lameduck.Lifecycle
 	clk   *lameducktest.Clock
-	logs  *logBuffer
+	logs  *testsupport.LogBuffer
 	app   *fiber.App
 	base  string // the Fiber app's URL
 	wait  func() error
@@ -70,12 +50,12 @@ type rig struct {
 // routes. withHTTP also registers a net/http server on the same Lifecycle.
 func newRig(t *testing.T, cfg lameduck.Config, withHTTP bool, routes func(app *fiber.App)) *rig {
 	t.Helper()
-	r := &rig{t: t, logs: &logBuffer{}}
+	r := &rig{t: t, logs: &testsupport.LogBuffer{}}
 	cfg.Logger = slog.New(slog.NewTextHandler(r.logs, nil))
 	if cfg.CheckTimeout == 0 {
 		// Checks that answer at once still answer "ok" or "error", not
 		// "timeout", when a loaded machine delays a ping past 1s.
-		cfg.CheckTimeout = contribtest.Timeout
+		cfg.CheckTimeout = testsupport.Timeout
 	}
 	r.lc, r.clk = lameducktest.New(t, cfg)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -112,10 +92,10 @@ func newRig(t *testing.T, cfg lameduck.Config, withHTTP bool, routes func(app *f
 func (r *rig) start() { r.wait = lameducktest.Start(r.t, r.lc) }
 
 // readToEOF reads conn until the server closes it, failing t if that has
-// not happened within contribtest.Guard (a hang guard).
+// not happened within testsupport.Guard (a hang guard).
 func readToEOF(t *testing.T, conn net.Conn) string {
 	t.Helper()
-	if err := conn.SetReadDeadline(time.Now().Add(contribtest.Guard)); err != nil {
+	if err := conn.SetReadDeadline(time.Now().Add(testsupport.Guard)); err != nil {
 		t.Fatal(err)
 	}
 	b, err := io.ReadAll(conn)
@@ -166,8 +146,8 @@ func TestProbesAreByteIdenticalToNetHTTP(t *testing.T) {
 	compare := func(phase string) {
 		t.Helper()
 		for _, x := range questions {
-			f := contribtest.Do(t, c, x.method, r.base+x.path, x.hdr)
-			h := contribtest.Do(t, c, x.method, r.httpB+x.path, x.hdr)
+			f := testsupport.Do(t, c, x.method, r.base+x.path, x.hdr)
+			h := testsupport.Do(t, c, x.method, r.httpB+x.path, x.hdr)
 			what := phase + ": " + x.method + " " + x.path
 			if f.Code != h.Code {
 				t.Errorf("%s: Fiber %d, net/http %d", what, f.Code, h.Code)
@@ -191,7 +171,7 @@ func TestProbesAreByteIdenticalToNetHTTP(t *testing.T) {
 	compare("serving")
 	r.lc.BeginShutdown("test")
 	compare("draining")
-	contribtest.Timers(t, r.clk, 1)
+	testsupport.Timers(t, r.clk, 1)
 	r.clk.Advance(5 * time.Second)
 	if err := r.wait(); err != nil {
 		t.Fatal(err)
@@ -214,34 +194,34 @@ func TestDrainOnFiber(t *testing.T) {
 	})
 	r.start()
 	c := client(t)
-	contribtest.Do(t, c, "GET", r.base+"/readyz", nil).Status(t, 200, "ok")
-	if a := contribtest.Do(t, c, "GET", r.base+"/", nil); a.Code != 200 || a.Close {
+	testsupport.Do(t, c, "GET", r.base+"/readyz", nil).Status(t, 200, "ok")
+	if a := testsupport.Do(t, c, "GET", r.base+"/", nil); a.Code != 200 || a.Close {
 		t.Fatalf("before the signal: %d close=%v", a.Code, a.Close)
 	}
-	slow := contribtest.GoFetch(client(t), "GET", r.base+"/slow")
-	contribtest.Recv(t, entered, "the /slow handler")
+	slow := testsupport.GoFetch(client(t), "GET", r.base+"/slow")
+	testsupport.Recv(t, entered, "the /slow handler")
 	if got := r.lc.InFlight(); len(got) != 1 || got[0].Method != "GET" || got[0].Path != "/slow" {
 		t.Fatalf("InFlight = %+v; want GET /slow", got)
 	}
 	r.lc.BeginShutdown("test")
-	contribtest.Do(t, c, "GET", r.base+"/readyz", nil).Status(t, 503, "draining")
-	contribtest.Do(t, c, "GET", r.base+"/healthz", nil).Status(t, 200, "ok")
+	testsupport.Do(t, c, "GET", r.base+"/readyz", nil).Status(t, 503, "draining")
+	testsupport.Do(t, c, "GET", r.base+"/healthz", nil).Status(t, 200, "ok")
 	// The keep-alive connection used above is told to close, and the
 	// next request goes on a fresh one, still served.
-	if a := contribtest.Do(t, c, "GET", r.base+"/", nil); a.Code != 200 || !a.Close || a.Body != "hello" {
+	if a := testsupport.Do(t, c, "GET", r.base+"/", nil); a.Code != 200 || !a.Close || a.Body != "hello" {
 		t.Fatalf("in the window: %d close=%v %q; want 200 with Connection: close", a.Code, a.Close, a.Body)
 	}
-	if a := contribtest.Do(t, c, "GET", r.base+"/", nil); a.Code != 200 {
+	if a := testsupport.Do(t, c, "GET", r.base+"/", nil); a.Code != 200 {
 		t.Fatalf("the next request in the window: %d", a.Code)
 	}
-	contribtest.Timers(t, r.clk, 1)
+	testsupport.Timers(t, r.clk, 1)
 	r.clk.Advance(2 * time.Second)
-	contribtest.Await(t, r.lc.Events().WindowEnded)
+	testsupport.Await(t, r.lc.Events().WindowEnded)
 	if r.lc.Events().HTTPDrained.Fired() {
 		t.Fatal("the drain ended with a request in flight")
 	}
 	close(release)
-	if a := contribtest.Recv(t, slow, "the in-flight request's answer").OK(t); a.Code != 200 || a.Body != "slept" {
+	if a := testsupport.Recv(t, slow, "the in-flight request's answer").OK(t); a.Code != 200 || a.Body != "slept" {
 		t.Fatalf("the in-flight request got %d %q", a.Code, a.Body)
 	}
 	if err := r.wait(); err != nil {
@@ -268,16 +248,16 @@ func TestStuckRequestIsCutAndNamed(t *testing.T) {
 		})
 	})
 	r.start()
-	reqDone := contribtest.GoFetch(client(t), "POST", r.base+"/stuck")
-	contribtest.Recv(t, entered, "the /stuck handler")
+	reqDone := testsupport.GoFetch(client(t), "POST", r.base+"/stuck")
+	testsupport.Recv(t, entered, "the /stuck handler")
 	lameducktest.EndWindow(t, r.lc, r.clk)
-	contribtest.Timers(t, r.clk, 1) // the drain's deadline
+	testsupport.Timers(t, r.clk, 1) // the drain's deadline
 	r.clk.Advance(3 * time.Second)
 	err := r.wait()
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Run = %v; want an error wrapping context.DeadlineExceeded", err)
 	}
-	if f := contribtest.Recv(t, reqDone, "the stuck request's end"); f.Err == nil {
+	if f := testsupport.Recv(t, reqDone, "the stuck request's end"); f.Err == nil {
 		t.Fatalf("the stuck request was answered %d; it should have been cut", f.Code)
 	}
 	if logs := r.logs.String(); !strings.Contains(logs, "HTTP drain cut 1 in-flight request(s) after 3s: POST /stuck (age 4s)") {
@@ -292,18 +272,18 @@ func TestRejectModeOnFiber(t *testing.T) {
 		app.Get("/new", func(c fiber.Ctx) error { return nil })
 	})
 	r.start()
-	slow := contribtest.GoFetch(client(t), "GET", r.base+"/slow")
-	contribtest.Recv(t, entered, "the /slow handler")
+	slow := testsupport.GoFetch(client(t), "GET", r.base+"/slow")
+	testsupport.Recv(t, entered, "the /slow handler")
 	lameducktest.EndWindow(t, r.lc, r.clk)
-	var a contribtest.Reply
+	var a testsupport.Reply
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && a.Code != 503; {
-		a = contribtest.Do(t, client(t), "GET", r.base+"/new", nil)
+		a = testsupport.Do(t, client(t), "GET", r.base+"/new", nil)
 	}
 	if a.Code != 503 || a.Header.Get("Retry-After") != "1" || !a.Close || a.Body != "lameduck: shutting down; retry on another instance\n" {
 		t.Fatalf("reject mode: %d %v %q", a.Code, a.Header, a.Body)
 	}
 	close(release)
-	if a := contribtest.Recv(t, slow, "the in-flight request's answer").OK(t); a.Code != 200 {
+	if a := testsupport.Recv(t, slow, "the in-flight request's answer").OK(t); a.Code != 200 {
 		t.Fatalf("the in-flight request got %d", a.Code)
 	}
 	if err := r.wait(); err != nil {
@@ -346,11 +326,11 @@ func TestUpgradesOnFiber(t *testing.T) {
 		t.Fatalf("InFlight = %+v; want the upgraded connection, hijacked", got)
 	}
 	r.lc.BeginShutdown("test")
-	a := contribtest.Do(t, client(t), "GET", r.base+"/ws", map[string]string{"Connection": "Upgrade", "Upgrade": "websocket"})
+	a := testsupport.Do(t, client(t), "GET", r.base+"/ws", map[string]string{"Connection": "Upgrade", "Upgrade": "websocket"})
 	if a.Code != 503 || a.Header.Get("Retry-After") != "1" || !strings.Contains(a.Body, "upgrade on another instance") {
 		t.Fatalf("upgrade after the signal: %d %v %q", a.Code, a.Header, a.Body)
 	}
-	contribtest.Timers(t, r.clk, 1)
+	testsupport.Timers(t, r.clk, 1)
 	r.clk.Advance(time.Second)
 	if b := readToEOF(t, conn); !strings.HasSuffix(b, "bye\n") {
 		t.Fatalf("the upgraded connection read %q; want its handler's goodbye, then EOF", b)
@@ -393,7 +373,7 @@ func TestHijackedRequestKeepsItsName(t *testing.T) {
 	}
 	c := client(t)
 	for i := range 40 {
-		contribtest.Do(t, c, "GET", r.base+[]string{"/zq", "/abcdefgh"}[i%2], nil)
+		testsupport.Do(t, c, "GET", r.base+[]string{"/zq", "/abcdefgh"}[i%2], nil)
 	}
 	if got = r.lc.InFlight(); len(got) != 1 || !got[0].Hijacked || got[0].Method != "GET" || got[0].Path != "/ws" {
 		t.Fatalf("InFlight after other requests = %+v; want GET /ws, hijacked", got)

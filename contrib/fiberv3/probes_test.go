@@ -6,7 +6,7 @@ import (
 
 	"github.com/gofiber/fiber/v3"
 	"github.com/lameduck/lameduck"
-	"github.com/lameduck/lameduck/internal/contribtest"
+	"github.com/lameduck/lameduck/internal/testsupport"
 	"github.com/lameduck/lameduck/lameducktest"
 )
 
@@ -26,14 +26,14 @@ func TestProbesAreNotApplicationRequestsOnFiber(t *testing.T) {
 		r.lc.BeginShutdown("test")
 		c := client(t)
 		for _, p := range []string{"/healthz", "/readyz", "/startupz"} {
-			contribtest.Do(t, c, "GET", r.base+p, nil)
+			testsupport.Do(t, c, "GET", r.base+p, nil)
 		}
 		if got := r.lc.InFlight(); len(got) != 0 {
 			t.Fatalf("InFlight() after probes = %v", got)
 		}
-		contribtest.Timers(t, r.clk, 1) // the window's
+		testsupport.Timers(t, r.clk, 1) // the window's
 		r.clk.Advance(time.Second)
-		contribtest.Await(t, r.lc.Events().WindowEnded)
+		testsupport.Await(t, r.lc.Events().WindowEnded)
 		if a, _ := r.lc.Events().ShutdownInitiated.At(); !a.Add(time.Second).Equal(r.clk.Now()) {
 			t.Fatal("probes held the idle drain past its 1s minimum")
 		}
@@ -48,20 +48,20 @@ func TestProbesAreNotApplicationRequestsOnFiber(t *testing.T) {
 			app.Get("/new", func(c fiber.Ctx) error { return nil })
 		})
 		r.start()
-		slow := contribtest.GoFetch(client(t), "GET", r.base+"/slow")
-		contribtest.Recv(t, entered, "the /slow handler")
+		slow := testsupport.GoFetch(client(t), "GET", r.base+"/slow")
+		testsupport.Recv(t, entered, "the /slow handler")
 		lameducktest.EndWindow(t, r.lc, r.clk)
-		var a contribtest.Reply
+		var a testsupport.Reply
 		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && a.Code != 503; {
-			a = contribtest.Do(t, client(t), "GET", r.base+"/new", nil)
+			a = testsupport.Do(t, client(t), "GET", r.base+"/new", nil)
 		}
 		if a.Code != 503 {
 			t.Fatalf("no refusal in reject mode: %d %q", a.Code, a.Body)
 		}
-		contribtest.Do(t, client(t), "GET", r.base+"/healthz", nil).Status(t, 200, "ok")
-		contribtest.Do(t, client(t), "GET", r.base+"/readyz", nil).Status(t, 503, "draining")
+		testsupport.Do(t, client(t), "GET", r.base+"/healthz", nil).Status(t, 200, "ok")
+		testsupport.Do(t, client(t), "GET", r.base+"/readyz", nil).Status(t, 503, "draining")
 		close(release)
-		if a := contribtest.Recv(t, slow, "the in-flight request's answer").OK(t); a.Code != 200 {
+		if a := testsupport.Recv(t, slow, "the in-flight request's answer").OK(t); a.Code != 200 {
 			t.Fatalf("the in-flight request got %d", a.Code)
 		}
 		if err := r.wait(); err != nil {

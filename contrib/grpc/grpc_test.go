@@ -1,7 +1,6 @@
 package ldgrpc_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -16,7 +15,7 @@ import (
 	"github.com/lameduck/lameduck"
 	ldgrpc "github.com/lameduck/lameduck/contrib/grpc"
 	"github.com/lameduck/lameduck/health"
-	"github.com/lameduck/lameduck/internal/contribtest"
+	"github.com/lameduck/lameduck/internal/testsupport"
 	"github.com/lameduck/lameduck/lameducktest"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
@@ -67,24 +66,12 @@ type served struct {
 	svc     *testService
 	cc      *grpc.ClientConn
 	wait    func() error
-	log     *syncBuffer
+	log     *testsupport.LogBuffer
 	release func() // ends the UnaryCalls that wait (ResponseSize -1); safe to call twice
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-func (b *syncBuffer) String() string { b.mu.Lock(); defer b.mu.Unlock(); return b.b.String() }
-
 // serve starts lc (built by the caller) with a gRPC server on a free port.
-func serve(t *testing.T, lc *lameduck.Lifecycle, logs *syncBuffer) *served {
+func serve(t *testing.T, lc *lameduck.Lifecycle, logs *testsupport.LogBuffer) *served {
 	t.Helper()
 	s := &served{lc: lc, srv: ldgrpc.New(lc), svc: &testService{release: make(chan struct{})}, log: logs}
 	gs := grpc.NewServer(s.srv.ServerOptions()...)
@@ -152,9 +139,9 @@ const (
 // ends it, however long the questions asked in it take; gRPC and the
 // Watch's re-read keep their real timers.
 func TestHealthThroughThePhases(t *testing.T) {
-	logs := &syncBuffer{}
+	logs := &testsupport.LogBuffer{}
 	lc, clk := lameducktest.New(t, lameduck.Config{ShutdownDelay: 5 * time.Second, ShutdownTeardown: 5 * time.Second,
-		CheckTimeout: contribtest.Timeout, // the check answers at once; a loaded machine may delay it past 1s
+		CheckTimeout: testsupport.Timeout, // the check answers at once; a loaded machine may delay it past 1s
 		Logger:       slog.New(slog.NewTextHandler(io.MultiWriter(logs, t.Output()), nil))})
 	boot := make(chan struct{})
 	var failing atomic.Bool
@@ -208,7 +195,7 @@ func TestHealthThroughThePhases(t *testing.T) {
 		}
 	}
 	next(notServing)
-	if _, err := healthpb.NewHealthClient(s.cc).Check(contribtest.Context(t, 10*time.Second), &healthpb.HealthCheckRequest{Service: "nope"}); status.Code(err) != codes.NotFound {
+	if _, err := healthpb.NewHealthClient(s.cc).Check(testsupport.Context(t, 10*time.Second), &healthpb.HealthCheckRequest{Service: "nope"}); status.Code(err) != codes.NotFound {
 		t.Errorf("Check(nope): %v, want NotFound", err)
 	}
 
@@ -253,7 +240,7 @@ func TestHealthThroughThePhases(t *testing.T) {
 // with, and SetServing false is honoured for "" and "readiness" as for any
 // registered service.
 func TestHealthFollowsRenamedPathsAndSetServing(t *testing.T) {
-	logs := &syncBuffer{}
+	logs := &testsupport.LogBuffer{}
 	lc, err := lameduck.New(lameduck.Config{ShutdownDelay: 100 * time.Millisecond, ShutdownTeardown: 5 * time.Second, IgnoreSignals: true,
 		LookupEnv: func(k string) (string, bool) {
 			v, ok := map[string]string{"LAMEDUCK_READINESS_PATH": "/ready", "LAMEDUCK_LIVENESS_PATHS": "/live"}[k]
@@ -294,14 +281,14 @@ func TestHealthFollowsRenamedPathsAndSetServing(t *testing.T) {
 // stream ends with Unavailable at the window's end, and the drain is
 // clean.
 func TestDrainLikeHTTP(t *testing.T) {
-	logs := &syncBuffer{}
+	logs := &testsupport.LogBuffer{}
 	lc := realLifecycle(t, 300*time.Millisecond, 10*time.Second, logs)
 	s := serve(t, lc, logs)
 	s.wait = lameducktest.Start(t, lc)
 	client := testpb.NewTestServiceClient(s.cc)
 	// The calls' contexts are hang guards: a stream or call the drain
 	// never ends fails when they end.
-	ctx := contribtest.Context(t, 30*time.Second)
+	ctx := testsupport.Context(t, 30*time.Second)
 	stream, err := client.StreamingOutputCall(ctx, &testpb.StreamingOutputCallRequest{})
 	if err != nil {
 		t.Fatal(err)
@@ -326,7 +313,7 @@ func TestDrainLikeHTTP(t *testing.T) {
 	if status.Code(streamErr) != codes.Unavailable {
 		t.Fatalf("the stream ended with %v, want Unavailable", streamErr)
 	}
-	if err := contribtest.Recv(t, unary, "the slow unary call's answer"); err != nil {
+	if err := testsupport.Recv(t, unary, "the slow unary call's answer"); err != nil {
 		t.Fatalf("the slow unary call in flight: %v", err)
 	}
 	if err := s.wait(); err != nil {
@@ -339,19 +326,19 @@ func TestDrainLikeHTTP(t *testing.T) {
 
 // A call that outlives the budget is cut by Stop, and named.
 func TestCutAtTheBudget(t *testing.T) {
-	logs := &syncBuffer{}
+	logs := &testsupport.LogBuffer{}
 	lc := realLifecycle(t, lameduck.NoDelay, time.Second, logs)
 	s := serve(t, lc, logs)
 	s.wait = lameducktest.Start(t, lc)
 	unary := make(chan error, 1)
-	ctx := contribtest.Context(t, 30*time.Second) // a hang guard
+	ctx := testsupport.Context(t, 30*time.Second) // a hang guard
 	go func() {
 		_, err := testpb.NewTestServiceClient(s.cc).UnaryCall(ctx, &testpb.SimpleRequest{ResponseSize: -1})
 		unary <- err
 	}()
 	inFlight(t, lc, 1)
 	lc.BeginShutdown("SIGTERM")
-	if err := contribtest.Recv(t, unary, "the end of the call cut at the budget"); status.Code(err) != codes.Unavailable {
+	if err := testsupport.Recv(t, unary, "the end of the call cut at the budget"); status.Code(err) != codes.Unavailable {
 		t.Fatalf("the call cut at the budget: %v, want Unavailable", err)
 	}
 	if err := s.wait(); !errors.Is(err, context.DeadlineExceeded) {
@@ -374,11 +361,11 @@ func inFlight(t *testing.T, lc *lameduck.Lifecycle, n int) {
 
 // HealthCheck asks another server's health service.
 func TestHealthCheck(t *testing.T) {
-	logs := &syncBuffer{}
+	logs := &testsupport.LogBuffer{}
 	lc := realLifecycle(t, lameduck.NoDelay, 5*time.Second, logs)
 	s := serve(t, lc, logs)
 	s.wait = lameducktest.Start(t, lc)
-	ctx := contribtest.Context(t, 10*time.Second) // a hang guard
+	ctx := testsupport.Context(t, 10*time.Second) // a hang guard
 	if err := ldgrpc.HealthCheck(health.Check{Name: "up"}, s.cc, "").Func(ctx); err != nil {
 		t.Errorf("a SERVING server: %v", err)
 	}
@@ -406,13 +393,13 @@ func TestHealthCheck(t *testing.T) {
 // Watch still ends at the window's end. Before, they were tracked like
 // application RPCs: the Watch held the idle drain to DRAIN_TIMEOUT.
 func TestHealthRPCsAreNotApplicationTraffic(t *testing.T) {
-	logs := &syncBuffer{}
+	logs := &testsupport.LogBuffer{}
 	lc, clk := lameducktest.New(t, lameduck.Config{DrainMode: lameduck.DrainIdle, ShutdownDelay: time.Second,
 		IdleWindow: 2 * time.Second, DrainTimeout: 20 * time.Second, ShutdownTeardown: 5 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(io.MultiWriter(logs, t.Output()), nil))})
 	s := serve(t, lc, logs)
 	s.wait = lameducktest.Start(t, lc)
-	ctx := contribtest.Context(t, 30*time.Second) // a hang guard
+	ctx := testsupport.Context(t, 30*time.Second) // a hang guard
 	watch, err := healthpb.NewHealthClient(s.cc).Watch(ctx, &healthpb.HealthCheckRequest{Service: ldgrpc.ServiceReadiness})
 	if err != nil {
 		t.Fatal(err)
@@ -432,9 +419,9 @@ func TestHealthRPCsAreNotApplicationTraffic(t *testing.T) {
 		t.Fatalf("the Watch at the signal: %v, %v", st, err)
 	}
 	wantStatus(t, s.cc, "in the window", map[string]healthpb.HealthCheckResponse_ServingStatus{ldgrpc.ServiceLiveness: serving, "": notServing})
-	contribtest.Timers(t, clk, 1) // the window's
+	testsupport.Timers(t, clk, 1) // the window's
 	clk.Advance(time.Second)
-	contribtest.Await(t, lc.Events().WindowEnded)
+	testsupport.Await(t, lc.Events().WindowEnded)
 	if a, _ := lc.Events().ShutdownInitiated.At(); !a.Add(time.Second).Equal(clk.Now()) {
 		t.Fatalf("the window did not end at its 1s minimum")
 	}
@@ -456,7 +443,7 @@ func TestHealthRPCsAreNotApplicationTraffic(t *testing.T) {
 // as /healthz and /readyz do on HTTP. Before, a Check was refused
 // Unavailable like an application RPC.
 func TestHealthAnswersInRejectMode(t *testing.T) {
-	logs := &syncBuffer{}
+	logs := &testsupport.LogBuffer{}
 	lc, err := lameduck.New(lameduck.Config{ShutdownDelay: lameduck.NoDelay, ShutdownTeardown: 10 * time.Second,
 		SendRetryAfter: true, IgnoreSignals: true, LookupEnv: func(string) (string, bool) { return "", false },
 		Logger: slog.New(slog.NewTextHandler(io.MultiWriter(logs, t.Output()), nil))})
@@ -466,7 +453,7 @@ func TestHealthAnswersInRejectMode(t *testing.T) {
 	s := serve(t, lc, logs)
 	s.wait = lameducktest.Start(t, lc)
 	client := testpb.NewTestServiceClient(s.cc)
-	ctx := contribtest.Context(t, 30*time.Second) // a hang guard
+	ctx := testsupport.Context(t, 30*time.Second) // a hang guard
 	slow := make(chan error, 1)
 	go func() {
 		_, err := client.UnaryCall(ctx, &testpb.SimpleRequest{ResponseSize: -1}) // until release
@@ -474,7 +461,7 @@ func TestHealthAnswersInRejectMode(t *testing.T) {
 	}()
 	inFlight(t, lc, 1)
 	lc.BeginShutdown("SIGTERM")
-	contribtest.Await(t, lc.Events().WindowEnded)
+	testsupport.Await(t, lc.Events().WindowEnded)
 	// The teardown waits for the slow call, refusing new ones.
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		_, err := client.UnaryCall(ctx, &testpb.SimpleRequest{})
@@ -488,7 +475,7 @@ func TestHealthAnswersInRejectMode(t *testing.T) {
 	wantStatus(t, s.cc, "in reject mode", map[string]healthpb.HealthCheckResponse_ServingStatus{
 		ldgrpc.ServiceLiveness: serving, ldgrpc.ServiceReadiness: notServing, "": notServing})
 	s.release()
-	if err := contribtest.Recv(t, slow, "the slow call's answer"); err != nil {
+	if err := testsupport.Recv(t, slow, "the slow call's answer"); err != nil {
 		t.Fatalf("the call in flight: %v", err)
 	}
 	if err := s.wait(); err != nil {

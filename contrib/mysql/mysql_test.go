@@ -11,7 +11,7 @@ import (
 	"github.com/lameduck/lameduck/checks"
 	ldmysql "github.com/lameduck/lameduck/contrib/mysql"
 	"github.com/lameduck/lameduck/health"
-	"github.com/lameduck/lameduck/internal/contribtest"
+	"github.com/lameduck/lameduck/internal/testsupport"
 	"go.uber.org/goleak"
 )
 
@@ -21,7 +21,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // (fails under CI).
 func live(t testing.TB) *mysql.Config {
 	t.Helper()
-	srv := contribtest.MySQL
+	srv := testsupport.MySQL
 	cfg, err := mysql.ParseDSN(srv.Addr())
 	if err != nil {
 		t.Fatalf("%s=%s: %v", srv.EnvVar, srv.Addr(), err)
@@ -49,7 +49,7 @@ func open(t testing.TB, dsn string) *sql.DB {
 // against the shared MariaDB; one connection serves every probe.
 func TestCheckRealServer(t *testing.T) {
 	db := open(t, live(t).FormatDSN())
-	r := contribtest.Serve(t,
+	r := testsupport.Serve(t,
 		ldmysql.Check(health.Check{Name: "db", Critical: true}, db),
 		checks.SQLPing(health.Check{Name: "sqlping", Critical: true}, db))
 	for range 5 {
@@ -66,10 +66,10 @@ func TestCheckRealServer(t *testing.T) {
 // restored.
 func TestFaults(t *testing.T) {
 	base := live(t)
-	var proxy *contribtest.Proxy
-	contribtest.Faults{
+	var proxy *testsupport.Proxy
+	testsupport.Faults{
 		Check: func(t testing.TB, name string, critical bool) health.Check {
-			proxy = contribtest.NewProxy(t, base.Addr)
+			proxy = testsupport.NewProxy(t, base.Addr)
 			cfg := base.Clone()
 			cfg.Addr = proxy.Addr()
 			cfg.Timeout = 5 * time.Second
@@ -90,7 +90,7 @@ func TestErrorsRedacted(t *testing.T) {
 	cfg := base.Clone()
 	cfg.User, cfg.Passwd = "appuser", "hunter2"
 	bad := open(t, cfg.FormatDSN())
-	r := contribtest.Serve(t,
+	r := testsupport.Serve(t,
 		ldmysql.Check(health.Check{Name: "db", Critical: true}, bad),
 		checks.SQLPing(health.Check{Name: "sqlping", Critical: true}, open(t, "appuser:hunter2@tcp(127.0.0.1:1)/test?timeout=2s")))
 	a := r.Probe(t)

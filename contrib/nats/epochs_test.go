@@ -7,13 +7,13 @@ import (
 	"time"
 
 	ldnats "github.com/lameduck/lameduck/contrib/nats"
-	"github.com/lameduck/lameduck/internal/contribtest"
+	"github.com/lameduck/lameduck/internal/testsupport"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
 func newEpochs(t *testing.T, js jetstream.JetStream, cfg ldnats.EpochsConfig) *ldnats.Epochs {
 	t.Helper()
-	e, err := ldnats.NewEpochs(contribtest.Context(t, time.Minute), js, cfg)
+	e, err := ldnats.NewEpochs(testsupport.Context(t, time.Minute), js, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -22,7 +22,7 @@ func newEpochs(t *testing.T, js jetstream.JetStream, cfg ldnats.EpochsConfig) *l
 
 func wantNewest(t *testing.T, e *ldnats.Epochs, mine, want uint64, why string) {
 	t.Helper()
-	got, err := e.Newest(contribtest.Context(t, time.Minute), mine)
+	got, err := e.Newest(testsupport.Context(t, time.Minute), mine)
 	if err != nil || got != want {
 		t.Fatalf("Newest(%d) = %d, %v; want %d: %s", mine, got, err, want, why)
 	}
@@ -52,13 +52,13 @@ func TestEpochsNewestAmongLiveRunners(t *testing.T) {
 	wantNewest(t, old, 1, 1, "alone in its fleet")
 	wantNewest(t, next, 2, 2, "the newest")
 	wantNewest(t, old, 1, 2, "a runner of epoch 2 is alive")
-	if err := next.Retire(contribtest.Context(t, time.Minute)); err != nil {
+	if err := next.Retire(testsupport.Context(t, time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	wantNewest(t, old, 1, 1, "the epoch-2 runner retired")
 	wantNewest(t, next, 2, 2, "a retired runner keeps its answer")
 	wantNewest(t, old, 1, 1, "a retired runner puts nothing")
-	if err := next.Retire(contribtest.Context(t, time.Minute)); err != nil {
+	if err := next.Retire(testsupport.Context(t, time.Minute)); err != nil {
 		t.Fatalf("a second Retire: %v", err)
 	}
 
@@ -67,11 +67,11 @@ func TestEpochsNewestAmongLiveRunners(t *testing.T) {
 	draining.Store(true)
 	wantNewest(t, third, 3, 3, "a draining runner keeps its last answer")
 	wantNewest(t, old, 1, 1, "the epoch-3 runner is draining")
-	kv, err := js.KeyValue(contribtest.Context(t, time.Minute), ldnats.DefaultEpochBucket)
+	kv, err := js.KeyValue(testsupport.Context(t, time.Minute), ldnats.DefaultEpochBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys, err := kv.Keys(contribtest.Context(t, time.Minute))
+	keys, err := kv.Keys(testsupport.Context(t, time.Minute))
 	if err != nil || len(keys) != 2 {
 		t.Fatalf("keys %q, %v; want the two runners' still counting (old's and other's)", keys, err)
 	}
@@ -87,11 +87,11 @@ func TestEpochsStaleKeyStopsCounting(t *testing.T) {
 	wantNewest(t, killed, 5, 5, "alone")
 	time.Sleep(500 * time.Millisecond) // more than 3 × 50ms of the server's time passes
 	wantNewest(t, alive, 1, 1, "the epoch-5 key is older than three of its polls")
-	kv, err := js.KeyValue(contribtest.Context(t, time.Minute), "epochs")
+	kv, err := js.KeyValue(testsupport.Context(t, time.Minute), "epochs")
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys, err := kv.Keys(contribtest.Context(t, time.Minute))
+	keys, err := kv.Keys(testsupport.Context(t, time.Minute))
 	if err != nil || len(keys) != 1 {
 		t.Fatalf("keys %q, %v; want only the live runner's: the stale one deleted", keys, err)
 	}
@@ -102,14 +102,14 @@ func TestEpochsStaleKeyStopsCounting(t *testing.T) {
 func TestEpochsRefuses(t *testing.T) {
 	js := jetStream(t)
 	e := newEpochs(t, js, ldnats.EpochsConfig{Fleet: "jobs"})
-	kv, err := js.KeyValue(contribtest.Context(t, time.Minute), ldnats.DefaultEpochBucket)
+	kv, err := js.KeyValue(testsupport.Context(t, time.Minute), ldnats.DefaultEpochBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := kv.Put(contribtest.Context(t, time.Minute), "jobs.bad", []byte("2")); err != nil {
+	if _, err := kv.Put(testsupport.Context(t, time.Minute), "jobs.bad", []byte("2")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.Newest(contribtest.Context(t, time.Minute), 1); err == nil || !strings.Contains(err.Error(), "lameduck_epochs/jobs.bad") {
+	if _, err := e.Newest(testsupport.Context(t, time.Minute), 1); err == nil || !strings.Contains(err.Error(), "lameduck_epochs/jobs.bad") {
 		t.Fatalf("Newest with a bad entry: %v; want an error naming the key", err)
 	}
 	for _, c := range []struct {
@@ -121,11 +121,11 @@ func TestEpochsRefuses(t *testing.T) {
 		{ldnats.EpochsConfig{Fleet: "a*"}, "Fleet=\"a*\""},
 		{ldnats.EpochsConfig{Fleet: "jobs", Poll: -time.Second}, "Poll=-1s"},
 	} {
-		if _, err := ldnats.NewEpochs(contribtest.Context(t, time.Minute), js, c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
+		if _, err := ldnats.NewEpochs(testsupport.Context(t, time.Minute), js, c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("NewEpochs(%+v): %v; want an error naming %s", c.cfg, err, c.want)
 		}
 	}
-	if _, err := ldnats.NewEpochs(contribtest.Context(t, time.Minute), nil, ldnats.EpochsConfig{Fleet: "jobs"}); err == nil {
+	if _, err := ldnats.NewEpochs(testsupport.Context(t, time.Minute), nil, ldnats.EpochsConfig{Fleet: "jobs"}); err == nil {
 		t.Error("a nil JetStream was accepted")
 	}
 }

@@ -8,7 +8,7 @@ import (
 
 	ldnats "github.com/lameduck/lameduck/contrib/nats"
 	"github.com/lameduck/lameduck/health"
-	"github.com/lameduck/lameduck/internal/contribtest"
+	"github.com/lameduck/lameduck/internal/testsupport"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"go.uber.org/goleak"
@@ -29,13 +29,13 @@ func connect(t testing.TB, url string) *nats.Conn {
 
 // The shared NATS server of this machine, with JetStream.
 func TestCheckRealServer(t *testing.T) {
-	srv := contribtest.NATS
+	srv := testsupport.NATS
 	nc, err := nats.Connect(srv.Addr(), nats.Timeout(5*time.Second))
 	if err != nil {
 		srv.Missing(t, err)
 	}
 	t.Cleanup(nc.Close)
-	r := contribtest.Serve(t,
+	r := testsupport.Serve(t,
 		ldnats.Check(health.Check{Name: "bus", Critical: true}, nc),
 		ldnats.CheckJetStream(health.Check{Name: "js", Critical: true}, nc))
 	a := r.Probe(t)
@@ -47,7 +47,7 @@ func TestCheckRealServer(t *testing.T) {
 // port of its choosing each time it starts (server.RANDOM_PORT): a port
 // handed to it, or kept across a restart, could be taken by another
 // process meanwhile. A test that restarts it reaches it through a
-// contribtest.Proxy, retargeted to the new port, where clients reconnect.
+// testsupport.Proxy, retargeted to the new port, where clients reconnect.
 type embedded struct {
 	t    testing.TB
 	opts *server.Options
@@ -110,12 +110,12 @@ func reconnected(t testing.TB, nc *nats.Conn, before uint64) {
 // test's own that stalls; JetStream asked for.
 func TestFaults(t *testing.T) {
 	var e *embedded
-	var proxy *contribtest.Proxy
+	var proxy *testsupport.Proxy
 	var nc *nats.Conn
-	contribtest.Faults{
+	testsupport.Faults{
 		Check: func(t testing.TB, name string, critical bool) health.Check {
 			e = startEmbedded(t, true)
-			proxy = contribtest.NewProxy(t, e.addr())
+			proxy = testsupport.NewProxy(t, e.addr())
 			nc = connect(t, "nats://"+proxy.Addr())
 			// The harness sets the Timeout.
 			return ldnats.CheckJetStream(health.Check{Name: name, Critical: critical}, nc)
@@ -142,7 +142,7 @@ func TestFaults(t *testing.T) {
 func TestJetStreamNotEnabled(t *testing.T) {
 	e := startEmbedded(t, false)
 	nc := connect(t, e.url())
-	r := contribtest.Serve(t,
+	r := testsupport.Serve(t,
 		ldnats.Check(health.Check{Name: "bus", Critical: true}, nc),
 		ldnats.CheckJetStream(health.Check{Name: "js"}, nc))
 	a := r.Probe(t)

@@ -11,7 +11,7 @@ import (
 
 	"github.com/lameduck/lameduck"
 	ldnats "github.com/lameduck/lameduck/contrib/nats"
-	"github.com/lameduck/lameduck/internal/contribtest"
+	"github.com/lameduck/lameduck/internal/testsupport"
 	"github.com/lameduck/lameduck/worker"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -40,7 +40,7 @@ func newQueue(t *testing.T, cc jetstream.ConsumerConfig) (*queue, *embedded) {
 // config cc.
 func openQueue(t *testing.T, url string, cc jetstream.ConsumerConfig) *queue {
 	t.Helper()
-	ctx := contribtest.Context(t, time.Minute)
+	ctx := testsupport.Context(t, time.Minute)
 	q := &queue{nc: connect(t, url)}
 	var err error
 	if q.js, err = jetstream.New(q.nc); err != nil {
@@ -72,7 +72,7 @@ func (q *queue) publish(t *testing.T, data, msgID string) {
 	if msgID != "" {
 		opts = append(opts, jetstream.WithMsgID(msgID))
 	}
-	if _, err := q.js.Publish(contribtest.Context(t, 10*time.Second), subject, []byte(data), opts...); err != nil {
+	if _, err := q.js.Publish(testsupport.Context(t, 10*time.Second), subject, []byte(data), opts...); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -80,7 +80,7 @@ func (q *queue) publish(t *testing.T, data, msgID string) {
 // fetch fetches one job, failing the test on an error or nothing.
 func fetch(t *testing.T, src *ldnats.Source, wait time.Duration) *ldnats.Job {
 	t.Helper()
-	j, err := src.Fetch(contribtest.Context(t, time.Minute), wait)
+	j, err := src.Fetch(testsupport.Context(t, time.Minute), wait)
 	if err != nil || j == nil {
 		t.Fatalf("Fetch(%s) = %v, %v; want a job", wait, j, err)
 	}
@@ -90,7 +90,7 @@ func fetch(t *testing.T, src *ldnats.Source, wait time.Duration) *ldnats.Job {
 // fetchNone asserts that a fetch of wait is an idle cycle.
 func fetchNone(t *testing.T, src *ldnats.Source, wait time.Duration, why string) {
 	t.Helper()
-	j, err := src.Fetch(contribtest.Context(t, time.Minute), wait)
+	j, err := src.Fetch(testsupport.Context(t, time.Minute), wait)
 	if err != nil || j != nil {
 		t.Fatalf("Fetch(%s) = %v, %v; want an idle cycle (nil, nil): %s", wait, j, err, why)
 	}
@@ -118,7 +118,7 @@ func TestHandBackRedeliversAfterTheDelay(t *testing.T) {
 	}
 	const delay = 2 * time.Second
 	handedBack := time.Now()
-	if err := j.HandBack(contribtest.Context(t, time.Minute), delay); err != nil {
+	if err := j.HandBack(testsupport.Context(t, time.Minute), delay); err != nil {
 		t.Fatal(err)
 	}
 	again := fetch(t, src, 10*time.Second)
@@ -128,11 +128,11 @@ func TestHandBackRedeliversAfterTheDelay(t *testing.T) {
 	if md := delivered(t, again); again.ID() != "job-1" || md.NumDelivered != 2 || md.Sequence.Stream != 1 {
 		t.Fatalf("redelivered %q, delivery %d, sequence %d; want job-1's second delivery of sequence 1", again.ID(), md.NumDelivered, md.Sequence.Stream)
 	}
-	if err := again.Ack(contribtest.Context(t, time.Minute)); err != nil {
+	if err := again.Ack(testsupport.Context(t, time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	fetchNone(t, src, 500*time.Millisecond, "the job was acknowledged")
-	if info, err := q.st.Info(contribtest.Context(t, time.Minute)); err != nil || info.State.Msgs != 0 {
+	if info, err := q.st.Info(testsupport.Context(t, time.Minute)); err != nil || info.State.Msgs != 0 {
 		t.Fatalf("stream info %v, %v; want no message left after the ack", info, err)
 	}
 }
@@ -159,7 +159,7 @@ func TestJobID(t *testing.T) {
 		if j.ID() != c.want {
 			t.Errorf("ID %q; want %q", j.ID(), c.want)
 		}
-		if err := j.Ack(contribtest.Context(t, time.Minute)); err != nil {
+		if err := j.Ack(testsupport.Context(t, time.Minute)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -178,10 +178,10 @@ func TestSourceKeepsALongJobInProgress(t *testing.T) {
 	q.publish(t, "long", "job-long")
 	j := fetch(t, src, time.Second)
 	fetchNone(t, src, 9*time.Second, "the job in flight was redelivered: its in-progress acks did not keep it")
-	if err := j.Ack(contribtest.Context(t, time.Minute)); err != nil {
+	if err := j.Ack(testsupport.Context(t, time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	if info, err := q.cons.Info(contribtest.Context(t, time.Minute)); err != nil || info.NumAckPending != 0 || info.NumRedelivered != 0 {
+	if info, err := q.cons.Info(testsupport.Context(t, time.Minute)); err != nil || info.NumAckPending != 0 || info.NumRedelivered != 0 {
 		t.Fatalf("consumer info %+v, %v; want nothing pending and nothing redelivered", info, err)
 	}
 }
@@ -192,14 +192,14 @@ func TestSourceKeepsALongJobInProgress(t *testing.T) {
 // ends in silence: an error wrapping worker.ErrNoReply.
 func TestFetchTellsHeartbeatsFromSilence(t *testing.T) {
 	e := startEmbedded(t, true)
-	proxy := contribtest.NewProxy(t, e.addr())
+	proxy := testsupport.NewProxy(t, e.addr())
 	q := openQueue(t, "nats://"+proxy.Addr(), jetstream.ConsumerConfig{})
 	src := q.source(t, ldnats.SourceConfig{})
 	for range 3 {
 		fetchNone(t, src, 600*time.Millisecond, "an idle queue on a server that answers")
 	}
 	proxy.Stall()
-	_, err := src.Fetch(contribtest.Context(t, time.Minute), 600*time.Millisecond)
+	_, err := src.Fetch(testsupport.Context(t, time.Minute), 600*time.Millisecond)
 	if !errors.Is(err, worker.ErrNoReply) || !strings.Contains(err.Error(), "no heartbeat for 400ms") {
 		t.Fatalf("Fetch from a silent server: %v; want worker.ErrNoReply naming the missed heartbeats", err)
 	}
@@ -238,7 +238,7 @@ func TestHandBacksAndTheDeliveryLimit(t *testing.T) {
 				t.Fatalf("got %q, sequence %d, delivery %d, headers %v, data %q; want a copy of sequence 1 at its first delivery, naming the original and the cause",
 					j.ID(), md.Sequence.Stream, md.NumDelivered, h, j.Msg().Data())
 			}
-			if err := j.Ack(contribtest.Context(t, time.Minute)); err != nil {
+			if err := j.Ack(testsupport.Context(t, time.Minute)); err != nil {
 				t.Fatal(err)
 			}
 			if m, err := advisories.NextMsg(500 * time.Millisecond); err == nil {
@@ -272,9 +272,9 @@ func interruptOne(t *testing.T, src *ldnats.Source) {
 	}
 	ran := make(chan error, 1)
 	go func() { ran <- w.Run(context.Background()) }()
-	contribtest.Recv(t, started, "the job's start")
+	testsupport.Recv(t, started, "the job's start")
 	w.Lifecycle().BeginShutdown("test")
-	if err := contribtest.Recv(t, ran, "Run's return"); err != nil {
+	if err := testsupport.Recv(t, ran, "Run's return"); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
 }
@@ -295,14 +295,14 @@ func TestJobFailureCountsAtTheLastDelivery(t *testing.T) {
 	if !j.LastDelivery() {
 		t.Fatal("LastDelivery = false at delivery 1 of MaxDeliver 1")
 	}
-	if err := j.HandBack(contribtest.Context(t, time.Minute), 0); err != nil {
+	if err := j.HandBack(testsupport.Context(t, time.Minute), 0); err != nil {
 		t.Fatalf("HandBack: %v", err)
 	}
 	fetchNone(t, src, time.Second, "the failed job's last delivery was used: it must not be re-published")
 	if _, err := advisories.NextMsg(10 * time.Second); err != nil {
 		t.Fatalf("no max-deliveries advisory after the failed job's last delivery: %v", err)
 	}
-	if info, err := q.st.Info(contribtest.Context(t, time.Minute)); err != nil || info.State.Msgs != 1 {
+	if info, err := q.st.Info(testsupport.Context(t, time.Minute)); err != nil || info.State.Msgs != 1 {
 		t.Fatalf("stream info %v, %v; want the failed job kept for the dead-letter policy", info, err)
 	}
 }
@@ -310,7 +310,7 @@ func TestJobFailureCountsAtTheLastDelivery(t *testing.T) {
 // NewSource refuses what a runner cannot use, naming the fix.
 func TestNewSourceRefuses(t *testing.T) {
 	q, _ := newQueue(t, jetstream.ConsumerConfig{})
-	ctx := contribtest.Context(t, time.Minute)
+	ctx := testsupport.Context(t, time.Minute)
 	st, err := q.js.CreateStream(ctx, jetstream.StreamConfig{Name: "EVENTS", Subjects: []string{"events"}}) // a work queue requires explicit acks
 	if err != nil {
 		t.Fatal(err)

@@ -13,7 +13,7 @@ import (
 	"github.com/lameduck/lameduck/checks"
 	ldpgx "github.com/lameduck/lameduck/contrib/pgx"
 	"github.com/lameduck/lameduck/health"
-	"github.com/lameduck/lameduck/internal/contribtest"
+	"github.com/lameduck/lameduck/internal/testsupport"
 	"go.uber.org/goleak"
 )
 
@@ -23,7 +23,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // under CI).
 func live(t testing.TB) string {
 	t.Helper()
-	srv := contribtest.Postgres
+	srv := testsupport.Postgres
 	pool, err := pgxpool.New(context.Background(), srv.Addr())
 	if err != nil {
 		t.Fatalf("%s=%s: %v", srv.EnvVar, srv.Addr(), err)
@@ -49,7 +49,7 @@ func newPool(t testing.TB, dsn string) *pgxpool.Pool {
 
 func TestCheckRealServer(t *testing.T) {
 	pool := newPool(t, live(t))
-	r := contribtest.Serve(t, ldpgx.Check(health.Check{Name: "db", Critical: true}, pool))
+	r := testsupport.Serve(t, ldpgx.Check(health.Check{Name: "db", Critical: true}, pool))
 	r.Probe(t).Want(t, "the shared PostgreSQL", 200, "ok", "db", "ok")
 	// One connection serves every probe: none is dialled per probe.
 	for range 5 {
@@ -64,10 +64,10 @@ func TestCheckRealServer(t *testing.T) {
 // stalled, and restored; the server itself is never touched.
 func TestFaults(t *testing.T) {
 	dsn := live(t)
-	var proxy *contribtest.Proxy
-	contribtest.Faults{
+	var proxy *testsupport.Proxy
+	testsupport.Faults{
 		Check: func(t testing.TB, name string, critical bool) health.Check {
-			proxy = contribtest.NewProxy(t, "127.0.0.1:5432")
+			proxy = testsupport.NewProxy(t, "127.0.0.1:5432")
 			u, err := url.Parse(dsn)
 			if err != nil {
 				t.Fatal(err)
@@ -93,7 +93,7 @@ func TestFaults(t *testing.T) {
 // no secret, and it says which role could not connect.
 func TestErrorsRedacted(t *testing.T) {
 	pool := newPool(t, "host=127.0.0.1 port=1 user=appuser password=hunter2 dbname=test sslmode=disable connect_timeout=2")
-	r := contribtest.Serve(t, ldpgx.Check(health.Check{Name: "db", Critical: true}, pool))
+	r := testsupport.Serve(t, ldpgx.Check(health.Check{Name: "db", Critical: true}, pool))
 	a := r.Probe(t)
 	a.Want(t, "nothing listens on port 1", 503, "failed", "db", "error")
 	if strings.Contains(a.Body, "hunter2") {
@@ -121,7 +121,7 @@ func TestSQLPingThroughStdlib(t *testing.T) {
 		t.Cleanup(func() { db.Close() })
 		return db
 	}
-	r := contribtest.Serve(t,
+	r := testsupport.Serve(t,
 		checks.SQLPing(health.Check{Name: "live", Critical: true}, open(live(t))),
 		checks.SQLPing(health.Check{Name: "gone"}, open("postgres://appuser:hunter2@127.0.0.1:1/test?sslmode=disable&connect_timeout=2")))
 	a := r.Probe(t)

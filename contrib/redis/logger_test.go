@@ -9,6 +9,7 @@ import (
 	"time"
 
 	ldredis "github.com/lameduck/lameduck/contrib/redis"
+	"github.com/lameduck/lameduck/internal/testsupport"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/logging"
 )
@@ -17,7 +18,7 @@ import (
 // process's slog handler: one JSON object per line, level WARN, without
 // go-redis' plain-text prefix.
 func TestLoggerWritesGoRedisLinesThroughSlog(t *testing.T) {
-	buf := &syncBuffer{}
+	buf := &testsupport.LogBuffer{}
 	redis.SetLogger(ldredis.NewLogger(slog.New(slog.NewJSONHandler(buf, nil))))
 	t.Cleanup(logging.Enable) // go-redis' default logger again
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", DialTimeout: 2 * time.Second})
@@ -44,7 +45,7 @@ func TestLoggerWritesGoRedisLinesThroughSlog(t *testing.T) {
 
 // A nil logger is slog.Default(); a level above WARN drops the lines.
 func TestLoggerLevels(t *testing.T) {
-	buf := &syncBuffer{}
+	buf := &testsupport.LogBuffer{}
 	l := ldredis.NewLogger(slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelError})))
 	l.Printf(context.Background(), "redis: %s\n", "dropped")
 	if buf.String() != "" {
@@ -53,7 +54,7 @@ func TestLoggerLevels(t *testing.T) {
 	if ldredis.NewLogger(nil) == nil {
 		t.Fatal("NewLogger(nil) = nil")
 	}
-	buf2 := &syncBuffer{}
+	buf2 := &testsupport.LogBuffer{}
 	ldredis.NewLogger(slog.New(slog.NewTextHandler(buf2, nil))).Printf(nil, "redis: pool: %d conns\n", 3)
 	if got := buf2.String(); !strings.Contains(got, `level=WARN msg="pool: 3 conns" client=go-redis`) {
 		t.Fatalf("got %q", got)

@@ -1,20 +1,18 @@
 package ldredis_test
 
 import (
-	"bytes"
 	"context"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	ldredis "github.com/lameduck/lameduck/contrib/redis"
 	"github.com/lameduck/lameduck/health"
-	"github.com/lameduck/lameduck/internal/contribtest"
+	"github.com/lameduck/lameduck/internal/testsupport"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 )
@@ -23,7 +21,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // The shared server on this machine answers.
 func TestCheckRealServer(t *testing.T) {
-	srv := contribtest.Redis
+	srv := testsupport.Redis
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { client.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -31,7 +29,7 @@ func TestCheckRealServer(t *testing.T) {
 	if err := client.Ping(ctx).Err(); err != nil {
 		srv.Missing(t, err)
 	}
-	r := contribtest.Serve(t, ldredis.Check(health.Check{Name: "cache", Critical: true}, client))
+	r := testsupport.Serve(t, ldredis.Check(health.Check{Name: "cache", Critical: true}, client))
 	r.Probe(t).Want(t, "the shared Redis", 200, "ok", "cache", "ok")
 }
 
@@ -48,31 +46,14 @@ type privateRedis struct {
 	sock    string
 	cmd     *exec.Cmd
 	exited  chan error // the result of cmd.Wait
-	out     *syncBuffer
+	out     *testsupport.LogBuffer
 	stopped bool
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 func startPrivate(t testing.TB) *privateRedis {
 	t.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
-		contribtest.Redis.Missing(t, err)
+		testsupport.Redis.Missing(t, err)
 	}
 	// A short path: a Unix socket's is limited to about 100 bytes.
 	dir, err := os.MkdirTemp("", "ldredis")
@@ -80,7 +61,7 @@ func startPrivate(t testing.TB) *privateRedis {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	p := &privateRedis{t: t, sock: filepath.Join(dir, "redis.sock"), out: &syncBuffer{}}
+	p := &privateRedis{t: t, sock: filepath.Join(dir, "redis.sock"), out: &testsupport.LogBuffer{}}
 	t.Cleanup(p.kill) // runs before the directory's removal
 	p.start()
 	return p
@@ -134,8 +115,8 @@ func (p *privateRedis) kill() {
 	_ = p.cmd.Process.Kill()
 	select {
 	case <-p.exited:
-	case <-time.After(contribtest.Guard):
-		p.t.Errorf("private redis-server (pid %d) did not exit within %s of SIGKILL", p.cmd.Process.Pid, contribtest.Guard)
+	case <-time.After(testsupport.Guard):
+		p.t.Errorf("private redis-server (pid %d) did not exit within %s of SIGKILL", p.cmd.Process.Pid, testsupport.Guard)
 	}
 	p.cmd = nil
 }
@@ -144,7 +125,7 @@ func (p *privateRedis) kill() {
 // still accepts connections, nothing answers).
 func TestFaults(t *testing.T) {
 	var p *privateRedis
-	contribtest.Faults{
+	testsupport.Faults{
 		Check: func(t testing.TB, name string, critical bool) health.Check {
 			p = startPrivate(t)
 			client := p.client(t)

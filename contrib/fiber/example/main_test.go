@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lameduck/lameduck/internal/contribtest"
+	"github.com/lameduck/lameduck/internal/testsupport"
 	"go.uber.org/goleak"
 )
 
@@ -83,18 +83,18 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // and stored once the lock is released during the teardown, and the
 // process exits 0.
 func TestWebhooksSurviveSIGTERM(t *testing.T) {
-	dsn := contribtest.Postgres.Addr()
+	dsn := testsupport.Postgres.Addr()
 	db, err := sql.Open("pgx", dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
 	// Every statement below runs under a hang guard.
-	ctx := contribtest.Context(t, 2*time.Minute)
+	ctx := testsupport.Context(t, 2*time.Minute)
 	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := db.PingContext(pingCtx); err != nil {
-		contribtest.Postgres.Missing(t, err)
+		testsupport.Postgres.Missing(t, err)
 	}
 	if _, err := db.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS webhook_events (id bigserial PRIMARY KEY, body text NOT NULL)"); err != nil {
 		t.Fatal(err)
@@ -194,7 +194,7 @@ func TestWebhooksSurviveSIGTERM(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 4 {
-		if r := contribtest.Recv(t, results, "a webhook's answer"); !strings.Contains(r, `200 {"stored":true}`) {
+		if r := testsupport.Recv(t, results, "a webhook's answer"); !strings.Contains(r, `200 {"stored":true}`) {
 			t.Errorf("%s; want 200 stored", r)
 		}
 	}

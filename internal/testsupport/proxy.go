@@ -1,9 +1,10 @@
-// Package contribtest holds what the contrib modules' integration tests
-// share: finding the servers this machine runs, a TCP proxy that cuts and
-// stalls a connection to one of them, and a Lifecycle whose /readyz a test
-// reads probe by probe. It is test support, internal to lameduck's contrib
-// tree.
-package contribtest
+// Package testsupport holds what lameduck's own tests share, in the core
+// and in the contrib modules: a goroutine-safe log sink (LogBuffer), hang
+// guards (Recv, Await, Timers), fetch helpers (Fetch, Do), finding the
+// servers this machine runs, a TCP proxy that cuts and stalls a connection
+// to one of them, and a Lifecycle whose /readyz a test reads probe by
+// probe. It is internal: no user imports it.
+package testsupport
 
 import (
 	"io"

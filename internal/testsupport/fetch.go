@@ -1,4 +1,4 @@
-package contribtest
+package testsupport
 
 import (
 	"fmt"
