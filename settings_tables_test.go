@@ -16,14 +16,16 @@ import (
 // settingsTables are the tables of README.md and docs/ that list settings:
 // the first table under each heading. A complete one lists every row of
 // settingTable, once; the others list some of them. A runner's table gives
-// a runner's defaults.
+// a runner's defaults. The table whose docs column is set gives each
+// row's doc there, word for word, one setting per row.
 var settingsTables = []struct {
 	file, heading    string
 	complete, runner bool
+	docs             string // the header of the column that is each row's doc
 }{
-	{"README.md", "## Configuration", true, false},
-	{"docs/probes-and-shutdown.md", "## Configuration", true, false},
-	{"docs/runners.md", "## Configuration", false, true},
+	{"README.md", "## Configuration", true, false, "meaning"},
+	{"docs/probes-and-shutdown.md", "## Configuration", true, false, ""},
+	{"docs/runners.md", "## Configuration", false, true, ""},
 }
 
 // Every settings table of the docs lists exactly the settings of the
@@ -35,7 +37,8 @@ var settingsTables = []struct {
 // of the row, or "unset", "no cap" or "no bound" (the zero value), or
 // words (a rule, not checked here: config_test.go's TestConfigDefaults
 // holds the rules); "(`v` for a runner)" gives a runner's default; other
-// asides in parentheses are not read.
+// asides in parentheses are not read. In README.md, each row's meaning is
+// its row's doc (setting.doc), so the table and the code say one thing.
 func TestSettingsTablesMatchTheRows(t *testing.T) {
 	rows := map[string]setting{}
 	for _, s := range settingTable() {
@@ -78,6 +81,12 @@ func TestSettingsTablesMatchTheRows(t *testing.T) {
 			t.Errorf("%s:%d: the settings table has no default column (a header with \"default\"): %q", tab.file, start, table[0])
 			continue
 		}
+		docCol := -1
+		if tab.docs != "" {
+			if docCol = slices.Index(table[0], tab.docs); docCol < 0 {
+				t.Errorf("%s:%d: the settings table has no %q column, which gives each row's doc: %q", tab.file, start, tab.docs, table[0])
+			}
+		}
 		listed := map[string]int{} // name → line
 		for i, row := range table[2:] {
 			line := start + 2 + i
@@ -101,6 +110,15 @@ func TestSettingsTablesMatchTheRows(t *testing.T) {
 			}
 			if len(ss) < len(names) {
 				continue
+			}
+			if docCol >= 0 {
+				switch {
+				case len(ss) > 1:
+					t.Errorf("%s:%d: %s: a row names %d settings; give each its own row, with its doc", tab.file, line, row[0], len(ss))
+				case docCol >= len(row) || row[docCol] != ss[0].doc:
+					t.Errorf("%s:%d: %s: the %s column says\n\t%s\nbut the row's doc (settings.go, settingTable) says\n\t%s\nmake them one text",
+						tab.file, line, row[0], tab.docs, row[min(docCol, len(row)-1)], ss[0].doc)
+				}
 			}
 			sides, forRunner := defaultSides(row[col])
 			var problems []string // each once, though a side is checked in two places
