@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lameduck/lameduck/health"
+	"github.com/lameduck/lameduck/internal/extend"
 )
 
 // Defaults of the settings that have a fixed one; the teardown's and the
@@ -15,13 +16,12 @@ import (
 const (
 	defaultKubernetesDelay = 5 * time.Second
 	defaultLocalTeardown   = 60 * time.Second
-	defaultRunnerTeardown  = 30 * time.Second
 	defaultIdleWindow      = 10 * time.Second
 	defaultDrainTimeout    = 30 * time.Second
 	defaultHookShare       = 2.0 / 3
 	// minDefaultTeardown is the least teardown a default derived from the
 	// grace period gives: a zero budget would cut every request at once.
-	minDefaultTeardown = time.Second
+	minDefaultTeardown = extend.MinDefaultTeardown
 )
 
 // resolve fills every unset field of c from the environment and the
@@ -33,7 +33,7 @@ const (
 //     first);
 //  2. the preStop token file is read (it fills PRESTOP_TOKEN);
 //  3. every row still unset gets its default, in table order (see
-//     chosenAfter), by the row's rule (a runner's rule first: runnerRules);
+//     chosenAfter), by the row's rule (an extension's first: a runner's);
 //  4. the checks across settings (crossChecks), in the order of the
 //     shutdown timeline.
 //
@@ -41,7 +41,7 @@ const (
 // refused value is treated as unset, so the rest is still resolved.
 func (c Config) resolve() (Config, map[string]string, []error) {
 	c.fillPlumbing()
-	table := settingTable()
+	table := c.rows()
 	src := map[string]string{}
 	errs := c.unknownVariables(table)
 	errs = append(errs, c.readRows(table, src)...)
@@ -157,9 +157,7 @@ func fixed(set func(c *Config), rule string) defaultRule {
 }
 
 // chooseDefaults walks the table and gives each row still unset its
-// default, a row marked chosenAfter right after the row it names. For a
-// runner, the row's rule in runnerRules is asked first; the row's own rule
-// applies when that one left the setting unset and recorded nothing.
+// default, a row marked chosenAfter right after the row it names.
 func (c *Config) chooseDefaults(table []setting, src map[string]string) {
 	var order []setting
 	for _, s := range table {
@@ -174,21 +172,30 @@ func (c *Config) chooseDefaults(table []setting, src map[string]string) {
 		}
 	}
 	for _, s := range order {
-		if !s.unset(c) {
-			continue
-		}
-		if rule, ok := runnerRules[s.name]; ok && c.Runner {
+		c.chooseDefault(s, src)
+	}
+}
+
+// chooseDefault gives s its default when it is unset. An extension's rule
+// for the row is asked first; the row's own rule applies when that one
+// left the setting unset and recorded nothing.
+func (c *Config) chooseDefault(s setting, src map[string]string) {
+	if !s.unset(c) {
+		return
+	}
+	if c.ext != nil {
+		if rule, ok := c.ext.Rules[s.name]; ok {
 			if why := rule(c, src); why != "" {
 				src[s.name] = why
-				continue
+				return
 			}
 		}
-		if s.byDefault == nil {
-			continue
-		}
-		if why := s.byDefault(c, src); why != "" {
-			src[s.name] = why
-		}
+	}
+	if s.byDefault == nil {
+		return
+	}
+	if why := s.byDefault(c, src); why != "" {
+		src[s.name] = why
 	}
 }
 
@@ -247,65 +254,9 @@ func defaultTeardown(c *Config, _ map[string]string) string {
 	return rule
 }
 
-// runnerRules are a runner's default rules (docs/runners.md, "Sizing"),
-// asked before the row's own: its probes on their own port, its own drain
-// modes, no window to wait for, a drain bound and a teardown sized to its
-// grace period.
-var runnerRules = map[string]defaultRule{
-	"PROBE_ADDR": fixed(func(c *Config) { c.ProbeAddr = DefaultRunnerProbeAddr }, "default for a runner"),
-	"DRAIN_MODE": fixed(func(c *Config) { c.DrainMode = DrainComplete }, "default for a runner"),
-	"SHUTDOWN_DELAY": fixed(func(c *Config) { c.ShutdownDelay = NoDelay },
-		"default for a runner: no Service routes to it"),
-	"DRAIN_TIMEOUT":     runnerDrainTimeout,
-	"SHUTDOWN_TEARDOWN": runnerTeardown,
-}
-
-// runnerDrainTimeout chooses a runner's drain bound from its known grace
-// period: what the grace leaves after the preStop sleep, the teardown and
-// the margin, never below 1s (the budget line then says it does not fit).
-// The teardown, when unset too, is chosen first: a third of what the grace
-// leaves after the preStop sleep and the margin, at least 1s and at most
-// the 30s a runner's teardown defaults to without a grace period. With the
-// grace unknown, 8h: a job may take hours.
-func runnerDrainTimeout(c *Config, src map[string]string) string {
-	grace := c.TerminationGrace
-	if grace == 0 {
-		c.DrainTimeout = DefaultRunnerDrainTimeout
-		return "default for a runner whose grace period is unknown; set " + c.EnvPrefix + "TERMINATION_GRACE to derive it"
-	}
-	margin := graceMargin(grace)
-	room := grace - c.PreStopDelay - margin
-	if c.ShutdownTeardown == 0 {
-		c.ShutdownTeardown = min(defaultRunnerTeardown, max(room/3, minDefaultTeardown))
-		src["SHUTDOWN_TEARDOWN"] = fmt.Sprintf("default for a runner: a third of terminationGracePeriodSeconds %s − preStop %s − margin %s, at most %s",
-			grace, c.PreStopDelay, margin, defaultRunnerTeardown)
-	}
-	d := room - c.ShutdownTeardown
-	rule := fmt.Sprintf("default for a runner: terminationGracePeriodSeconds %s − preStop %s − teardown %s − margin %s", grace, c.PreStopDelay, c.ShutdownTeardown, margin)
-	if d < minDefaultTeardown {
-		d, rule = minDefaultTeardown, rule+fmt.Sprintf(" = %s, raised to the %s minimum", d, minDefaultTeardown)
-	}
-	c.DrainTimeout = d
-	return rule
-}
-
-// runnerTeardown is a runner's teardown inside Kubernetes with its grace
-// period unknown: 30s, since a runner's grace period is sized to its drain
-// bound (hours), never Kubernetes' default. Otherwise the row's own rule.
-func runnerTeardown(c *Config, _ map[string]string) string {
-	if c.TerminationGrace != 0 || c.Env != EnvKubernetes {
-		return ""
-	}
-	c.ShutdownTeardown = defaultRunnerTeardown
-	return "default for a runner whose grace period is unknown; set " + c.EnvPrefix + "TERMINATION_GRACE to derive it"
-}
-
 // graceMargin is the part of the grace period a default teardown leaves
-// unused, for the process to exit after Run returns and for the kubelet's
-// own delays: a tenth of the grace period, at least 2s and at most 10s.
-func graceMargin(grace time.Duration) time.Duration {
-	return min(max(grace/10, 2*time.Second), 10*time.Second)
-}
+// unused (extend.GraceMargin: a tenth, 2s to 10s).
+func graceMargin(grace time.Duration) time.Duration { return extend.GraceMargin(grace) }
 
 // A crossCheck checks settings against each other once every default is
 // chosen, and returns one *ConfigError per problem. It may replace a
@@ -324,23 +275,17 @@ var crossChecks = []crossCheck{
 	checkJoinFitsTeardown,
 }
 
-// checkDrainModeFitsProcess refuses a server's drain mode on a runner and
-// a runner's on a server, and falls back to the default.
+// checkDrainModeFitsProcess refuses a drain mode that an extension does
+// not accept (a server's mode on a runner), and falls back to the default.
+// A server's row accepts no other mode than its own.
 func checkDrainModeFitsProcess(c *Config, src map[string]string) []error {
-	server := c.DrainMode == DrainDelay || c.DrainMode == DrainIdle
-	if c.Runner != server {
+	if c.ext == nil || len(c.ext.DrainModes) == 0 || slices.Contains(c.ext.DrainModes, c.DrainMode) {
 		return nil
 	}
-	want := fmt.Sprintf("a server drains in mode %q (a fixed window) or %q (until traffic is idle)", DrainDelay, DrainIdle)
-	if c.Runner {
-		want = fmt.Sprintf("a runner drains in mode %q (finish the job in flight) or %q (cancel it and hand it back)", DrainComplete, DrainInterrupt)
-	}
-	err := &ConfigError{Setting: named(c, src, "DRAIN_MODE"), Value: c.DrainMode, Problem: want,
+	err := &ConfigError{Setting: named(c, src, "DRAIN_MODE"), Value: c.DrainMode, Problem: c.ext.ModesProblem,
 		Fix: "set one of them, or unset it"}
-	c.DrainMode, src["DRAIN_MODE"] = DrainDelay, "default"
-	if c.Runner {
-		c.DrainMode, src["DRAIN_MODE"] = DrainComplete, "default for a runner"
-	}
+	c.DrainMode = ""
+	c.chooseDefault(drainModeSetting(), src)
 	return []error{err}
 }
 

@@ -132,9 +132,7 @@ func settingTable() []setting {
 			with("a second SIGTERM/SIGINT exits at once with 128 + the signal number", nil),
 		stringSetting("PROBE_ADDR", "ProbeAddr", `a listen address such as ":9090"`, func(c *Config) *string { return &c.ProbeAddr }).
 			with("serve the probes on their own listener instead of the application's", nil),
-		enumSetting("DRAIN_MODE", "DrainMode", `"delay" or "idle" ("complete" or "interrupt" for a runner)`, func(c *Config) *string { return &c.DrainMode }, DrainDelay, DrainIdle, DrainComplete, DrainInterrupt).
-			with("any case. `delay`: the window is `SHUTDOWN_DELAY`. `idle`: keep serving until traffic stops for `IDLE_WINDOW`, at least `SHUTDOWN_DELAY`, at most `DRAIN_TIMEOUT`. A runner: `complete` finishes the job in flight, `interrupt` cancels it and hands it back",
-				fixed(func(c *Config) { c.DrainMode = DrainDelay }, "default")),
+		drainModeSetting(),
 		durationSetting("IDLE_WINDOW", "IdleWindow", `a positive Go duration with a unit, such as "10s"`,
 			positiveDuration, func(c *Config) *time.Duration { return &c.IdleWindow }).
 			with("idle mode: how long nothing may be in flight and no request arrive or complete (WebSockets count only through `KeepAlive`)",
@@ -159,21 +157,50 @@ func settingTable() []setting {
 		fractionSetting("HOOK_SHARE", "HookShare", func(c *Config) *float64 { return &c.HookShare }).
 			with("the largest fraction of the teardown the drain hooks may use; they run beside the HTTP drain",
 				fixed(func(c *Config) { c.HookShare = defaultHookShare }, "default")),
-		uintSetting("EPOCH", "Epoch", `a non-negative integer, such as "3"`, func(c *Config) *uint64 { return &c.Epoch }).
-			with("a runner's rollout epoch, a non-negative integer; an older one than the fleet's newest is superseded ([runners](docs/runners.md#rollout-epochs))", nil),
-		durationSetting("EPOCH_MISMATCH_DELAY", "EpochMismatchDelay", `a positive Go duration with a unit, such as "2m"`,
-			positiveDuration, func(c *Config) *time.Duration { return &c.EpochMismatchDelay }).
-			with("how long a superseded runner delays the redelivery of a job it hands back",
-				fixed(func(c *Config) { c.EpochMismatchDelay = DefaultEpochMismatchDelay }, "default")),
-		durationSetting("FETCH_WAIT", "FetchWait", `a positive Go duration with a unit, such as "5s"`,
-			positiveDuration, func(c *Config) *time.Duration { return &c.FetchWait }).
-			with("how long a runner's fetch waits for a job; its liveness allows max(2m, 20 × it) without a cycle",
-				fixed(func(c *Config) { c.FetchWait = DefaultFetchWait }, "default")),
 		durationSetting("STARTUP_TIMEOUT", "StartupTimeout", `a positive Go duration with a unit below the startup probe's failureThreshold × periodSeconds, such as "2m"`,
 			positiveDuration, func(c *Config) *time.Duration { return &c.StartupTimeout }).
 			with("the boot's budget (startup tasks, retries included); size it below the startup probe's `failureThreshold × periodSeconds`",
 				fixed(func(*Config) {}, "default: no bound")),
 	}
+}
+
+// drainModeSetting is the row of DRAIN_MODE: a server's modes, and an
+// extension's (a runner's) besides.
+func drainModeSetting(extra ...string) setting {
+	return enumSetting("DRAIN_MODE", "DrainMode", `"delay" or "idle" ("complete" or "interrupt" for a runner)`, func(c *Config) *string { return &c.DrainMode }, append([]string{DrainDelay, DrainIdle}, extra...)...).
+		with("any case. `delay`: the window is `SHUTDOWN_DELAY`. `idle`: keep serving until traffic stops for `IDLE_WINDOW`, at least `SHUTDOWN_DELAY`, at most `DRAIN_TIMEOUT`. A runner: `complete` finishes the job in flight, `interrupt` cancels it and hands it back",
+			fixed(func(c *Config) { c.DrainMode = DrainDelay }, "default"))
+}
+
+// rows returns the table c is resolved by: settingTable, with what an
+// extension attached to c adds (its drain modes, its own rows last).
+func (c *Config) rows() []setting {
+	table := settingTable()
+	if c.ext == nil {
+		return table
+	}
+	for i := range table {
+		if table[i].name == "DRAIN_MODE" {
+			table[i] = drainModeSetting(c.ext.DrainModes...)
+		}
+	}
+	for _, r := range c.ext.Rows {
+		var s setting
+		switch {
+		case r.Duration != nil:
+			s = durationSetting(r.Name, r.Field, r.Form, positiveDuration, func(*Config) *time.Duration { return r.Duration })
+		case r.Uint != nil:
+			s = uintSetting(r.Name, r.Field, r.Form, func(*Config) *uint64 { return r.Uint })
+		default:
+			continue
+		}
+		s.doc = r.Doc
+		if r.Default != nil {
+			s.byDefault = func(*Config, map[string]string) string { return r.Default() }
+		}
+		table = append(table, s)
+	}
+	return table
 }
 
 // durationKind says which durations a setting accepts.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lameduck/lameduck"
+	"github.com/lameduck/lameduck/worker"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -112,9 +113,17 @@ func judge(o *Object, k podContainer, opt Options) (*judged, string) {
 	j.runner = isRunner(c, opt)
 
 	// The binary's own resolution of this environment.
-	cfg := lameduck.Config{Runner: j.runner}
+	// A runner's by package worker's own resolver: its rows, defaults and
+	// drain modes beside the Lifecycle's.
+	var cfg lameduck.Config
 	cfg.LookupEnv, cfg.Environ = lameduck.EnvList(environment(c))
-	j.res, j.errs = lameduck.Resolve(cfg)
+	if j.runner {
+		var res worker.Resolved
+		res, j.errs = worker.Resolve(worker.Config{Lifecycle: cfg})
+		j.res = res.Resolved
+	} else {
+		j.res, j.errs = lameduck.Resolve(cfg)
+	}
 	j.rc = &j.res.Config
 
 	for _, p := range []struct {
@@ -156,9 +165,9 @@ func isRunner(c corev1.Container, opt Options) bool {
 	}
 	// Resolved as a runner, DRAIN_MODE comes from the variable only when
 	// the binary accepts it as a runner's mode.
-	cfg := lameduck.Config{Runner: true}
+	var cfg lameduck.Config
 	cfg.LookupEnv, cfg.Environ = lameduck.EnvList(environment(c))
-	res, _ := lameduck.Resolve(cfg)
+	res, _ := worker.Resolve(worker.Config{Lifecycle: cfg})
 	return res.Sources["DRAIN_MODE"] == lameduck.DefaultEnvPrefix+"DRAIN_MODE"
 }
 
