@@ -16,7 +16,7 @@ import (
 // no longer takes: GoLoop (a loop would run on an already-cancelled
 // context, so its caller should record the work as deferred, to its
 // reconciliation sweep say: docs/probes-and-shutdown.md, "Teardown: hooks,
-// HTTP drain, background join, closers"), AddTeardownHook, AddDrainWait and
+// HTTP drain, background join, closers"), AddTeardownHook and
 // AddCloser (the sequence has already read its steps). What may only be
 // registered before Run (AddServer, AddServerFuncs, AddStartupTask) returns
 // ErrAlreadyRunning instead.

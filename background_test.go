@@ -360,7 +360,6 @@ func TestRegistrationsAfterTheSignalSayShuttingDown(t *testing.T) {
 	h.lc.BeginShutdown("test")
 	for name, err := range map[string]error{
 		"AddTeardownHook": h.lc.AddTeardownHook("late", noop),
-		"AddDrainWait":    h.lc.AddDrainWait("late", noop),
 		"AddCloser":       h.lc.AddCloser("late", noop),
 		"GoLoop":          h.lc.GoLoop("late", noop),
 	} {

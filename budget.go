@@ -82,13 +82,12 @@ type Budget struct {
 	EnvPrefix string
 	// Env is the environment the defaults were chosen for.
 	Env string
-	// Runner reports a runner's budget (Config.Runner), whose window is its
-	// drain bound, the longest a job in flight may take.
-	Runner bool
 	// PreStop is the preStop sleep before SIGTERM (Config.PreStopDelay).
 	PreStop time.Duration
 	// Window is the longest the lame-duck window can last: ShutdownDelay,
-	// or DrainTimeout in DrainIdle mode and for a runner.
+	// or DrainTimeout in DrainIdle mode and for a runner (package worker),
+	// whose window is its drain bound, the longest a job in flight may
+	// take.
 	Window time.Duration
 	// WindowSetting names the setting that bounds Window, after the prefix:
 	// "SHUTDOWN_DELAY" or "DRAIN_TIMEOUT".
@@ -110,6 +109,8 @@ type Budget struct {
 	Margin time.Duration
 	// Fits reports whether Total ≤ Grace (true when there is no Grace).
 	Fits bool
+	// windowName names Window in Sum when a runner's drain bounds it.
+	windowName string
 	// Sources maps each number's setting, after the prefix
 	// ("SHUTDOWN_DELAY", "SHUTDOWN_TEARDOWN", "TERMINATION_GRACE",
 	// "PRESTOP_DELAY", "DRAIN_TIMEOUT", "JOIN_BUDGET"), to the rule that
@@ -122,12 +123,12 @@ type Budget struct {
 func (r Resolved) Budget() Budget {
 	c := &r.Config
 	b := Budget{
-		EnvPrefix: c.EnvPrefix, Env: c.Env, Runner: c.Runner,
+		EnvPrefix: c.EnvPrefix, Env: c.Env, windowName: c.windowName(),
 		PreStop: c.PreStopDelay, Window: c.maxWindow(), WindowSetting: "SHUTDOWN_DELAY",
 		Teardown: c.ShutdownTeardown,
 		Sources:  map[string]string{},
 	}
-	if c.DrainMode == DrainIdle || c.Runner {
+	if c.DrainMode == DrainIdle || b.windowName != "" {
 		b.WindowSetting = "DRAIN_TIMEOUT"
 	}
 	for _, k := range []string{"SHUTDOWN_DELAY", "SHUTDOWN_TEARDOWN", "TERMINATION_GRACE", "PRESTOP_DELAY", "DRAIN_TIMEOUT", "JOIN_BUDGET"} {
@@ -194,7 +195,8 @@ func (b Budget) total() time.Duration {
 
 // Sum returns the addition, such as
 // "preStop 0s + delay 5s + teardown 22s = 27s" (the window is "idle drain
-// bound" in DrainIdle mode; preStop is left out when zero).
+// bound" in DrainIdle mode, "runner drain bound" for a runner; preStop is
+// left out when zero).
 func (b Budget) Sum() string {
 	var s strings.Builder
 	if b.PreStop > 0 {
@@ -202,8 +204,8 @@ func (b Budget) Sum() string {
 	}
 	name := "delay"
 	switch {
-	case b.Runner:
-		name = "runner drain bound"
+	case b.windowName != "":
+		name = b.windowName
 	case b.WindowSetting == "DRAIN_TIMEOUT":
 		name = "idle drain bound"
 	}

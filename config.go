@@ -38,31 +38,6 @@ const (
 	// and no request arrived or completed for IdleWindow, at least
 	// ShutdownDelay and at most DrainTimeout after the signal.
 	DrainIdle = "idle"
-	// DrainComplete, for a runner (Config.Runner), finishes the job in
-	// flight after the signal, bounded by DrainTimeout; no new job is
-	// taken. The runner default. See docs/runners.md.
-	DrainComplete = "complete"
-	// DrainInterrupt, for a runner, cancels the context of the job in
-	// flight at the signal, so it can checkpoint, and hands the job back to
-	// its queue. See docs/runners.md.
-	DrainInterrupt = "interrupt"
-)
-
-// Runner defaults (docs/runners.md, "Sizing").
-const (
-	// DefaultRunnerProbeAddr is where a runner serves its probes when
-	// ProbeAddr is unset: the metrics port, where /metrics can live too.
-	DefaultRunnerProbeAddr = ":9090"
-	// DefaultRunnerDrainTimeout bounds a runner's drain: a job may take
-	// hours, and a deploy should not throw its work away.
-	DefaultRunnerDrainTimeout = 8 * time.Hour
-	// DefaultEpochMismatchDelay is how long a superseded runner delays the
-	// redelivery of a job it hands back, while the newer fleet becomes
-	// ready.
-	DefaultEpochMismatchDelay = 2 * time.Minute
-	// DefaultFetchWait is how long a consume loop's fetch waits for a job
-	// before it returns empty (one idle cycle).
-	DefaultFetchWait = 5 * time.Second
 )
 
 // ErrInvalidConfig is wrapped by every error [New] returns for a bad
@@ -159,9 +134,9 @@ type Config struct {
 	PreStopDelay time.Duration
 
 	// DrainMode is DrainDelay (the default) or DrainIdle and decides how the
-	// lame-duck window ends. For a runner (Runner set) it is DrainComplete
-	// (the default) or DrainInterrupt and decides what happens to the job in
-	// flight. Any case is accepted. Env: DRAIN_MODE.
+	// lame-duck window ends. A runner (package worker) has modes of its own,
+	// worker.DrainComplete and worker.DrainInterrupt, which decide what
+	// happens to the job in flight. Any case is accepted. Env: DRAIN_MODE.
 	DrainMode string
 	// IdleWindow, a time.Duration, is how long traffic must have been idle
 	// for the idle drain to end: nothing in flight (WebSockets and other
@@ -325,32 +300,6 @@ type Config struct {
 	// application's servers have drained.
 	ProbeListenerHandler http.Handler
 
-	// Runner makes this the Lifecycle of a runner: a process that consumes
-	// jobs from a queue rather than serving requests (docs/runners.md). The
-	// worker package sets it. A runner serves its probes on ProbeAddr
-	// (default ":9090"), its DrainMode is DrainComplete or DrainInterrupt,
-	// its DrainTimeout defaults to 8h and bounds the window, and its
-	// ShutdownDelay defaults to 0 (no Service routes to it, so there is no
-	// endpoint removal to wait for).
-	Runner bool
-	// Epoch is the runner's rollout epoch, a monotonic generation rendered
-	// literally into the pod template; a runner whose epoch is older than
-	// the newest in its fleet is superseded (docs/runners.md, "Rollout
-	// epochs"). Zero means unset. Env: EPOCH, a non-negative integer.
-	// Default 0.
-	Epoch uint64
-	// EpochMismatchDelay, a time.Duration, is how long a superseded runner
-	// delays the redelivery of a job it hands back, so that the newer fleet
-	// takes it. Zero means unset; negative is an error.
-	// Env: EPOCH_MISMATCH_DELAY. Default 2m.
-	EpochMismatchDelay time.Duration
-	// FetchWait, a time.Duration, is how long a runner's consume loop waits
-	// for a job in one fetch, unless the loop sets its own. A loop that has
-	// not cycled for max(2m, 20 × its fetch wait) is stalled and fails
-	// liveness. Zero means unset; negative is an error. Env: FETCH_WAIT.
-	// Default 5s.
-	FetchWait time.Duration
-
 	// LivenessPaths are the paths that answer the liveness probe. Default
 	// "/healthz" and "/livez" (the Kubernetes API server answers both). Set
 	// them, with ReadinessPath, StartupPath and PreStopPath, for a service
@@ -390,15 +339,19 @@ type Config struct {
 	// sequence then starts only through BeginShutdown, GET /prestop, Run's
 	// context or a fatal error.
 	IgnoreSignals bool
+
+	// ext is what a package built on the Lifecycle (worker) attached
+	// (internal/extend); nil for a server.
+	ext *extension
 }
 
 // window returns the resolved lame-duck window (NoDelay becomes 0).
 func (c *Config) window() time.Duration { return max(c.ShutdownDelay, 0) }
 
 // maxWindow returns the longest the lame-duck window can last: the delay, or
-// the idle drain's bound, or the runner's drain bound.
+// the idle drain's bound, or an extension's (a runner's drain bound).
 func (c *Config) maxWindow() time.Duration {
-	if c.DrainMode == DrainIdle || c.Runner {
+	if c.DrainMode == DrainIdle || c.windowName() != "" {
 		return max(c.DrainTimeout, c.window())
 	}
 	return c.window()

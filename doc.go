@@ -29,8 +29,8 @@
 //   - join: the teardown's wait for background tasks (GoWrite, GoLoop);
 //     what still runs at its bound is abandoned, and named.
 //   - runner: a process that consumes jobs from a queue instead of serving
-//     requests (package worker, Config.Runner); its window lasts until its
-//     jobs in flight end.
+//     requests (package worker, which owns its settings and drain modes);
+//     its window lasts until its jobs in flight end.
 //   - hand-back: a runner returning an unfinished job to its queue, for
 //     another replica to run (drain mode interrupt, or a job cut at
 //     DrainTimeout).
@@ -47,7 +47,7 @@
 //	startup.go       Retry: startup tasks tried again
 //	window.go        the lame-duck window, delay and idle modes
 //	teardown.go      the teardown: hooks beside the HTTP drain, join, closers
-//	hooks.go         AddTeardownHook, AddDrainWait, AddCloser
+//	hooks.go         AddTeardownHook, AddCloser
 //	background.go    GoWrite, GoLoop and the join
 //	middleware.go    the handler wrapper, TrackRequest, Tracked, WindowEnded, KeepAlive
 //	track.go         request tracking (allocation-free), InFlightRequest

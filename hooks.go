@@ -35,22 +35,6 @@ func (l *Lifecycle) AddTeardownHook(name string, fn func(ctx context.Context) er
 	return l.addFunc(&l.hooks, "AddTeardownHook", name, fn)
 }
 
-// AddDrainWait registers a named wait that holds the lame-duck window open:
-// a runner finishing the jobs in flight (the worker package), say. Every
-// drain wait starts when the sequence does, beside the window, and the
-// window ends no earlier than when all of them have returned, and no later
-// than its bound: Config.DrainTimeout for a runner (Config.Runner) and in
-// DrainIdle mode, the delay otherwise. At the bound ctx is cancelled and the
-// sequence moves on to teardown without waiting for fn any longer; the log
-// names each wait still running. Waits run concurrently; a panic is
-// recovered and handed to Config.OnPanic. An error fn returns is logged.
-//
-// AddDrainWait returns ErrShuttingDown once the shutdown sequence has
-// started. It is safe for concurrent use.
-func (l *Lifecycle) AddDrainWait(name string, fn func(ctx context.Context) error) error {
-	return l.addFunc(&l.waits, "AddDrainWait", name, fn)
-}
-
 // AddCloser registers a named closer (a database pool, a client, a tracer)
 // that runs after the background join, in reverse order of registration, so
 // no background task ever writes to a closed store. Each closer gets an

@@ -63,9 +63,7 @@ type Lifecycle struct {
 	cancel        context.CancelFunc // cancels startCx and loopCtx: at the signal
 	loopCtx       context.Context    // the context of GoLoop tasks
 	bg            *registry
-	answer        atomic.Pointer[ProbeAnswer] // set by AnswerProbes before Run
-	countWork     atomic.Pointer[func() int]  // set by CountInFlight before Run
-	unprobed      atomic.Bool                 // Run bound no listener: nothing serves the probes
+	unprobed      atomic.Bool // Run bound no listener: nothing serves the probes
 
 	tokenSet     bool         // Config.PreStopToken is set
 	tokenSum     [32]byte     // its SHA-256 digest; the token itself is never compared
@@ -76,7 +74,7 @@ type Lifecycle struct {
 	servers    []*server     // guarded by mu
 	startup    []startupTask // guarded by mu
 	hooks      []namedFunc   // teardown hooks, in order; guarded by mu
-	waits      []namedFunc   // drain waits; guarded by mu
+	waits      []namedFunc   // drain waits, an extension's (a runner's jobs); guarded by mu
 	closers    []namedFunc   // closers, in order of registration; guarded by mu
 	running    bool          // guarded by mu: Run has been called
 	initiated  bool          // guarded by mu: the sequence has started
@@ -143,6 +141,11 @@ func New(cfg Config) (*Lifecycle, error) {
 			}
 		},
 	})
+	if cfg.ext != nil {
+		for _, w := range cfg.ext.Waits {
+			l.waits = append(l.waits, namedFunc{w.Name, w.Fn})
+		}
+	}
 	if cfg.PreStopToken != "" {
 		l.tokenSet, l.tokenSum = true, sha256.Sum256([]byte(cfg.PreStopToken))
 	}
@@ -301,8 +304,8 @@ func (l *Lifecycle) begin(reason string, bySignal bool) bool {
 	}
 	msg := fmt.Sprintf("lameduck: draining%s waiting %s for endpoint removal", flip, w)
 	switch {
-	case l.cfg.Runner:
-		msg = fmt.Sprintf("lameduck: draining%s taking no new job; waiting for the jobs in flight (at most %s)", flip, l.cfg.maxWindow())
+	case l.cfg.ext != nil && l.cfg.ext.Draining != nil:
+		msg = l.cfg.ext.Draining(flip, l.cfg.maxWindow())
 	case skip:
 		msg = "lameduck: draining" + stays + " the pod never became ready, so no lame-duck window"
 	case l.cfg.DrainMode == DrainIdle:
@@ -672,8 +675,8 @@ func (l *Lifecycle) logBudget() {
 	}
 	attrs := []any{"env", c.Env, "drain_mode", c.DrainMode, "window", b.Window.String(), "teardown", b.Teardown.String(),
 		"join_budget", join, "budget", b.Total.String(), "prestop", c.PreStop}
-	if c.Runner {
-		attrs = append(attrs, "runner", true, "epoch", c.Epoch)
+	if c.ext != nil && c.ext.LogAttrs != nil {
+		attrs = append(attrs, c.ext.LogAttrs()...)
 	}
 	if b.PreStop > 0 {
 		attrs = append(attrs, "prestop_delay", b.PreStop.String())

@@ -103,7 +103,7 @@ func badPath(p string) string {
 }
 
 // readTokenFile fills PreStopToken from PreStopTokenFile, once the table
-// has been walked and before the defaults (the token turns the hook on).
+// has been read and before the defaults (the token turns the hook on).
 // No error prints the token.
 func (c *Config) readTokenFile(src map[string]string) []error {
 	var errs []error
@@ -141,39 +141,24 @@ func (c *Config) readTokenFile(src map[string]string) []error {
 	return errs
 }
 
-// checkProbes fills the defaults of the probe surface and checks it across
-// settings, once ProbeAddr has its default: the hook's token on a shared
-// listener, CheckDetails' default, and the probe paths against each other.
-func (c *Config) checkProbes(src map[string]string) []error {
-	var errs []error
+// checkPreStopIsGuarded refuses GET /prestop on the application's own
+// listener without a token: anyone who reaches the port could drain the
+// pod.
+func checkPreStopIsGuarded(c *Config, src map[string]string) []error {
 	p := c.EnvPrefix
-	if c.PreStop && c.PreStopToken == "" && c.ProbeAddr == "" && src["PRESTOP"] != "refused token" {
-		errs = append(errs, &ConfigError{Setting: named(c, src, "PRESTOP"), Value: "true",
-			Problem: "GET /prestop would be served on the application's own listener, where anyone who reaches the port can drain the pod",
-			Fix: fmt.Sprintf("set %sPRESTOP_TOKEN (or %sPRESTOP_TOKEN_FILE) and send it in the hook's %s header, "+
-				"or serve the probes on their own port with %sPROBE_ADDR (such as \":9090\")", p, p, PreStopTokenHeader, p)})
+	if !c.PreStop || c.PreStopToken != "" || c.ProbeAddr != "" || src["PRESTOP"] == "refused token" {
+		return nil
 	}
+	return []error{&ConfigError{Setting: named(c, src, "PRESTOP"), Value: "true",
+		Problem: "GET /prestop would be served on the application's own listener, where anyone who reaches the port can drain the pod",
+		Fix: fmt.Sprintf("set %sPRESTOP_TOKEN (or %sPRESTOP_TOKEN_FILE) and send it in the hook's %s header, "+
+			"or serve the probes on their own port with %sPROBE_ADDR (such as \":9090\")", p, p, PreStopTokenHeader, p)}}
+}
 
-	if c.CheckDetails == "" {
-		c.CheckDetails, src["CHECK_DETAILS"] = CheckDetailsAuto, "default: shown on the probe-only listener, hidden where the application is served"
-	}
-
-	if c.LivenessPaths == nil {
-		c.LivenessPaths, src["LIVENESS_PATHS"] = []string{PathLiveness, pathLivez}, "default"
-	}
-	for _, d := range []struct {
-		field *string
-		name  string
-		def   string
-	}{
-		{&c.ReadinessPath, "READINESS_PATH", PathReadiness},
-		{&c.StartupPath, "STARTUP_PATH", PathStartup},
-		{&c.PreStopPath, "PRESTOP_PATH", PathPreStop},
-	} {
-		if *d.field == "" {
-			*d.field, src[d.name] = d.def, "default"
-		}
-	}
+// checkProbePaths refuses two probes on one path, and a probe under
+// ReadinessPath + "/", whose sub-paths name checks.
+func checkProbePaths(c *Config, src map[string]string) []error {
+	var errs []error
 	type probePath struct{ name, path string }
 	var paths []probePath
 	for _, lp := range c.LivenessPaths {

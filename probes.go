@@ -173,39 +173,14 @@ func (l *Lifecycle) probeListenerHandler(ph *probeHandler) http.Handler {
 	})
 }
 
-// ProbeAnswer answers a probe in the Lifecycle's place, for code that knows
-// more than the Lifecycle does about the process's health: the worker
-// package's consume loops (a stalled loop fails liveness; a superseded
-// runner is not ready). probe is PathLiveness or PathReadiness (for
-// /readyz/<check> too); phase is the Lifecycle's phase at the probe. It
-// returns the report to render and true, or false to let the Lifecycle
-// answer as [Lifecycle.ProbeHandler] documents. It is called on every such
-// probe, concurrently, and must only read memory and return at once.
-// A "phase" member is added to the report's Fields unless it sets one.
-type ProbeAnswer func(probe string, phase Phase) (rep health.Report, answered bool)
-
-// AnswerProbes installs fn, which is asked first on every liveness and
-// readiness probe (see [ProbeAnswer]). There is one such function per
-// Lifecycle: a second call replaces the first. It returns ErrAlreadyRunning
-// once Run has started. Safe for concurrent use.
-func (l *Lifecycle) AnswerProbes(fn ProbeAnswer) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.running {
-		return ErrAlreadyRunning
-	}
-	l.answer.Store(&fn)
-	return nil
-}
-
-// answered asks the ProbeAnswer, if any.
+// answered asks the extension's probe answerer (a runner's), if any: it
+// answers first on every liveness and readiness probe.
 func (l *Lifecycle) answered(probe string) (health.Report, bool) {
-	fn := l.answer.Load()
-	if fn == nil || *fn == nil {
+	if l.cfg.ext == nil || l.cfg.ext.Answer == nil {
 		return health.Report{}, false
 	}
 	p := l.Phase()
-	rep, ok := (*fn)(probe, p)
+	rep, ok := l.cfg.ext.Answer(probe, p)
 	if ok {
 		if rep.Fields == nil {
 			rep.Fields = map[string]any{}

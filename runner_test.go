@@ -10,6 +10,7 @@ import (
 
 	"github.com/lameduck/lameduck"
 	"github.com/lameduck/lameduck/health"
+	"github.com/lameduck/lameduck/internal/extend"
 )
 
 // A Lifecycle that nothing serves the probes of says so, and never claims
@@ -45,18 +46,20 @@ func TestProbeAddrServesWithoutServers(t *testing.T) {
 	}
 }
 
-// AnswerProbes answers first; the Lifecycle's answer stands otherwise.
-func TestAnswerProbes(t *testing.T) {
-	h := newHarness(t, lameduck.Config{})
+// An extension's probe answerer (a runner's: internal/extend) answers
+// first; the Lifecycle's answer stands otherwise.
+func TestExtensionAnswersProbes(t *testing.T) {
 	stalled := false
-	if err := h.lc.AnswerProbes(func(probe string, p lameduck.Phase) (health.Report, bool) {
-		if probe == lameduck.PathLiveness && stalled {
-			return health.Report{Status: health.StatusStalled}, true
-		}
-		return health.Report{}, false
-	}); err != nil {
-		t.Fatal(err)
-	}
+	var cfg lameduck.Config
+	extend.Attach(&cfg, &extend.Extension[lameduck.Config, lameduck.Phase]{
+		Answer: func(probe string, p lameduck.Phase) (health.Report, bool) {
+			if probe == lameduck.PathLiveness && stalled {
+				return health.Report{Status: health.StatusStalled}, true
+			}
+			return health.Report{}, false
+		},
+	})
+	h := newHarness(t, cfg)
 	ask := func(path string) (int, string) {
 		rec := httptest.NewRecorder()
 		h.lc.ProbeHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
@@ -71,19 +74,22 @@ func TestAnswerProbes(t *testing.T) {
 	}
 }
 
-// A drain wait holds the window until it returns, within the bound.
+// An extension's drain wait (a runner's jobs in flight: internal/extend)
+// holds the window until it returns, within the bound, DrainTimeout.
 func TestDrainWaitHoldsTheWindow(t *testing.T) {
-	h := newHarness(t, lameduck.Config{Runner: true, ProbeAddr: "127.0.0.1:0", DrainTimeout: time.Hour})
 	release := make(chan struct{})
-	if err := h.lc.AddDrainWait("job", func(ctx context.Context) error {
-		select {
-		case <-release:
-		case <-ctx.Done():
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	cfg := lameduck.Config{ProbeAddr: "127.0.0.1:0", DrainTimeout: time.Hour}
+	extend.Attach(&cfg, &extend.Extension[lameduck.Config, lameduck.Phase]{
+		Window: "test drain bound",
+		Waits: []extend.Wait{{Name: "job", Fn: func(ctx context.Context) error {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return nil
+		}}},
+	})
+	h := newHarness(t, cfg)
 	h.run()
 	await(t, h.lc.Events().StartupDone)
 	h.lc.BeginShutdown("test")

@@ -2,10 +2,6 @@ package lameduck
 
 import (
 	"errors"
-	"io/fs"
-	"os"
-	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 )
@@ -67,53 +63,5 @@ func TestChoicesAcceptAnyCase(t *testing.T) {
 	c, _, errs = Config{Env: "Local", DrainMode: "Delay", LookupEnv: func(string) (string, bool) { return "", false }}.resolve()
 	if len(errs) > 0 || c.Env != EnvLocal || c.DrainMode != DrainDelay {
 		t.Fatalf("%s %s %v", c.Env, c.DrainMode, errs)
-	}
-}
-
-// Every LAMEDUCK_ name the repository mentions — in code, tests, docs and
-// CI — is a setting: with the strict default prefix, any other would make
-// the binary refuse to start (a test database's address under that prefix,
-// exported in a shell that then runs the demo, say).
-// The project's own test variables use LDTEST_.
-func TestTheRepositoryNamesOnlyRealSettings(t *testing.T) {
-	known := map[string]bool{}
-	for _, s := range settingTable() {
-		known[DefaultEnvPrefix+s.name] = true
-	}
-	// Misspellings that tests and docs show being refused.
-	typos := map[string]bool{"LAMEDUCK_SHUTDOWN_DELAYS": true, "LAMEDUCK_PROBE_PORT": true, "LAMEDUCK_DEMO_PORT_99999_TCP": true}
-	name := regexp.MustCompile(`LAMEDUCK_[A-Z][A-Z0-9_]*[A-Z0-9]`)
-	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if strings.HasPrefix(d.Name(), ".") && path != "." && d.Name() != ".ci" {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		switch filepath.Ext(path) {
-		case ".go", ".md", ".yaml", ".yml", ".tpl", ".sh", "":
-		default:
-			return nil
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		for _, m := range name.FindAllString(string(b), -1) {
-			// The kubelet's service-link variables for a Service named
-			// lameduck-* are let through by name shape and value
-			// (servicelinks.go); docs and tests show them.
-			if !known[m] && !typos[m] && len(serviceLinkShapes(m)) == 0 {
-				t.Errorf("%s mentions %s, which is not a lameduck setting: the binary refuses to start with it set; "+
-					"rename it (test variables: LDTEST_…) or add the setting's row", path, m)
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 }

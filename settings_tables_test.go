@@ -1,4 +1,4 @@
-package lameduck
+package lameduck_test
 
 import (
 	"fmt"
@@ -6,28 +6,54 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"reflect"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/lameduck/lameduck"
+	"github.com/lameduck/lameduck/worker"
 )
+
+// DefaultEnvPrefix is lameduck's.
+const DefaultEnvPrefix = lameduck.DefaultEnvPrefix
+
+type (
+	Config  = lameduck.Config
+	setting = lameduck.Row
+)
+
+// runnerRows returns the rows a runner is resolved by: the core's and the
+// worker package's.
+func runnerRows(t *testing.T) []setting {
+	t.Helper()
+	res, errs := worker.Resolve(worker.Config{Lifecycle: Config{LookupEnv: func(string) (string, bool) { return "", false }}})
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	return lameduck.Rows(&res.Config)
+}
 
 // settingsTables are the tables of README.md and docs/ that list settings:
 // the first table under each heading. A complete one lists every row of
-// settingTable, once; the others list some of them. A runner's table gives
-// a runner's defaults.
+// the rows a runner is resolved by (the core's and the worker package's),
+// once; the others list some of them. A runner's table gives
+// a runner's defaults. The table whose docs column is set gives each
+// row's doc there, word for word, one setting per row.
 var settingsTables = []struct {
 	file, heading    string
 	complete, runner bool
+	docs             string // the header of the column that is each row's doc
 }{
-	{"README.md", "## Configuration", true, false},
-	{"docs/probes-and-shutdown.md", "## Configuration", true, false},
-	{"docs/runners.md", "## Configuration", false, true},
+	{"README.md", "## Configuration", true, false, "meaning"},
+	{"docs/probes-and-shutdown.md", "## Configuration", true, false, ""},
+	{"docs/runners.md", "## Configuration", false, true, ""},
 }
 
 // Every settings table of the docs lists exactly the settings of the
-// table the resolver walks (settingTable), each once, and every default it
+// tables the resolvers walk (the core's settingTable and the rows the
+// worker package adds for a runner), each once, and every default it
 // gives as a value agrees with the one the resolver chooses. A default
 // cell is read as: one side, the same inside Kubernetes and elsewhere, or
 // two, "Kubernetes / elsewhere"; a side is a value in backticks (read by
@@ -35,20 +61,32 @@ var settingsTables = []struct {
 // of the row, or "unset", "no cap" or "no bound" (the zero value), or
 // words (a rule, not checked here: config_test.go's TestConfigDefaults
 // holds the rules); "(`v` for a runner)" gives a runner's default; other
-// asides in parentheses are not read.
+// asides in parentheses are not read. In README.md, each row's meaning is
+// its row's doc (setting.doc), so the table and the code say one thing.
 func TestSettingsTablesMatchTheRows(t *testing.T) {
+	all := runnerRows(t)
 	rows := map[string]setting{}
-	for _, s := range settingTable() {
-		rows[s.name] = s
+	for _, s := range all {
+		rows[s.Name] = s
 	}
 	resolved := func(kubernetes, runner bool) Config {
 		t.Helper()
-		c, _, errs := Config{Runner: runner, LookupEnv: func(k string) (string, bool) {
+		c := Config{LookupEnv: func(k string) (string, bool) {
 			if kubernetes && k == "KUBERNETES_SERVICE_HOST" {
 				return "10.0.0.1", true
 			}
 			return "", false
-		}}.resolve()
+		}}
+		var errs []error
+		if runner {
+			var res worker.Resolved
+			res, errs = worker.Resolve(worker.Config{Lifecycle: c})
+			c = res.Config
+		} else {
+			var res lameduck.Resolved
+			res, errs = lameduck.Resolve(c)
+			c = res.Config
+		}
 		if len(errs) > 0 {
 			t.Fatalf("the defaults are refused: %v", errs)
 		}
@@ -78,6 +116,12 @@ func TestSettingsTablesMatchTheRows(t *testing.T) {
 			t.Errorf("%s:%d: the settings table has no default column (a header with \"default\"): %q", tab.file, start, table[0])
 			continue
 		}
+		docCol := -1
+		if tab.docs != "" {
+			if docCol = slices.Index(table[0], tab.docs); docCol < 0 {
+				t.Errorf("%s:%d: the settings table has no %q column, which gives each row's doc: %q", tab.file, start, tab.docs, table[0])
+			}
+		}
 		listed := map[string]int{} // name → line
 		for i, row := range table[2:] {
 			line := start + 2 + i
@@ -91,16 +135,25 @@ func TestSettingsTablesMatchTheRows(t *testing.T) {
 				s, ok := rows[m[1]]
 				switch {
 				case !ok:
-					t.Errorf("%s:%d lists %s, which is not a setting (settings.go, settingTable): remove the row, or fix the name", tab.file, line, m[0])
+					t.Errorf("%s:%d lists %s, which is not a setting (settings.go, settingTable; worker/settings.go): remove the row, or fix the name", tab.file, line, m[0])
 					continue
-				case listed[s.name] != 0:
-					t.Errorf("%s:%d lists %s again (first on line %d): keep one row", tab.file, line, m[0], listed[s.name])
+				case listed[s.Name] != 0:
+					t.Errorf("%s:%d lists %s again (first on line %d): keep one row", tab.file, line, m[0], listed[s.Name])
 				}
-				listed[s.name] = line
+				listed[s.Name] = line
 				ss = append(ss, s)
 			}
 			if len(ss) < len(names) {
 				continue
+			}
+			if docCol >= 0 {
+				switch {
+				case len(ss) > 1:
+					t.Errorf("%s:%d: %s: a row names %d settings; give each its own row, with its doc", tab.file, line, row[0], len(ss))
+				case docCol >= len(row) || row[docCol] != ss[0].Doc:
+					t.Errorf("%s:%d: %s: the %s column says\n\t%s\nbut the row's doc (settings.go, settingTable; worker/settings.go) says\n\t%s\nmake them one text",
+						tab.file, line, row[0], tab.docs, row[min(docCol, len(row)-1)], ss[0].Doc)
+				}
 			}
 			sides, forRunner := defaultSides(row[col])
 			var problems []string // each once, though a side is checked in two places
@@ -131,9 +184,9 @@ func TestSettingsTablesMatchTheRows(t *testing.T) {
 			}
 		}
 		if tab.complete {
-			for _, s := range settingTable() {
-				if listed[s.name] == 0 {
-					t.Errorf("%s: the table under %q does not list %s%s (Config.%s): add its row", tab.file, tab.heading, DefaultEnvPrefix, s.name, s.field)
+			for _, s := range all {
+				if listed[s.Name] == 0 {
+					t.Errorf("%s: the table under %q does not list %s%s (Config.%s): add its row", tab.file, tab.heading, DefaultEnvPrefix, s.Name, s.Field)
 				}
 			}
 		}
@@ -196,13 +249,14 @@ func defaultSides(cell string) (sides []string, runner string) {
 }
 
 // defaultDisagrees returns how side, a default cell's side for the rows
-// ss, disagrees with c, the resolved configuration, or "".
+// ss, disagrees with c, the resolved configuration, or "". A value is read
+// by the row's own parser into a copy of c and shown as the row shows it.
 func defaultDisagrees(ss []setting, side string, c Config) string {
 	switch {
 	case side == "unset" || side == "no cap" || side == "no bound":
 		for _, s := range ss {
-			if !s.unset(&c) {
-				return fmt.Sprintf("but %s defaults to %s", s.name, shown(s, &c))
+			if !s.Unset(&c) {
+				return fmt.Sprintf("but %s defaults to %s", s.Name, shown(s, &c))
 			}
 		}
 		return ""
@@ -217,36 +271,37 @@ func defaultDisagrees(ss []setting, side string, c Config) string {
 		return fmt.Sprintf("gives %d values for %d settings; give one per setting, in the row's order", len(values), len(ss))
 	}
 	for i, s := range ss {
-		var doc Config
-		if why := s.load(&doc, values[i]); why != "" {
-			return fmt.Sprintf("`%s` is not a value %s accepts (%s); write it as the setting is set, such as %s", values[i], s.name, why, s.form)
+		want := s.Show(&c) // before Load: a runner's row keeps its value outside the Config
+		doc := c
+		if why := s.Load(&doc, values[i]); why != "" {
+			return fmt.Sprintf("`%s` is not a value %s accepts (%s); write it as the setting is set, such as %s", values[i], s.Name, why, s.Form)
 		}
-		want := reflect.ValueOf(c).FieldByName(s.field).Interface()
-		got := reflect.ValueOf(doc).FieldByName(s.field).Interface()
-		if f, ok := got.(float64); ok {
+		got := s.Show(&doc)
+		if g, err := strconv.ParseFloat(got, 64); err == nil && strings.Contains(values[i], ".") {
 			// A fraction is written rounded: 0.67 for ⅔.
+			w, _ := strconv.ParseFloat(want, 64)
 			_, frac, _ := strings.Cut(values[i], ".")
-			if math.Abs(f-want.(float64)) <= 0.5*math.Pow(10, -float64(len(frac)))+1e-12 {
+			if math.Abs(g-w) <= 0.5*math.Pow(10, -float64(len(frac)))+1e-12 {
 				continue
 			}
-		} else if reflect.DeepEqual(got, want) {
+		} else if got == want {
 			continue
 		}
 		which := ""
 		if len(ss) > 1 {
 			which = "`" + values[i] + "`: "
 		}
-		return fmt.Sprintf("%sbut %s defaults to %s", which, s.name, shown(s, &c))
+		return fmt.Sprintf("%sbut %s defaults to %s", which, s.Name, shown(s, &c))
 	}
 	return ""
 }
 
-// shown is s.show, with the zero window named as the docs write it.
+// shown is s.Show, with the zero window named as the docs write it.
 func shown(s setting, c *Config) string {
-	if s.field == "ShutdownDelay" && c.ShutdownDelay == NoDelay {
+	if s.Field == "ShutdownDelay" && c.ShutdownDelay == lameduck.NoDelay {
 		return "0s (NoDelay)"
 	}
-	return s.show(c)
+	return s.Show(c)
 }
 
 // tables returns the Markdown tables of text by the line of their header
@@ -310,4 +365,52 @@ func cells(line string) []string {
 		}
 	}
 	return append(out, strings.TrimSpace(cur.String()))
+}
+
+// Every LAMEDUCK_ name the repository mentions — in code, tests, docs and
+// CI — is a setting: with the strict default prefix, any other would make
+// the binary refuse to start (a test database's address under that prefix,
+// exported in a shell that then runs the demo, say).
+// The project's own test variables use LDTEST_.
+func TestTheRepositoryNamesOnlyRealSettings(t *testing.T) {
+	known := map[string]bool{}
+	for _, s := range runnerRows(t) { // a server's rows and a runner's
+		known[DefaultEnvPrefix+s.Name] = true
+	}
+	// Misspellings that tests and docs show being refused.
+	typos := map[string]bool{"LAMEDUCK_SHUTDOWN_DELAYS": true, "LAMEDUCK_PROBE_PORT": true, "LAMEDUCK_DEMO_PORT_99999_TCP": true}
+	name := regexp.MustCompile(`LAMEDUCK_[A-Z][A-Z0-9_]*[A-Z0-9]`)
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if strings.HasPrefix(d.Name(), ".") && path != "." && d.Name() != ".ci" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		switch filepath.Ext(path) {
+		case ".go", ".md", ".yaml", ".yml", ".tpl", ".sh", "":
+		default:
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range name.FindAllString(string(b), -1) {
+			// The kubelet's service-link variables for a Service named
+			// lameduck-* are let through by name shape and value
+			// (servicelinks.go); docs and tests show them.
+			if !known[m] && !typos[m] && !lameduck.IsServiceLinkShape(m) {
+				t.Errorf("%s mentions %s, which is not a lameduck setting: the binary refuses to start with it set; "+
+					"rename it (test variables: LDTEST_…) or add the setting's row", path, m)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }

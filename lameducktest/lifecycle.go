@@ -90,9 +90,9 @@ func EndWindow(t testing.TB, lc *lameduck.Lifecycle, clk *Clock) {
 		t.Fatal("lameducktest.EndWindow: Run has stopped without a lame-duck window (a listener failed to bind?)")
 		return
 	}
-	if cfg.Runner || cfg.DrainMode != lameduck.DrainDelay {
+	if cfg.DrainMode != lameduck.DrainDelay {
 		ends := "traffic is idle (or at DrainTimeout)"
-		if cfg.Runner {
+		if cfg.DrainMode != lameduck.DrainIdle { // a runner's mode (package worker)
 			ends = "the jobs in flight do (or at DrainTimeout)"
 		}
 		t.Fatalf("lameducktest.EndWindow: in drain mode %q the window has no fixed end: it ends when %s; "+

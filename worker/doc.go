@@ -1,7 +1,12 @@
 // Package worker gives runners — processes that consume jobs from a queue
 // rather than serve requests, and may be busy with one job for hours —
 // probes that watch the consume loop, a drain that loses no job, and
-// rollout epochs. It runs on a [lameduck.Lifecycle] with Config.Runner set.
+// rollout epochs. It runs on a [lameduck.Lifecycle] configured as a
+// runner's: a runner's defaults, its drain modes ([DrainComplete],
+// [DrainInterrupt]) and its own settings (Config.Epoch,
+// Config.EpochMismatchDelay, Config.FetchWait), read from the same
+// LAMEDUCK_* variables with the same strict parsing. [Resolve] resolves
+// them as [New] does, for tools such as lameduck vet.
 // The operator's guide is docs/runners.md.
 //
 // # Probes

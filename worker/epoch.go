@@ -51,7 +51,7 @@ func (s StaticEpochs) Newest(_ context.Context, mine uint64) (uint64, error) {
 const DefaultEpochPoll = 10 * time.Second
 
 // isSuperseded reports whether a newer epoch than this runner's is known.
-func (w *Worker) isSuperseded() bool { return w.newest.Load() > w.cfg.Epoch }
+func (w *Worker) isSuperseded() bool { return w.newest.Load() > w.set.Epoch }
 
 // supersededNow reports whether this runner is superseded, and a channel
 // closed when that changes, read together so no change is missed.
@@ -119,7 +119,7 @@ func (w *Worker) newest1(ctx context.Context) (a epochAnswer) {
 			a = epochAnswer{err: fmt.Errorf("panic: %v", v)}
 		}
 	}()
-	n, err := w.epochs.Newest(ctx, w.cfg.Epoch)
+	n, err := w.epochs.Newest(ctx, w.set.Epoch)
 	return epochAnswer{n, err}
 }
 
@@ -134,7 +134,7 @@ func (w *Worker) pollEpoch(ctx context.Context) {
 		if !w.epochFailing {
 			w.epochFailing = true
 			w.log.Warn("lameduck: worker: epoch source unreachable; keeping the last answer",
-				"error", err.Error(), "epoch", w.cfg.Epoch, "newest_epoch", w.newest.Load(), "superseded", w.isSuperseded())
+				"error", err.Error(), "epoch", w.set.Epoch, "newest_epoch", w.newest.Load(), "superseded", w.isSuperseded())
 		}
 		return
 	}
@@ -142,7 +142,7 @@ func (w *Worker) pollEpoch(ctx context.Context) {
 		w.epochFailing = false
 		w.log.Info("lameduck: worker: epoch source reachable again", "newest_epoch", n)
 	}
-	w.newest.Store(max(n, w.cfg.Epoch)) // may fall: the newest runners are gone (a rollback)
+	w.newest.Store(max(n, w.set.Epoch)) // may fall: the newest runners are gone (a rollback)
 	sup := w.isSuperseded()
 	if sup == w.superseded.Load() {
 		return
@@ -152,9 +152,9 @@ func (w *Worker) pollEpoch(ctx context.Context) {
 	w.epochMoved = make(chan struct{})
 	if sup {
 		w.log.Warn("lameduck: worker: superseded — a newer rollout epoch exists; /readyz now 503 superseded, the loops stop fetching, a job already delivered is handed back",
-			"epoch", w.cfg.Epoch, "newest_epoch", w.newest.Load(), "mismatch_delay", w.cfg.EpochMismatchDelay.String())
+			"epoch", w.set.Epoch, "newest_epoch", w.newest.Load(), "mismatch_delay", w.set.EpochMismatchDelay.String())
 		return
 	}
 	w.log.Info("lameduck: worker: no longer superseded — no live runner has a newer epoch (a rollback); the loops fetch again",
-		"epoch", w.cfg.Epoch, "newest_epoch", w.newest.Load())
+		"epoch", w.set.Epoch, "newest_epoch", w.newest.Load())
 }

@@ -123,3 +123,30 @@ func TestTheDrainBoundFitsTheGraceAndHandsTheJobBack(t *testing.T) {
 		}
 	}
 }
+
+// docs/runners.md: "Without LAMEDUCK_TERMINATION_GRACE a runner's teardown
+// defaults to 30s in Kubernetes (60s elsewhere), and the log warns that 8h +
+// 30s exceeds Kubernetes' default grace period of 30s."
+func TestRunnerTeardownWithoutAGrace(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		vars     map[string]string
+		teardown time.Duration
+		log      string
+	}{
+		{"kubernetes", map[string]string{"LAMEDUCK_ENV": "kubernetes"}, 30 * time.Second,
+			"runner drain bound 8h0m0s + teardown 30s = 8h0m30s exceeds Kubernetes' default terminationGracePeriodSeconds 30s"},
+		{"local", nil, time.Minute, "runner drain bound 8h0m0s + teardown 1m0s = 8h1m0s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src, hd := newSource(), newHandler()
+			h := serving(t, worker.Config{}, tc.vars, src, hd)
+			if got := h.w.Lifecycle().Config().ShutdownTeardown; got != tc.teardown {
+				t.Fatalf("teardown %s; want %s", got, tc.teardown)
+			}
+			if logs := h.logs.String(); !strings.Contains(logs, tc.log) {
+				t.Fatalf("the budget line lacks %q:\n%s", tc.log, logs)
+			}
+		})
+	}
+}

@@ -1,7 +1,6 @@
 package worker_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/lameduck/lameduck"
+	"github.com/lameduck/lameduck/internal/testsupport"
 	"github.com/lameduck/lameduck/lameducktest"
 	"github.com/lameduck/lameduck/worker"
 	"go.uber.org/goleak"
@@ -24,23 +24,6 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // guard bounds every wait on the worker's goroutines: a hang fails the test
 // instead of timing the suite out; it is never a synchronisation.
 const guard = 10 * time.Second
-
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // fakeSource hands out what the test sends: a job on jobs, or an idle cycle
 // on idle. A fetch nobody answers blocks until the drain, as a wedged
@@ -164,7 +147,7 @@ type harness struct {
 	t     *testing.T
 	w     *worker.Worker
 	clock *lameducktest.Clock
-	logs  *logBuffer
+	logs  *testsupport.LogBuffer
 	done  chan error
 }
 
@@ -174,7 +157,7 @@ var start = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 // environment, with its probes on a loopback port of the system's choice.
 func newHarness(t *testing.T, cfg worker.Config, vars map[string]string) *harness {
 	t.Helper()
-	h := &harness{t: t, clock: lameducktest.NewClock(start), logs: &logBuffer{}, done: make(chan error, 1)}
+	h := &harness{t: t, clock: lameducktest.NewClock(start), logs: &testsupport.LogBuffer{}, done: make(chan error, 1)}
 	if cfg.EpochPoll == 0 {
 		cfg.EpochPoll = 1000 * time.Hour // its timer stays put while tests move the clock
 	}

@@ -163,9 +163,9 @@ func (l *loop) run() {
 		case w.isSuperseded():
 			// Delivered as the runner was superseded (the fetch was under
 			// way): handed back once; the loop fetches no more.
-			d := w.cfg.EpochMismatchDelay
+			d := w.set.EpochMismatchDelay
 			l.handBack(job, name, d, ErrSuperseded,
-				fmt.Sprintf("%s: epoch %d < newest %d; not started, redelivery delayed %s", ErrSuperseded.Error(), w.cfg.Epoch, w.newest.Load(), d))
+				fmt.Sprintf("%s: epoch %d < newest %d; not started, redelivery delayed %s", ErrSuperseded.Error(), w.set.Epoch, w.newest.Load(), d))
 		default:
 			l.runJob(job, name)
 		}
@@ -264,7 +264,7 @@ func (l *loop) runJob(job Job, name string) {
 	l.mu.Lock()
 	l.cur = cur
 	l.mu.Unlock()
-	if w.fetchCtx.Err() != nil && w.cfg.DrainMode == lameduck.DrainInterrupt {
+	if w.fetchCtx.Err() != nil && w.cfg.DrainMode == DrainInterrupt {
 		cancel(ErrInterrupted) // the drain began between the check and now
 	}
 

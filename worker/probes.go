@@ -8,7 +8,9 @@ import (
 	"github.com/lameduck/lameduck/health"
 )
 
-// answer is the worker's lameduck.ProbeAnswer.
+// answer answers the liveness and readiness probes first, in the
+// Lifecycle's place (false: the Lifecycle answers); phase is the
+// Lifecycle's at the probe.
 func (w *Worker) answer(probe string, phase lameduck.Phase) (health.Report, bool) {
 	switch probe {
 	case lameduck.PathLiveness:
@@ -103,7 +105,7 @@ func (w *Worker) readiness(phase lameduck.Phase) (health.Report, bool) {
 		return w.busyReport(w.clock.Now(), health.StatusDraining, 0, map[string]any{})
 	case phase == lameduck.PhaseServing && w.isSuperseded():
 		return health.Report{Status: health.StatusSuperseded, Fields: map[string]any{
-			"epoch": w.cfg.Epoch, "newest_epoch": w.newest.Load(),
+			"epoch": w.set.Epoch, "newest_epoch": w.newest.Load(),
 		}}, true
 	}
 	return health.Report{}, false

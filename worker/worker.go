@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lameduck/lameduck"
+	"github.com/lameduck/lameduck/internal/extend"
 )
 
 // DefaultLivenessFloor is the least time an idle loop may go without
@@ -24,14 +25,35 @@ const stallFactor = 20
 
 // Config configures a [Worker].
 type Config struct {
-	// Lifecycle configures the Lifecycle the worker runs on; New sets its
-	// Runner field, so the runner's defaults and settings apply: probes on
-	// ProbeAddr (":9090"), DrainMode DrainComplete or DrainInterrupt,
-	// DrainTimeout (what LAMEDUCK_TERMINATION_GRACE leaves after the
-	// teardown and a margin; 8h when the grace is unknown), Epoch,
-	// EpochMismatchDelay, FetchWait, all from
-	// LAMEDUCK_* variables when unset (see lameduck.Config).
+	// Lifecycle configures the Lifecycle the worker runs on, with a
+	// runner's defaults where the code and the LAMEDUCK_* variables left
+	// it unset (docs/runners.md, "Sizing"): probes on ProbeAddr
+	// (DefaultProbeAddr, ":9090"); DrainMode DrainComplete (or
+	// DrainInterrupt; a server's modes are refused); DrainTimeout, the
+	// drain's bound, what LAMEDUCK_TERMINATION_GRACE leaves after the
+	// teardown and a margin (DefaultDrainTimeout, 8h, when the grace is
+	// unknown), the teardown then being a third of the grace at most 30s
+	// (30s inside Kubernetes with the grace unknown); ShutdownDelay 0 (no
+	// Service routes to a runner, so there is no endpoint removal to wait
+	// for).
 	Lifecycle lameduck.Config
+	// Epoch is the runner's rollout epoch, a monotonic generation rendered
+	// literally into the pod template; a runner whose epoch is older than
+	// the newest in its fleet is superseded (docs/runners.md, "Rollout
+	// epochs"). Zero means unset. Env: LAMEDUCK_EPOCH, a non-negative
+	// integer. Default 0.
+	Epoch uint64
+	// EpochMismatchDelay, a time.Duration, is how long a superseded runner
+	// delays the redelivery of a job it hands back, so that the newer
+	// fleet takes it. Zero means unset; negative is an error.
+	// Env: LAMEDUCK_EPOCH_MISMATCH_DELAY. Default DefaultEpochMismatchDelay (2m).
+	EpochMismatchDelay time.Duration
+	// FetchWait, a time.Duration, is how long a consume loop waits for a
+	// job in one fetch, unless the loop sets its own. A loop that has not
+	// cycled for max(2m, 20 × its fetch wait) is stalled and fails
+	// liveness. Zero means unset; negative is an error.
+	// Env: LAMEDUCK_FETCH_WAIT. Default DefaultFetchWait (5s).
+	FetchWait time.Duration
 	// Epochs reports the newest rollout epoch of the fleet. Nil means
 	// StaticEpochs(0): this runner is never superseded.
 	Epochs EpochSource
@@ -62,8 +84,8 @@ type Loop struct {
 	// Config.Lifecycle.OnPanic, and the job handed back.
 	Handle func(ctx context.Context, job Job) error
 	// FetchWait, a time.Duration, is how long one fetch waits for a job.
-	// Zero means the Lifecycle's FetchWait (LAMEDUCK_FETCH_WAIT, default
-	// 5s); negative is an error.
+	// Zero means Config.FetchWait (LAMEDUCK_FETCH_WAIT, default 5s);
+	// negative is an error.
 	FetchWait time.Duration
 }
 
@@ -142,6 +164,7 @@ func HandBackCause(ctx context.Context) error {
 type Worker struct {
 	lc     *lameduck.Lifecycle
 	cfg    lameduck.Config // resolved
+	set    *settings       // resolved
 	clock  lameduck.Clock
 	log    *slog.Logger
 	epochs EpochSource
@@ -171,32 +194,17 @@ type Worker struct {
 	started bool    // guarded by mu: the loops started
 }
 
-// New returns a Worker on a new Lifecycle configured by cfg.Lifecycle with
-// Runner set. It returns the Lifecycle's error (wrapping
-// lameduck.ErrInvalidConfig, naming the setting, its value and the fix) or
-// an error for a negative EpochPoll or LivenessFloor. Nothing is bound and
-// no goroutine started until Run.
+// New returns a Worker on a new Lifecycle configured by cfg.Lifecycle as a
+// runner's (see Config and [Resolve]). It returns an error for a negative
+// EpochPoll or LivenessFloor, or the Lifecycle's error (wrapping
+// lameduck.ErrInvalidConfig, naming the setting, its value and the fix).
+// Nothing is bound and no goroutine started until Run.
 func New(cfg Config) (*Worker, error) {
-	if cfg.EpochPoll < 0 {
-		return nil, fmt.Errorf("lameduck: worker.Config.EpochPoll=%s: must not be negative; use 0 for the default %s: %w",
-			cfg.EpochPoll, DefaultEpochPoll, lameduck.ErrInvalidConfig)
+	if errs := cfg.checkOwn(); len(errs) > 0 {
+		return nil, errs[0]
 	}
-	if cfg.LivenessFloor < 0 {
-		return nil, fmt.Errorf("lameduck: worker.Config.LivenessFloor=%s: must not be negative; use 0 for the default %s: %w",
-			cfg.LivenessFloor, DefaultLivenessFloor, lameduck.ErrInvalidConfig)
-	}
-	lcfg := cfg.Lifecycle
-	lcfg.Runner = true
-	lc, err := lameduck.New(lcfg)
-	if err != nil {
-		return nil, err
-	}
-	rc := lc.Config()
 	w := &Worker{
-		lc:     lc,
-		cfg:    rc,
-		clock:  rc.Clock,
-		log:    rc.Logger,
+		set:    cfg.settings(),
 		epochs: cfg.Epochs,
 		poll:   cfg.EpochPoll,
 		floor:  cfg.LivenessFloor,
@@ -204,6 +212,14 @@ func New(cfg Config) (*Worker, error) {
 
 		epochMoved: make(chan struct{}),
 	}
+	lcfg := cfg.Lifecycle
+	extend.Attach(&lcfg, w.set.extension(w)) // w's hooks are called from Run on
+	lc, err := lameduck.New(lcfg)
+	if err != nil {
+		return nil, err
+	}
+	w.lc, w.cfg = lc, lc.Config()
+	w.clock, w.log = w.cfg.Clock, w.cfg.Logger
 	if w.epochs == nil {
 		w.epochs = StaticEpochs(0)
 	}
@@ -213,20 +229,18 @@ func New(cfg Config) (*Worker, error) {
 	if w.floor == 0 {
 		w.floor = DefaultLivenessFloor
 	}
-	w.newest.Store(rc.Epoch)
+	w.newest.Store(w.set.Epoch)
 	w.fetchCtx, w.stopFetch = context.WithCancel(context.Background())
 	w.pollCtx, w.stopPoll = context.WithCancel(context.Background())
-	err = errors.Join(
-		lc.AnswerProbes(w.answer),
-		lc.CountInFlight(w.jobsInFlight),
-		lc.AddDrainWait("jobs in flight", w.drain),
-		lc.AddTeardownHook("consume loops", w.joinLoops),
-	)
-	if err != nil {
+	if err := lc.AddTeardownHook("consume loops", w.joinLoops); err != nil {
 		return nil, err
 	}
 	return w, nil
 }
+
+// Epoch returns this runner's rollout epoch, resolved: Config.Epoch, or
+// LAMEDUCK_EPOCH, or 0. It never changes.
+func (w *Worker) Epoch() uint64 { return w.set.Epoch }
 
 // Lifecycle returns the Lifecycle the worker runs on, to add readiness
 // checks (they apply while the runner serves), closers and background work.
@@ -241,10 +255,10 @@ func (w *Worker) AddLoop(l Loop) error {
 	case l.Name == "" || l.Source == nil || l.Handle == nil:
 		return fmt.Errorf("lameduck: worker.AddLoop(%q): a name, a Source and a Handle are all required", l.Name)
 	case l.FetchWait < 0:
-		return fmt.Errorf("lameduck: worker.AddLoop(%q): FetchWait=%s must not be negative; use 0 for %s", l.Name, l.FetchWait, w.cfg.FetchWait)
+		return fmt.Errorf("lameduck: worker.AddLoop(%q): FetchWait=%s must not be negative; use 0 for %s", l.Name, l.FetchWait, w.set.FetchWait)
 	}
 	if l.FetchWait == 0 {
-		l.FetchWait = w.cfg.FetchWait
+		l.FetchWait = w.set.FetchWait
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -399,7 +413,7 @@ func (w *Worker) drain(ctx context.Context) error {
 	if !started {
 		return nil
 	}
-	if w.cfg.DrainMode == lameduck.DrainInterrupt {
+	if w.cfg.DrainMode == DrainInterrupt {
 		for _, l := range loops {
 			if id, age, busy := l.busy(); busy {
 				w.log.Info("lameduck: worker: interrupting the job in flight (drain mode interrupt); it will be handed back",

@@ -458,9 +458,12 @@ func TestRunnerConfiguration(t *testing.T) {
 	t.Run("defaults", func(t *testing.T) {
 		h := newHarness(t, worker.Config{Lifecycle: lameduck.Config{ProbeAddr: "x"}}, map[string]string{"LAMEDUCK_ENV": "kubernetes"})
 		c := h.w.Lifecycle().Config()
-		if !c.Runner || c.DrainMode != lameduck.DrainComplete || c.DrainTimeout != 8*time.Hour || c.ShutdownDelay != lameduck.NoDelay ||
-			c.EpochMismatchDelay != 2*time.Minute || c.FetchWait != 5*time.Second || c.Epoch != 0 {
+		if c.DrainMode != worker.DrainComplete || c.DrainTimeout != 8*time.Hour || c.ShutdownDelay != lameduck.NoDelay {
 			t.Fatalf("resolved %+v", c)
+		}
+		res, errs := worker.Resolve(worker.Config{Lifecycle: lameduck.Config{LookupEnv: func(k string) (string, bool) { return "kubernetes", k == "LAMEDUCK_ENV" }}})
+		if len(errs) > 0 || res.Config.DrainTimeout != 8*time.Hour || res.EpochMismatchDelay != 2*time.Minute || res.FetchWait != 5*time.Second || res.Epoch != 0 {
+			t.Fatalf("resolved %+v %v", res, errs)
 		}
 		w, err := worker.New(worker.Config{Lifecycle: lameduck.Config{LookupEnv: func(string) (string, bool) { return "", false }}})
 		if err != nil {
@@ -471,12 +474,17 @@ func TestRunnerConfiguration(t *testing.T) {
 		}
 	})
 	t.Run("environment", func(t *testing.T) {
-		h := newHarness(t, worker.Config{}, map[string]string{"LAMEDUCK_DRAIN_MODE": "interrupt", "LAMEDUCK_DRAIN_TIMEOUT": "2h",
-			"LAMEDUCK_EPOCH": "12", "LAMEDUCK_EPOCH_MISMATCH_DELAY": "30s", "LAMEDUCK_FETCH_WAIT": "20s"})
+		vars := map[string]string{"LAMEDUCK_DRAIN_MODE": "interrupt", "LAMEDUCK_DRAIN_TIMEOUT": "2h",
+			"LAMEDUCK_EPOCH": "12", "LAMEDUCK_EPOCH_MISMATCH_DELAY": "30s", "LAMEDUCK_FETCH_WAIT": "20s"}
+		h := newHarness(t, worker.Config{}, vars)
 		c := h.w.Lifecycle().Config()
-		if c.DrainMode != lameduck.DrainInterrupt || c.DrainTimeout != 2*time.Hour || c.Epoch != 12 ||
-			c.EpochMismatchDelay != 30*time.Second || c.FetchWait != 20*time.Second {
+		if c.DrainMode != worker.DrainInterrupt || c.DrainTimeout != 2*time.Hour {
 			t.Fatalf("resolved %+v", c)
+		}
+		res, errs := worker.Resolve(worker.Config{Lifecycle: lameduck.Config{LookupEnv: func(k string) (string, bool) { v, ok := vars[k]; return v, ok }}})
+		if len(errs) > 0 || res.Config.DrainMode != worker.DrainInterrupt || res.Epoch != 12 ||
+			res.EpochMismatchDelay != 30*time.Second || res.FetchWait != 20*time.Second {
+			t.Fatalf("resolved %+v %v", res, errs)
 		}
 	})
 	for _, tc := range []struct{ name, value, want string }{
@@ -523,8 +531,8 @@ func TestBudgetLogDoesTheRunnerArithmetic(t *testing.T) {
 			vars["LAMEDUCK_DRAIN_TIMEOUT"] = tc.drain
 		}
 		h := serving(t, worker.Config{}, vars, src, hd)
-		if logs := h.logs.String(); !strings.Contains(logs, tc.want) {
-			t.Fatalf("logs lack %q:\n%s", tc.want, logs)
+		if logs := h.logs.String(); !strings.Contains(logs, tc.want) || !strings.Contains(logs, "runner=true epoch=0") {
+			t.Fatalf("logs lack %q (and runner=true epoch=0):\n%s", tc.want, logs)
 		}
 	}
 }
@@ -593,4 +601,20 @@ func TestPanicsInHandleAndAckAreRecovered(t *testing.T) {
 	if len(panics) != 2 || panics[0] != "job jobs: handler exploded" || panics[1] != "ack jobs: ack exploded" {
 		t.Fatalf("OnPanic got %q", panics)
 	}
+}
+
+// docs/runners.md: "/startupz: 503 starting, then 200 ok — 200 once every
+// loop has cycled once".
+func TestStartupzWaitsForTheFirstCycle(t *testing.T) {
+	src, hd := newSource(), newHandler()
+	h := newHarness(t, worker.Config{}, nil)
+	if err := h.w.AddLoop(worker.Loop{Name: "jobs", Source: src, Handle: hd.Handle}); err != nil {
+		t.Fatal(err)
+	}
+	h.run()
+	awaitFetch(t, src) // the loop runs, but has not cycled
+	h.expect("/startupz", 503, "starting")
+	src.idleCycle(t)
+	h.awaitEvent(h.w.Lifecycle().Events().StartupDone)
+	h.expect("/startupz", 200, "ok")
 }

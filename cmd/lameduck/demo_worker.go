@@ -83,7 +83,7 @@ LAMEDUCK_FETCH_WAIT, LAMEDUCK_TERMINATION_GRACE, ...).`,
 	f.StringVar(&o.queue, "queue", "demo", "the queue's name: stream LAMEDUCK_<queue>, subject lameduck.<queue>.jobs, consumer <queue>-worker")
 	lf := cmd.Flags()
 	lf.StringVar(&o.store, "store", filepath.Join(os.TempDir(), "lameduck-demo-worker"), "JetStream store directory of the embedded server")
-	lf.StringVar(&o.probeAddr, "probe-addr", lameduck.DefaultRunnerProbeAddr, "listen address of the probes (LAMEDUCK_PROBE_ADDR when the flag is not given)")
+	lf.StringVar(&o.probeAddr, "probe-addr", worker.DefaultProbeAddr, "listen address of the probes (LAMEDUCK_PROBE_ADDR when the flag is not given)")
 	lf.IntVar(&o.loops, "loops", 1, "consume loops, each running one job at a time")
 	lf.DurationVar(&o.ackWait, "ack-wait", 30*time.Second, "the consumer's AckWait when this creates it (given: also set on an existing one); a job in flight sends an in-progress ack every third of the consumer's AckWait")
 	lf.IntVar(&o.maxDeliver, "max-deliver", -1, "the consumer's MaxDeliver when this creates it (given: also set on an existing one); -1: unlimited. A job's failures count against it; the runner's own hand-backs never strand a job (docs/runners.md)")
@@ -241,7 +241,7 @@ func runDemoWorker(ctx context.Context, o workerOptions) error {
 	cc := cons.CachedInfo().Config
 	log.Info("demo-worker: consuming", "nats", url, "stream", demoStream(o.queue), "consumer", demoConsumer(o.queue), "loops", o.loops,
 		"ack_wait", cc.AckWait.String(), "in_progress_every", src.InProgressEvery().String(), "max_deliver", cc.MaxDeliver,
-		"epoch", lc.Config().Epoch, "epoch_source", o.epochSource, "drain_mode", lc.Config().DrainMode)
+		"epoch", wk.Epoch(), "epoch_source", o.epochSource, "drain_mode", lc.Config().DrainMode)
 
 	loopSrc := &demoSource{src: src, stallAfter: o.stallAfter, metrics: metrics}
 	for i := 1; i <= o.loops; i++ {

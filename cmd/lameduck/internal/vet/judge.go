@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lameduck/lameduck"
+	"github.com/lameduck/lameduck/worker"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -125,12 +126,19 @@ func declaredSigns(c corev1.Container, opt Options) []string {
 	return signs
 }
 
-// resolve reads the container's environment as the binary would
-// (lameduck.Resolve), as a runner when it is one.
+// resolve reads the container's environment as the binary would: a
+// server's by lameduck.Resolve, a runner's by package worker's own
+// resolver (its rows, defaults and drain modes beside the Lifecycle's).
 func (j *judged) resolve() {
-	cfg := lameduck.Config{Runner: j.runner}
+	var cfg lameduck.Config
 	cfg.LookupEnv, cfg.Environ = lameduck.EnvList(environment(j.c))
-	j.res, j.errs = lameduck.Resolve(cfg)
+	if j.runner {
+		var res worker.Resolved
+		res, j.errs = worker.Resolve(worker.Config{Lifecycle: cfg})
+		j.res = res.Resolved
+	} else {
+		j.res, j.errs = lameduck.Resolve(cfg)
+	}
 	j.rc = &j.res.Config
 }
 
@@ -174,9 +182,9 @@ func isRunner(c corev1.Container, opt Options) bool {
 	}
 	// Resolved as a runner, DRAIN_MODE comes from the variable only when
 	// the binary accepts it as a runner's mode.
-	cfg := lameduck.Config{Runner: true}
+	var cfg lameduck.Config
 	cfg.LookupEnv, cfg.Environ = lameduck.EnvList(environment(c))
-	res, _ := lameduck.Resolve(cfg)
+	res, _ := worker.Resolve(worker.Config{Lifecycle: cfg})
 	return res.Sources["DRAIN_MODE"] == lameduck.DefaultEnvPrefix+"DRAIN_MODE"
 }
 

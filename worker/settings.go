@@ -1,0 +1,193 @@
+package worker
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/lameduck/lameduck"
+	"github.com/lameduck/lameduck/internal/extend"
+)
+
+// A runner's drain modes, which worker.Config.Lifecycle.DrainMode and
+// LAMEDUCK_DRAIN_MODE accept for a runner instead of a server's
+// (lameduck.DrainDelay, lameduck.DrainIdle, which a runner refuses).
+const (
+	// DrainComplete finishes the job in flight after the signal, bounded
+	// by DrainTimeout; no new job is taken. The default. See
+	// docs/runners.md.
+	DrainComplete = "complete"
+	// DrainInterrupt cancels the context of the job in flight at the
+	// signal, so it can checkpoint, and hands the job back to its queue.
+	// See docs/runners.md.
+	DrainInterrupt = "interrupt"
+)
+
+// A runner's defaults (docs/runners.md, "Sizing").
+const (
+	// DefaultProbeAddr is where a runner serves its probes when
+	// Lifecycle.ProbeAddr and LAMEDUCK_PROBE_ADDR are unset: the metrics
+	// port, where /metrics can live too.
+	DefaultProbeAddr = ":9090"
+	// DefaultDrainTimeout bounds a runner's drain when its grace period is
+	// unknown: a job may take hours, and a deploy should not throw its
+	// work away.
+	DefaultDrainTimeout = 8 * time.Hour
+	// DefaultEpochMismatchDelay is how long a superseded runner delays the
+	// redelivery of a job it hands back, while the newer fleet becomes
+	// ready.
+	DefaultEpochMismatchDelay = 2 * time.Minute
+	// DefaultFetchWait is how long a consume loop's fetch waits for a job
+	// before it returns empty (one idle cycle).
+	DefaultFetchWait = 5 * time.Second
+)
+
+// defaultTeardown is a runner's teardown when its grace period is unknown
+// inside Kubernetes, and the most its default takes of a known one.
+const defaultTeardown = 30 * time.Second
+
+// Resolved is a runner's configuration resolved by [Resolve]: the
+// Lifecycle's (every field filled, the rule that chose each value, and
+// its Budget) and the runner's own settings.
+type Resolved struct {
+	lameduck.Resolved
+	// Epoch, EpochMismatchDelay and FetchWait are Config's, filled from
+	// the environment and the defaults.
+	Epoch              uint64
+	EpochMismatchDelay time.Duration
+	FetchWait          time.Duration
+}
+
+// Resolve resolves cfg exactly as [New] does — the Lifecycle's settings
+// with a runner's rows, defaults and drain modes, the same parsers and the
+// same errors — but binds nothing, starts nothing and logs nothing: it is
+// lameduck.Resolve for a runner, and lameduck vet judges a runner's
+// manifest with it. Set cfg.Lifecycle.LookupEnv and Environ with
+// lameduck.EnvList to read a list of variables.
+//
+// It returns every problem, as lameduck.Resolve does, then an error for a
+// negative EpochPoll or LivenessFloor. Resolved is filled even with
+// errors; its Budget is the runner's (the window is its drain bound).
+// It is safe for concurrent use when cfg's LookupEnv and Environ are.
+func Resolve(cfg Config) (Resolved, []error) {
+	set := cfg.settings()
+	lcfg := cfg.Lifecycle
+	extend.Attach(&lcfg, set.extension(nil))
+	res, errs := lameduck.Resolve(lcfg)
+	errs = append(errs, cfg.checkOwn()...)
+	return Resolved{Resolved: res, Epoch: set.Epoch, EpochMismatchDelay: set.EpochMismatchDelay, FetchWait: set.FetchWait}, errs
+}
+
+// checkOwn checks the fields no variable sets.
+func (cfg Config) checkOwn() []error {
+	var errs []error
+	if cfg.EpochPoll < 0 {
+		errs = append(errs, fmt.Errorf("lameduck: worker.Config.EpochPoll=%s: must not be negative; use 0 for the default %s: %w",
+			cfg.EpochPoll, DefaultEpochPoll, lameduck.ErrInvalidConfig))
+	}
+	if cfg.LivenessFloor < 0 {
+		errs = append(errs, fmt.Errorf("lameduck: worker.Config.LivenessFloor=%s: must not be negative; use 0 for the default %s: %w",
+			cfg.LivenessFloor, DefaultLivenessFloor, lameduck.ErrInvalidConfig))
+	}
+	return errs
+}
+
+// settings are a runner's own settings, resolved beside the Lifecycle's.
+type settings struct {
+	Epoch              uint64
+	EpochMismatchDelay time.Duration
+	FetchWait          time.Duration
+}
+
+func (cfg Config) settings() *settings {
+	return &settings{Epoch: cfg.Epoch, EpochMismatchDelay: cfg.EpochMismatchDelay, FetchWait: cfg.FetchWait}
+}
+
+// extension is what a runner adds to its Lifecycle's Config: its rows
+// (EPOCH, EPOCH_MISMATCH_DELAY, FETCH_WAIT), its default rules and drain
+// modes, and, with w, the worker's probe answers, its jobs in flight and
+// the drain wait that holds the window until they end.
+func (s *settings) extension(w *Worker) *extend.Extension[lameduck.Config, lameduck.Phase] {
+	e := &extend.Extension[lameduck.Config, lameduck.Phase]{
+		Rows: []extend.Row{
+			{Name: "EPOCH", Field: "Epoch", Form: `a non-negative integer, such as "3"`, Uint: &s.Epoch,
+				Doc: "a runner's rollout epoch, a non-negative integer; an older one than the fleet's newest is superseded ([runners](docs/runners.md#rollout-epochs))"},
+			{Name: "EPOCH_MISMATCH_DELAY", Field: "EpochMismatchDelay", Form: `a positive Go duration with a unit, such as "2m"`, Duration: &s.EpochMismatchDelay,
+				Doc:     "how long a superseded runner delays the redelivery of a job it hands back",
+				Default: func() string { s.EpochMismatchDelay = DefaultEpochMismatchDelay; return "default" }},
+			{Name: "FETCH_WAIT", Field: "FetchWait", Form: `a positive Go duration with a unit, such as "5s"`, Duration: &s.FetchWait,
+				Doc:     "how long a runner's fetch waits for a job; its liveness allows max(2m, 20 × it) without a cycle",
+				Default: func() string { s.FetchWait = DefaultFetchWait; return "default" }},
+		},
+		Rules: map[string]func(*lameduck.Config, map[string]string) string{
+			"PROBE_ADDR": func(c *lameduck.Config, _ map[string]string) string {
+				c.ProbeAddr = DefaultProbeAddr
+				return "default for a runner"
+			},
+			"DRAIN_MODE": func(c *lameduck.Config, _ map[string]string) string {
+				c.DrainMode = DrainComplete
+				return "default for a runner"
+			},
+			"SHUTDOWN_DELAY": func(c *lameduck.Config, _ map[string]string) string {
+				c.ShutdownDelay = lameduck.NoDelay
+				return "default for a runner: no Service routes to it"
+			},
+			"DRAIN_TIMEOUT":     drainTimeoutRule,
+			"SHUTDOWN_TEARDOWN": teardownRule,
+		},
+		DrainModes: []string{DrainComplete, DrainInterrupt},
+		ModesProblem: fmt.Sprintf("a runner drains in mode %q (finish the job in flight) or %q (cancel it and hand it back)",
+			DrainComplete, DrainInterrupt),
+		Window: "runner drain bound",
+		Draining: func(flip string, bound time.Duration) string {
+			return fmt.Sprintf("lameduck: draining%s taking no new job; waiting for the jobs in flight (at most %s)", flip, bound)
+		},
+		LogAttrs: func() []any { return []any{"runner", true, "epoch", s.Epoch} },
+	}
+	if w != nil {
+		e.Answer = w.answer
+		e.InFlight = w.jobsInFlight
+		e.Waits = []extend.Wait{{Name: "jobs in flight", Fn: w.drain}}
+	}
+	return e
+}
+
+// drainTimeoutRule chooses a runner's drain bound from its known grace
+// period: what the grace leaves after the preStop sleep, the teardown and
+// the margin, never below 1s (the budget line then says it does not fit).
+// The teardown, when unset too, is chosen first: a third of what the grace
+// leaves after the preStop sleep and the margin, at least 1s and at most
+// 30s. With the grace unknown, DefaultDrainTimeout (docs/runners.md,
+// "Sizing").
+func drainTimeoutRule(c *lameduck.Config, src map[string]string) string {
+	grace := c.TerminationGrace
+	if grace == 0 {
+		c.DrainTimeout = DefaultDrainTimeout
+		return "default for a runner whose grace period is unknown; set " + c.EnvPrefix + "TERMINATION_GRACE to derive it"
+	}
+	margin := extend.GraceMargin(grace)
+	room := grace - c.PreStopDelay - margin
+	if c.ShutdownTeardown == 0 {
+		c.ShutdownTeardown = min(defaultTeardown, max(room/3, extend.MinDefaultTeardown))
+		src["SHUTDOWN_TEARDOWN"] = fmt.Sprintf("default for a runner: a third of terminationGracePeriodSeconds %s − preStop %s − margin %s, at most %s",
+			grace, c.PreStopDelay, margin, defaultTeardown)
+	}
+	d := room - c.ShutdownTeardown
+	rule := fmt.Sprintf("default for a runner: terminationGracePeriodSeconds %s − preStop %s − teardown %s − margin %s", grace, c.PreStopDelay, c.ShutdownTeardown, margin)
+	if d < extend.MinDefaultTeardown {
+		d, rule = extend.MinDefaultTeardown, rule+fmt.Sprintf(" = %s, raised to the %s minimum", d, extend.MinDefaultTeardown)
+	}
+	c.DrainTimeout = d
+	return rule
+}
+
+// teardownRule is a runner's teardown inside Kubernetes with its grace
+// period unknown: 30s, since a runner's grace period is sized to its drain
+// bound (hours), never Kubernetes' default. Otherwise the Lifecycle's own
+// rule applies.
+func teardownRule(c *lameduck.Config, _ map[string]string) string {
+	if c.TerminationGrace != 0 || c.Env != lameduck.EnvKubernetes {
+		return ""
+	}
+	c.ShutdownTeardown = defaultTeardown
+	return "default for a runner whose grace period is unknown; set " + c.EnvPrefix + "TERMINATION_GRACE to derive it"
+}
