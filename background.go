@@ -20,7 +20,7 @@ import (
 // AddCloser (the sequence has already read its steps). What may only be
 // registered before Run (AddServer, AddServerFuncs, AddStartupTask) returns
 // ErrAlreadyRunning instead.
-var ErrShuttingDown = errors.New("lameduck: the shutdown sequence has started")
+var ErrShuttingDown = errors.New("lameduck: shutting down: the shutdown sequence has started")
 
 // ErrJoined is returned by GoWrite and GoLoop once the background join is
 // over: nobody is left to wait for the work, so it is refused and logged
