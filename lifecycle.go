@@ -305,7 +305,10 @@ func (l *Lifecycle) begin(reason string, bySignal bool) bool {
 	msg := fmt.Sprintf("lameduck: draining%s waiting %s for endpoint removal", flip, w)
 	switch {
 	case l.cfg.ext != nil && l.cfg.ext.Draining != nil:
-		msg = l.cfg.ext.Draining(flip, l.cfg.maxWindow())
+		// A runner's window is held open by its jobs, up to its bound: the
+		// bound is the window, as the startup budget line says.
+		w = l.cfg.maxWindow()
+		msg = l.cfg.ext.Draining(flip, w)
 	case skip:
 		msg = "lameduck: draining" + stays + " the pod never became ready, so no lame-duck window"
 	case l.cfg.DrainMode == DrainIdle:
