@@ -19,9 +19,13 @@
 //   - window (the lame-duck window): from the signal to the teardown; fixed
 //     (ShutdownDelay) or until traffic is idle (DrainIdle); none for a pod
 //     that never became ready.
-//   - drain: letting what is in flight finish instead of cutting it: the
-//     HTTP drain waits for handlers; a runner finishes (or hands back) its
-//     jobs while its window is held open.
+//   - drain: letting what is in flight finish instead of cutting it. It
+//     spans the phase draining (/readyz "draining": the window) and the
+//     HTTP drain inside the teardown, which waits for handlers. DrainMode
+//     (LAMEDUCK_DRAIN_MODE) says how the window ends: after a delay, when
+//     traffic has been quiet for IdleWindow (idle), or for a runner when its
+//     jobs end (complete) or at once with its jobs handed back (interrupt);
+//     DrainTimeout bounds the idle and runner windows.
 //   - teardown: everything after the window, under one budget
 //     (ShutdownTeardown): the teardown hooks (AddTeardownHook, the
 //     application's own steps) beside the HTTP drain, then the join, then
