@@ -44,6 +44,8 @@
 //	lifecycle.go     Lifecycle, New, AddServer, AddStartupTask, Run, BeginShutdown
 //	events.go        Event, Events: the shutdown timeline, one event per step
 //	config.go        Config and its defaults; settings.go the LAMEDUCK_* rows, ConfigError
+//	resolve.go       resolution: the rows walked, then the named cross-setting checks
+//	extension.go     how package worker attaches a runner's settings and hooks (unexported)
 //	budget.go        Resolve, Budget: the grace-period arithmetic (lameduck vet shares it)
 //	phase.go         Phase and what the probes answer in each
 //	probes.go        the probe handlers and GET /prestop; probeconfig.go their settings
@@ -58,6 +60,7 @@
 //	serverfuncs.go   ServerFuncs, AddServerFuncs: servers that are not net/http's
 //	transition.go    Transition, Config.OnTransition: events, checks, probes, cuts
 //	clock.go         Clock, Timer: the injected time source
+//	inflight.go      the in_flight count of the sequence's log lines
 //	signals.go, logger.go, servicelinks.go   signal names, the default logger, the kubelet's service links
 //
 // Longer material lives in docs/: probes-and-shutdown.md (the operator's

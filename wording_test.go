@@ -76,3 +76,31 @@ func TestInternalRefsPattern(t *testing.T) {
 		}
 	}
 }
+
+// The package overview's file map (doc.go, "# Files") names every file of
+// the package: a newcomer reading go doc finds each one there.
+func TestFileMapNamesEveryFile(t *testing.T) {
+	doc, err := os.ReadFile("doc.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, files, ok := strings.Cut(string(doc), "// # Files\n")
+	if !ok {
+		t.Fatal(`doc.go has no "# Files" section`)
+	}
+	files, _, _ = strings.Cut(files, "\n//\n")
+	named := map[string]bool{}
+	for _, f := range regexp.MustCompile(`[a-z_]+\.go`).FindAllString(files, -1) {
+		named[f] = true
+	}
+	entries, err := os.ReadDir(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		n := e.Name()
+		if strings.HasSuffix(n, ".go") && !strings.HasSuffix(n, "_test.go") && n != "doc.go" && !named[n] {
+			t.Errorf("doc.go's file map does not name %s", n)
+		}
+	}
+}
