@@ -27,8 +27,8 @@ var ErrStartupFailed = errors.New("startup failed")
 var errInterrupted = errors.New("lameduck: startup interrupted by shutdown")
 
 // ErrAlreadyRunning is returned by a second call to Run, and by what may
-// only be registered before Run (AddServer, AddServerFuncs, AddStartupTask,
-// AnswerProbes, CountInFlight) once Run has started. Registrations refused
+// only be registered before Run (AddServer, AddServerFuncs, AddStartupTask)
+// once Run has started. Registrations refused
 // because the shutdown sequence has started return ErrShuttingDown.
 var ErrAlreadyRunning = errors.New("lameduck: the Lifecycle is already running")
 
