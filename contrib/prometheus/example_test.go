@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log"
 	"net/http"
+	"time"
 
 	"github.com/lameduck/lameduck"
 	ldprometheus "github.com/lameduck/lameduck/contrib/prometheus"
@@ -11,8 +12,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// One call wires the metrics into a Lifecycle; serve /metrics beside the
-// application's routes (the probes are answered by the Lifecycle itself).
+// One call wires the metrics into a Lifecycle. Serve /metrics on a listener
+// of its own, outside the Lifecycle, and shut it down after Run returns: the
+// teardown closes the application's and the probe listeners before the
+// shutdown ends, and a scrape should read it to the end (docs/prometheus.md,
+// "Where to serve /metrics").
 func Example() {
 	reg := prometheus.NewRegistry()
 	lc, err := ldprometheus.New(lameduck.Config{
@@ -21,9 +25,13 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	if err := lc.AddServer(&http.Server{Addr: ":8080", Handler: mux}, nil); err != nil {
+	// The metrics listener: not registered with lc, so it outlives the teardown.
+	// msrv.ListenAndServe() runs before lc.Run(ctx), msrv.Shutdown after it returns.
+	msrv := &http.Server{Addr: ":9091", Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+		ReadHeaderTimeout: 10 * time.Second}
+	_ = msrv
+	// The application's routes go to the Lifecycle, which drains them.
+	if err := lc.AddServer(&http.Server{Addr: ":8080", Handler: http.NewServeMux()}, nil); err != nil {
 		log.Fatal(err)
 	}
 	// lc.Run(ctx) would serve; before it, the phase is "starting".
