@@ -4,12 +4,10 @@ import (
 	"fmt"
 	"log"
 	"net/http"
-	"time"
 
 	"github.com/lameduck/lameduck"
 	ldprometheus "github.com/lameduck/lameduck/contrib/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // One call wires the metrics into a Lifecycle. Serve /metrics on a listener
@@ -25,11 +23,10 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	// The metrics listener: not registered with lc, so it outlives the teardown.
-	// msrv.ListenAndServe() runs before lc.Run(ctx), msrv.Shutdown after it returns.
-	msrv := &http.Server{Addr: ":9091", Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
-		ReadHeaderTimeout: 10 * time.Second}
-	_ = msrv
+	// The metrics listener is not registered with lc, so it outlives the teardown:
+	//	msrv := &http.Server{Addr: ":9091", Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})}
+	//	go msrv.ListenAndServe() // before lc.Run(ctx)
+	//	msrv.Shutdown(ctx)       // after lc.Run returns
 	// The application's routes go to the Lifecycle, which drains them.
 	if err := lc.AddServer(&http.Server{Addr: ":8080", Handler: http.NewServeMux()}, nil); err != nil {
 		log.Fatal(err)
