@@ -123,8 +123,12 @@ func classify(res *vegeta.Result) string {
 // result stops the load once every request sent has its answer.
 type loadResult struct {
 	Total, Failed, Resent int
-	Kinds                 map[string]int
-	Examples              []string
+	// Repicked (gRPC only) counts calls grpc-go moved to another
+	// connection before any byte of them left the client (see
+	// retryCounter); it is logged, never asserted.
+	Repicked int
+	Kinds    map[string]int
+	Examples []string
 }
 
 func (l *load) finish() loadResult {
@@ -141,5 +145,9 @@ func (r loadResult) String() string {
 		kinds = append(kinds, fmt.Sprintf("%s %d", k, n))
 	}
 	slices.Sort(kinds)
-	return fmt.Sprintf("%d requests, %d failed (%s), %d re-sent", r.Total, r.Failed, strings.Join(kinds, ", "), r.Resent)
+	s := fmt.Sprintf("%d requests, %d failed (%s), %d re-sent", r.Total, r.Failed, strings.Join(kinds, ", "), r.Resent)
+	if r.Repicked > 0 {
+		s += fmt.Sprintf(" (and %d moved to another connection before they left the client)", r.Repicked)
+	}
+	return s
 }
