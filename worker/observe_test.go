@@ -21,15 +21,15 @@ func TestProbesAndDrainLogCountTheJobInFlight(t *testing.T) {
 	j := newJob("job-4")
 	src.deliver(t, j)
 	hd.awaitStart(t)
-	h.clock.Advance(90 * time.Minute)
+	h.clock.Advance(90*time.Minute + 412*time.Millisecond) // to the millisecond: a short job is not "0s"
 	body := h.expect("/healthz", 200, "ok")
-	if body["busy"] != true || body["job"] != "job-4" || body["job_age"] != "1h30m0s" || body["jobs_in_flight"] != float64(1) || body["loop"] != "jobs" {
-		t.Fatalf("mid-job /healthz %v: want busy, job job-4, job_age 1h30m0s", body)
+	if body["busy"] != true || body["job"] != "job-4" || body["job_age"] != "1h30m0.412s" || body["jobs_in_flight"] != float64(1) || body["loop"] != "jobs" {
+		t.Fatalf("mid-job /healthz %v: want busy, job job-4, job_age 1h30m0.412s", body)
 	}
 	h.shutdown()
 	body = h.expect("/readyz", 503, "draining")
-	if body["busy"] != true || body["job"] != "job-4" || body["job_age"] != "1h30m0s" {
-		t.Fatalf("draining /readyz %v: want busy, job job-4, job_age 1h30m0s", body)
+	if body["busy"] != true || body["job"] != "job-4" || body["job_age"] != "1h30m0.412s" {
+		t.Fatalf("draining /readyz %v: want busy, job job-4, job_age 1h30m0.412s", body)
 	}
 	body = h.expect("/healthz", 200, "ok")
 	if body["busy"] != true {

@@ -63,7 +63,8 @@ func (w *Worker) liveness(phase lameduck.Phase) (health.Report, bool) {
 
 // busyReport answers with status and code plus, while jobs are in flight,
 // "busy":true, their count, and the oldest one's loop, name and age
-// ("job_age":"1h2m3s"); with no job in flight it leaves the answer to the
+// as a Go duration to the millisecond ("job_age":"1h2m3.5s",
+// "job_age":"412ms"); with no job in flight it leaves the answer to the
 // Lifecycle (answered false) unless fields is set.
 func (w *Worker) busyReport(now time.Time, status health.Status, code int, fields map[string]any) (health.Report, bool) {
 	w.mu.Lock()
@@ -91,7 +92,7 @@ func (w *Worker) busyReport(now time.Time, status health.Status, code int, field
 	}
 	fields["busy"], fields["jobs_in_flight"] = busy > 0, busy
 	if oldest != nil {
-		fields["loop"], fields["job"], fields["job_age"] = oldest.Name, oldestName, oldestAge.Round(time.Second).String()
+		fields["loop"], fields["job"], fields["job_age"] = oldest.Name, oldestName, oldestAge.Round(time.Millisecond).String()
 	}
 	return health.Report{Status: status, Code: code, Fields: fields}, true
 }
