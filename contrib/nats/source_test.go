@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -205,59 +206,93 @@ func TestFetchTellsHeartbeatsFromSilence(t *testing.T) {
 	}
 }
 
-// Every hand-back of the runner's (here the drain's interruption) leaves
-// the job deliverable: NAKed before its last delivery, re-published at it
-// (headers naming the original and the cause, the original acknowledged),
-// with no max-deliveries advisory; a job's own failure at its last
-// delivery is NAKed, counts, and reaches the dead-letter path.
+// Every way a runner hands a job back (the interrupt drain, the drain
+// bound, a superseded epoch) leaves the job deliverable: NAKed before its
+// last delivery, re-published at it (headers naming the original and the
+// cause, the original acknowledged), with no max-deliveries advisory; a
+// job's own failure at its last delivery is NAKed, counts, and reaches the
+// dead-letter path (TestJobFailureCountsAtTheLastDelivery).
 func TestHandBacksAndTheDeliveryLimit(t *testing.T) {
-	t.Setenv("LAMEDUCK_DRAIN_MODE", "interrupt")
-	for _, c := range []struct {
-		name       string
-		maxDeliver int
-		requeued   bool
-	}{{"before the last delivery", 2, false}, {"at the last delivery", 1, true}} {
-		t.Run(c.name, func(t *testing.T) {
-			q, _ := newQueue(t, jetstream.ConsumerConfig{AckWait: 30 * time.Second, MaxDeliver: c.maxDeliver})
-			advisories, err := q.nc.SubscribeSync("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.>")
-			if err != nil {
-				t.Fatal(err)
-			}
-			q.publish(t, "work", "job-1")
-			interruptOne(t, q.source(t, ldnats.SourceConfig{}))
+	for _, way := range []struct {
+		name, cause string
+		give        func(t *testing.T, q *queue, src *ldnats.Source)
+	}{
+		{"interrupt drain", "interrupted", interruptOne},
+		{"drain bound", "drain bound", boundOne},
+		{"superseded epoch", "superseded", supersedeOne},
+	} {
+		for _, c := range []struct {
+			name       string
+			maxDeliver int
+			requeued   bool
+		}{{"before the last delivery", 2, false}, {"at the last delivery", 1, true}} {
+			t.Run(way.name+", "+c.name, func(t *testing.T) {
+				q, _ := newQueue(t, jetstream.ConsumerConfig{AckWait: 30 * time.Second, MaxDeliver: c.maxDeliver})
+				advisories, err := q.nc.SubscribeSync("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.>")
+				if err != nil {
+					t.Fatal(err)
+				}
+				way.give(t, q, q.source(t, ldnats.SourceConfig{}))
 
-			j := fetch(t, q.source(t, ldnats.SourceConfig{}), 10*time.Second)
-			md := delivered(t, j)
-			h := j.Msg().Headers()
-			switch {
-			case !c.requeued && (md.Sequence.Stream != 1 || md.NumDelivered != 2 || j.ID() != "job-1"):
-				t.Fatalf("got %q, sequence %d, delivery %d; want job-1 NAKed: sequence 1, delivery 2", j.ID(), md.Sequence.Stream, md.NumDelivered)
-			case c.requeued && (md.Sequence.Stream != 2 || md.NumDelivered != 1 || j.ID() != "job-1.requeued-from-1" ||
-				h.Get(ldnats.HeaderRequeuedFrom) != "1" || !strings.Contains(h.Get(ldnats.HeaderRequeueCause), "interrupted") ||
-				string(j.Msg().Data()) != "work"):
-				t.Fatalf("got %q, sequence %d, delivery %d, headers %v, data %q; want a copy of sequence 1 at its first delivery, naming the original and the cause",
-					j.ID(), md.Sequence.Stream, md.NumDelivered, h, j.Msg().Data())
-			}
-			if err := j.Ack(testsupport.Context(t, time.Minute)); err != nil {
-				t.Fatal(err)
-			}
-			if m, err := advisories.NextMsg(500 * time.Millisecond); err == nil {
-				t.Fatalf("a max-deliveries advisory was published: %s", m.Data)
-			}
-		})
+				j := fetch(t, q.source(t, ldnats.SourceConfig{}), 10*time.Second)
+				md := delivered(t, j)
+				h := j.Msg().Headers()
+				switch {
+				case !c.requeued && (md.Sequence.Stream != 1 || md.NumDelivered != 2 || j.ID() != "job-1"):
+					t.Fatalf("got %q, sequence %d, delivery %d; want job-1 NAKed: sequence 1, delivery 2", j.ID(), md.Sequence.Stream, md.NumDelivered)
+				case c.requeued && (md.Sequence.Stream != 2 || md.NumDelivered != 1 || j.ID() != "job-1.requeued-from-1" ||
+					h.Get(ldnats.HeaderRequeuedFrom) != "1" || !strings.Contains(h.Get(ldnats.HeaderRequeueCause), way.cause) ||
+					string(j.Msg().Data()) != "work"):
+					t.Fatalf("got %q, sequence %d, delivery %d, headers %v, data %q; want a copy of sequence 1 at its first delivery, naming the original and the cause %q",
+						j.ID(), md.Sequence.Stream, md.NumDelivered, h, j.Msg().Data(), way.cause)
+				}
+				if err := j.Ack(testsupport.Context(t, time.Minute)); err != nil {
+					t.Fatal(err)
+				}
+				if m, err := advisories.NextMsg(500 * time.Millisecond); err == nil {
+					t.Fatalf("a max-deliveries advisory was published: %s", m.Data)
+				}
+			})
+		}
 	}
 }
 
-// interruptOne runs a worker on src until its job has started, then drains
-// it: the drain (mode interrupt) cancels the job and the loop hands it
-// back, with the runner's reason.
-func interruptOne(t *testing.T, src *ldnats.Source) {
+// interruptOne publishes job-1 and runs a worker on src until the job has
+// started, then drains it: the drain (mode interrupt) cancels the job and
+// the loop hands it back, with the runner's reason.
+func interruptOne(t *testing.T, q *queue, src *ldnats.Source) {
 	t.Helper()
-	w, err := worker.New(worker.Config{Lifecycle: lameduck.Config{
+	t.Setenv("LAMEDUCK_DRAIN_MODE", "interrupt")
+	q.publish(t, "work", "job-1")
+	if err := drainOne(t, src, worker.Config{}); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
+
+// boundOne is interruptOne with the drain in mode complete bounded to
+// 300ms: the job, which ends only when cancelled, is cancelled at the
+// bound and handed back, and Run fails saying so.
+func boundOne(t *testing.T, q *queue, src *ldnats.Source) {
+	t.Helper()
+	t.Setenv("LAMEDUCK_DRAIN_MODE", "complete")
+	t.Setenv("LAMEDUCK_DRAIN_TIMEOUT", "300ms")
+	q.publish(t, "work", "job-1")
+	if err := drainOne(t, src, worker.Config{}); err == nil {
+		t.Fatal("Run returned nil; want the error of a drain that reached its bound with a job in flight")
+	}
+}
+
+// drainOne runs a worker of cfg on src until its job has started, then
+// drains it and returns Run's error. The job ends only when its context
+// does.
+func drainOne(t *testing.T, src *ldnats.Source, cfg worker.Config) error {
+	t.Helper()
+	cfg.Lifecycle = lameduck.Config{
 		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
 		ProbeAddr:     "127.0.0.1:0",
 		IgnoreSignals: true,
-	}})
+	}
+	w, err := worker.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,8 +309,73 @@ func interruptOne(t *testing.T, src *ldnats.Source) {
 	go func() { ran <- w.Run(context.Background()) }()
 	testsupport.Recv(t, started, "the job's start")
 	w.Lifecycle().BeginShutdown("test")
-	if err := testsupport.Recv(t, ran, "Run's return"); err != nil {
+	return testsupport.Recv(t, ran, "Run's return")
+}
+
+// newestEpoch is an EpochSource whose newest epoch the test sets.
+type newestEpoch struct{ n atomic.Uint64 }
+
+func (e *newestEpoch) Newest(_ context.Context, mine uint64) (uint64, error) {
+	return max(e.n.Load(), mine), nil
+}
+
+// supersedeOne runs an epoch-1 worker on src whose fetch is under way at
+// the server (a pending pull request), makes epoch 2 the newest, and once
+// the worker says it is superseded publishes job-1: the fetch under way
+// delivers it, and the superseded runner hands it back unstarted.
+func supersedeOne(t *testing.T, q *queue, src *ldnats.Source) {
+	t.Helper()
+	logs := new(testsupport.LogBuffer)
+	epochs := new(newestEpoch)
+	epochs.n.Store(1)
+	w, err := worker.New(worker.Config{
+		Lifecycle: lameduck.Config{
+			Logger:        slog.New(slog.NewTextHandler(logs, nil)),
+			ProbeAddr:     "127.0.0.1:0",
+			IgnoreSignals: true,
+		},
+		Epoch: 1, Epochs: epochs, EpochPoll: 50 * time.Millisecond, EpochMismatchDelay: time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := atomic.Bool{}
+	if err := w.AddLoop(worker.Loop{Name: "jobs", Source: src, FetchWait: time.Minute, // one fetch spans the test
+		Handle: func(context.Context, worker.Job) error { ran.Store(true); return nil }}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- w.Run(context.Background()) }()
+	ctx := testsupport.Context(t, time.Minute)
+	waitLog := func(what, text string) {
+		t.Helper()
+		for !strings.Contains(logs.String(), text) {
+			if ctx.Err() != nil {
+				t.Fatalf("waiting for %s: the worker did not log %q; its log:\n%s", what, text, logs)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	for { // the loop's fetch is at the server
+		info, err := q.cons.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.NumWaiting > 0 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	epochs.n.Store(2)
+	waitLog("the supersession", "lameduck: worker: superseded")
+	q.publish(t, "work", "job-1")
+	waitLog("the hand-back", "lameduck: worker: job handed back")
+	w.Lifecycle().BeginShutdown("test")
+	if err := testsupport.Recv(t, done, "Run's return"); err != nil {
 		t.Fatalf("Run: %v", err)
+	}
+	if ran.Load() {
+		t.Fatal("the superseded runner ran the job")
 	}
 }
 
