@@ -36,16 +36,15 @@ func testMain(m *testing.M) int {
 
 	// go test runs the test binary in the package's directory and puts
 	// GOROOT/bin first on PATH, so this builds this very command with the
-	// same toolchain, through the go.work at the repository's root.
+	// same toolchain, through the go.work at the repository's root, as the
+	// Dockerfile builds it (shippedBuild).
 	lameduckBin = filepath.Join(dir, "lameduck")
-	build := exec.Command("go", "build", "-o", lameduckBin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
+	if out, err := shippedBuild(lameduckBin, ".").CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: go build -o %s .: %v\n%s", lameduckBin, err, out)
 		return 1
 	}
 	refserverBin = filepath.Join(dir, "refserver")
-	build = exec.Command("go", "build", "-o", refserverBin, "./testdata/refserver")
-	if out, err := build.CombinedOutput(); err != nil {
+	if out, err := shippedBuild(refserverBin, "./testdata/refserver").CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: go build -o %s ./testdata/refserver: %v\n%s", refserverBin, err, out)
 		return 1
 	}
@@ -58,4 +57,17 @@ func testMain(m *testing.M) int {
 		}
 	}
 	return code
+}
+
+// shippedBuild is `go build -o out pkg` with the Dockerfile's flags
+// (CGO_ENABLED=0, -trimpath, -ldflags='-s -w'): the tests run the binary
+// as shipped, and the cluster suite's image build (e2e/kube/cluster) and
+// this one share every compiled package in the Go build cache instead of
+// compiling the command's dependencies once per set of flags. extra goes
+// before -o.
+func shippedBuild(out, pkg string, extra ...string) *exec.Cmd {
+	args := append([]string{"build", "-trimpath", "-ldflags=-s -w"}, extra...)
+	cmd := exec.Command("go", append(args, "-o", out, pkg)...)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	return cmd
 }

@@ -97,7 +97,7 @@ func TestVersionReportsCommit(t *testing.T) {
 		t.Skip("a git worktree (.git is a file): the go command does not stamp VCS information there")
 	}
 	bin := filepath.Join(t.TempDir(), "lameduck")
-	if out, err := exec.Command("go", "build", "-buildvcs=true", "-o", bin, ".").CombinedOutput(); err != nil {
+	if out, err := shippedBuild(bin, ".", "-buildvcs=true").CombinedOutput(); err != nil {
 		t.Fatalf("go build -buildvcs=true: %v\n%s", err, out)
 	}
 	head, err := exec.Command("git", "rev-parse", "HEAD").Output()

@@ -2,6 +2,7 @@ package kube_test
 
 import (
 	"encoding/json"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -25,8 +26,11 @@ func lameduckBin(t *testing.T) string {
 			return
 		}
 		binPath = filepath.Join(binDir, "lameduck")
-		build := exec.Command("go", "build", "-o", binPath, "./cmd/lameduck")
+		// The image's flags (cluster.LoadImages, the Dockerfile): the
+		// demo image's build already compiled every package of it.
+		build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", binPath, "./cmd/lameduck")
 		build.Dir = repo
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := build.CombinedOutput(); err != nil {
 			binErr = &buildError{err, string(out)}
 		}

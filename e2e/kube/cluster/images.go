@@ -55,6 +55,9 @@ func LoadImages(ctx context.Context, cfg Config, root string, images ...Image) e
 		binPath := filepath.Join(dir, short+".bin")
 		build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", binPath, im.Package)
 		build.Dir = root
+		// The Dockerfile's flags; the lameduck binary the tests run on the host
+		// (cmd/lameduck's shippedBuild, lameduckBin here) is built with the same,
+		// so the Go build cache compiles each package once for both.
 		build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
 		if out, err := build.CombinedOutput(); err != nil {
 			return fmt.Errorf("kube: building %s for image %s: %w: %s", im.Package, im.Name, err, out)
