@@ -20,8 +20,9 @@ var Components = []string{"etcd", "kube-apiserver", "kube-controller-manager", "
 
 // Build makes the binaries of Config.Version into Config.Bin, unless every
 // one of them is already there (then it returns at once). A cold build on a
-// 2-core machine takes 12 to 14 minutes (measured in CI, 2026-12) and grows the Go build cache by about
-// 3.5 GB; with a warm cache it only links, in seconds.
+// 2-core machine takes 12 to 14 minutes (two cold CI runs, 2026-12) and
+// grows the Go build cache by about 3.5 GB; with a warm cache it only
+// links, in seconds.
 //
 // k8s.io/kubernetes cannot be built with `go install …@version`: its go.mod
 // replaces its staging modules (k8s.io/api, k8s.io/client-go, …) with local
