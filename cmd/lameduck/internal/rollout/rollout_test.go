@@ -120,8 +120,13 @@ func TestRunInProcess(t *testing.T) {
 				_ = rep.WriteText(&b)
 				t.Fatalf("window %s: %d of %d failed; want failures: %v\n%s", c.window, rep.Failed, rep.Requests, c.fails, b.String())
 			}
-			if c.fails && rep.Failures[KindRefused] == 0 {
-				t.Errorf("failures %v; want refused connections", rep.Failures)
+			// A replica that stops at once fails requests in whichever way
+			// the timing picks: refused (its listener is gone), reset, or EOF
+			// (it closed a connection with a request on it; 11 EOF and no
+			// refusal in one run). Each says the replica left under its
+			// clients.
+			if gone := rep.Failures[KindRefused] + rep.Failures[KindReset] + rep.Failures[KindEOF]; c.fails && gone == 0 {
+				t.Errorf("failures %v; want refused, reset or EOF: a replica that left under its clients", rep.Failures)
 			}
 			mu.Lock()
 			if lastDone != 2 {
