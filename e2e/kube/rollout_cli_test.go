@@ -1,13 +1,15 @@
 package kube_test
 
 import (
+	"context"
 	"encoding/json"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/lameduck/lameduck/e2e/kube/cluster"
 )
 
 var (
@@ -26,27 +28,14 @@ func lameduckBin(t *testing.T) string {
 			return
 		}
 		binPath = filepath.Join(binDir, "lameduck")
-		// The image's flags (cluster.LoadImages, the Dockerfile): the
-		// demo image's build already compiled every package of it.
-		build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", binPath, "./cmd/lameduck")
-		build.Dir = repo
-		build.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := build.CombinedOutput(); err != nil {
-			binErr = &buildError{err, string(out)}
-		}
+		// As the demo image is built, which already compiled every package.
+		binErr = cluster.BuildShipped(context.Background(), repo, binPath, "./cmd/lameduck")
 	})
 	if binErr != nil {
 		t.Fatalf("building lameduck: %v", binErr)
 	}
 	return binPath
 }
-
-type buildError struct {
-	err error
-	out string
-}
-
-func (e *buildError) Error() string { return e.err.Error() + "\n" + e.out }
 
 // rolloutReport is the part of `lameduck rollout --format json` this test
 // reads (docs/rollout.md has the whole shape).

@@ -53,14 +53,8 @@ func LoadImages(ctx context.Context, cfg Config, root string, images ...Image) e
 	for _, im := range images {
 		short := strings.NewReplacer("/", "_", ":", "_").Replace(strings.TrimPrefix(im.Name, "localhost/"))
 		binPath := filepath.Join(dir, short+".bin")
-		build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", binPath, im.Package)
-		build.Dir = root
-		// The Dockerfile's flags; the lameduck binary the tests run on the host
-		// (cmd/lameduck's shippedBuild, lameduckBin here) is built with the same,
-		// so the Go build cache compiles each package once for both.
-		build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
-		if out, err := build.CombinedOutput(); err != nil {
-			return fmt.Errorf("kube: building %s for image %s: %w: %s", im.Package, im.Name, err, out)
+		if err := BuildShipped(ctx, root, binPath, im.Package); err != nil {
+			return fmt.Errorf("kube: image %s: %w", im.Name, err)
 		}
 		archive := filepath.Join(dir, short+".oci.tar")
 		if err := writeOCIArchive(im, binPath, archive); err != nil {
@@ -181,4 +175,21 @@ func tarDir(dir, path string) error {
 		return err
 	}
 	return f.Close()
+}
+
+// BuildShipped runs `go build` of pkg (a package path relative to root,
+// the directory holding go.work) into out with the Dockerfile's flags:
+// CGO_ENABLED=0 (a static binary for a scratch image), -trimpath and
+// -ldflags='-s -w', for linux/amd64. The images and the lameduck binary
+// the suite runs on the host are built by it, and cmd/lameduck's e2e tests
+// use the same flags, so the Go build cache compiles each package once for
+// all of them. The error carries the go command's output.
+func BuildShipped(ctx context.Context, root, out, pkg string) error {
+	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, pkg)
+	build.Dir = root
+	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
+	if b, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("building %s: %w: %s", pkg, err, b)
+	}
+	return nil
 }
