@@ -122,9 +122,12 @@ func NewEpochs(ctx context.Context, js jetstream.JetStream, cfg EpochsConfig) (*
 // least mine).
 //
 // Errors: the server's, when a put, the watch of the fleet's keys or a
-// delete fails or ctx ends first; an error naming the key when an entry
-// holds something that is not an epoch entry. The worker then keeps its
-// last answer.
+// delete fails; ctx.Err() when ctx ends first, the watch included (nats.go
+// then ends the watch, and what came so far could miss the newest runner);
+// an error naming the bucket when the watch ends before its initial values
+// are all in (the connection closed); an error naming the key when an
+// entry holds something that is not an epoch entry. It never answers from
+// part of the fleet. The worker then keeps its last answer.
 func (e *Epochs) Newest(ctx context.Context, mine uint64) (uint64, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -147,7 +150,18 @@ func (e *Epochs) Newest(ctx context.Context, mine uint64) (uint64, error) {
 	var now time.Time // the server's time of this runner's put
 	for done := false; !done; {
 		select {
-		case en := <-wt.Updates():
+		case en, open := <-wt.Updates():
+			if !open {
+				// nats.go closes the channel when the watch's subscription
+				// ends: ctx ended (it unsubscribes then) or the connection
+				// closed. What came so far is part of the fleet at most,
+				// and an answer from it could miss the newest runner: a
+				// false rollback.
+				if err := ctx.Err(); err != nil {
+					return 0, err
+				}
+				return 0, fmt.Errorf("lameduck: nats: the watch of %s/%s.* ended before its initial values were all in", e.bucket, e.fleet)
+			}
 			if en == nil { // the initial values are all in
 				done = true
 				break

@@ -1,6 +1,8 @@
 package ldnats_test
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -96,6 +98,81 @@ func TestEpochsStaleKeyStopsCounting(t *testing.T) {
 		t.Fatalf("keys %q, %v; want only the live runner's: the stale one deleted", keys, err)
 	}
 }
+
+// A watch that ends before its initial values are all in is an error,
+// never an answer from part of the fleet, which could miss the newest
+// runner (a false rollback: the superseded runners fetch again). nats.go
+// ends the watch's subscription, and closes its channel, when the call's
+// context ends mid-watch (a slow server, a poll interval spent) or the
+// connection closes; here the watch is cut before its first entry.
+func TestEpochsWatchCutShortIsAnError(t *testing.T) {
+	js := jetStream(t)
+	next := newEpochs(t, js, ldnats.EpochsConfig{Fleet: "jobs"})
+	wantNewest(t, next, 2, 2, "alone")
+	cut := &cutWatchJS{JetStream: js}
+	old := newEpochs(t, cut, ldnats.EpochsConfig{Fleet: "jobs"})
+	wantNewest(t, old, 1, 2, "the watch not cut: a runner of epoch 2 is alive")
+
+	// The subscription ended with the context still alive (as when the
+	// connection closes).
+	cut.cut.Store(true)
+	n, err := old.Newest(testsupport.Context(t, time.Minute), 1)
+	if err == nil || !strings.Contains(err.Error(), "lameduck_epochs/jobs.* ended before its initial values were all in") {
+		t.Fatalf("Newest with its watch cut short = %d, %v; want an error naming the watch (an answer may miss the epoch-2 runner)", n, err)
+	}
+
+	// The context ended mid-watch.
+	ctx, cancel := context.WithCancel(testsupport.Context(t, time.Minute))
+	defer cancel()
+	cut.cancel.Store(&cancel)
+	if n, err := old.Newest(ctx, 1); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Newest with its context ended mid-watch = %d, %v; want context.Canceled", n, err)
+	}
+	cut.cut.Store(false)
+	wantNewest(t, old, 1, 2, "the next watch whole again")
+}
+
+// cutWatchJS is a JetStream whose key-value buckets' watches, while cut
+// is set, end at once: the real watch is stopped and the channel closed
+// before any entry, as nats.go closes it when the subscription ends; cancel,
+// when set, is called first (the context ended mid-watch).
+type cutWatchJS struct {
+	jetstream.JetStream
+	cut    atomic.Bool
+	cancel atomic.Pointer[context.CancelFunc]
+}
+
+func (c *cutWatchJS) CreateOrUpdateKeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	kv, err := c.JetStream.CreateOrUpdateKeyValue(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &cutWatchKV{KeyValue: kv, js: c}, nil
+}
+
+type cutWatchKV struct {
+	jetstream.KeyValue
+	js *cutWatchJS
+}
+
+func (kv *cutWatchKV) Watch(ctx context.Context, keys string, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
+	w, err := kv.KeyValue.Watch(ctx, keys, opts...)
+	if err != nil || !kv.js.cut.Load() {
+		return w, err
+	}
+	if cancel := kv.js.cancel.Load(); cancel != nil {
+		(*cancel)()
+	}
+	_ = w.Stop()
+	closed := make(chan jetstream.KeyValueEntry)
+	close(closed)
+	return cutWatcher(closed), nil
+}
+
+type cutWatcher chan jetstream.KeyValueEntry
+
+func (w cutWatcher) Updates() <-chan jetstream.KeyValueEntry { return w }
+func (w cutWatcher) Stop() error                             { return nil }
 
 // An entry that is not one is named; bad settings are refused before any
 // I/O, naming the setting.
