@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -62,6 +64,7 @@ type EpochsConfig struct {
 // concurrent use; calls of Newest and Retire run one at a time.
 type Epochs struct {
 	kv       jetstream.KeyValue
+	stream   jetstream.Stream // the bucket's, KV_<bucket>: the fleet is read from it
 	bucket   string
 	fleet    string
 	key      string        // this runner's: <fleet>.<id>
@@ -80,10 +83,12 @@ type epochEntry struct {
 }
 
 // NewEpochs creates or updates the bucket (jetstream.CreateOrUpdateKeyValue,
-// under ctx) and returns this runner's Epochs, with a key of its own. It
-// puts nothing yet: the first call of Newest does. It returns an error
-// naming the setting when Fleet or Poll is invalid, and the server's when
-// the bucket cannot be created (JetStream not enabled, no permission).
+// under ctx), looks up its stream (KV_<bucket>, which Newest reads), and
+// returns this runner's Epochs, with a key of its own. It puts nothing
+// yet: the first call of Newest does. It returns an error naming the
+// setting when Fleet or Poll is invalid, and the server's when the bucket
+// cannot be created or its stream read (JetStream not enabled, no
+// permission).
 func NewEpochs(ctx context.Context, js jetstream.JetStream, cfg EpochsConfig) (*Epochs, error) {
 	if js == nil {
 		return nil, errors.New("lameduck: ldnats.NewEpochs: js must not be nil; pass the runner's JetStream handle")
@@ -107,11 +112,15 @@ func NewEpochs(ctx context.Context, js jetstream.JetStream, cfg EpochsConfig) (*
 	if err != nil {
 		return nil, fmt.Errorf("lameduck: nats: JetStream key-value bucket %s: %w", cfg.Bucket, err)
 	}
+	st, err := js.Stream(ctx, "KV_"+cfg.Bucket)
+	if err != nil {
+		return nil, fmt.Errorf("lameduck: nats: the stream of key-value bucket %s (KV_%s): %w", cfg.Bucket, cfg.Bucket, err)
+	}
 	var id [8]byte
 	if _, err := rand.Read(id[:]); err != nil {
 		return nil, err
 	}
-	return &Epochs{kv: kv, bucket: cfg.Bucket, fleet: cfg.Fleet, key: cfg.Fleet + "." + hex.EncodeToString(id[:]),
+	return &Epochs{kv: kv, stream: st, bucket: cfg.Bucket, fleet: cfg.Fleet, key: cfg.Fleet + "." + hex.EncodeToString(id[:]),
 		poll: cfg.Poll, draining: cfg.Draining}, nil
 }
 
@@ -121,13 +130,21 @@ func NewEpochs(ctx context.Context, js jetstream.JetStream, cfg EpochsConfig) (*
 // Retire it deletes the entry instead and returns its last answer (at
 // least mine).
 //
-// Errors: the server's, when a put, the watch of the fleet's keys or a
-// delete fails; ctx.Err() when ctx ends first, the watch included (nats.go
-// then ends the watch, and what came so far could miss the newest runner);
-// an error naming the bucket when the watch ends before its initial values
-// are all in (the connection closed); an error naming the key when an
-// entry holds something that is not an epoch entry. It never answers from
-// part of the fleet. The worker then keeps its last answer.
+// It reads the fleet from the bucket's stream, not from a watch: the
+// stream's subjects under <Fleet>.* (one stream info request), then the
+// last message of each (a direct get each), so every runner whose key
+// exists is seen even while the others put theirs. A watch of the bucket
+// (nats.go's KeyValue.Watch) may end its initial values early while the
+// keys it reads are being put, and miss a runner: the answer then falls
+// back for one poll, and a superseded runner takes jobs (a false
+// rollback). The delete markers it finds, of retired and stale runners,
+// it purges (up to the marker, so a put that follows it stays), so a
+// fleet's subjects do not grow with every rollout.
+//
+// Errors: the server's, when the put, the stream info or a get fails;
+// ctx.Err() when ctx ends first; an error naming the key when an entry
+// holds something that is not an epoch entry. It never answers from part
+// of the fleet. The worker then keeps its last answer.
 func (e *Epochs) Newest(ctx context.Context, mine uint64) (uint64, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -141,51 +158,51 @@ func (e *Epochs) Newest(ctx context.Context, mine uint64) (uint64, error) {
 	if _, err := e.kv.Put(ctx, e.key, val); err != nil {
 		return 0, err
 	}
-	wt, err := e.kv.Watch(ctx, e.fleet+".*", jetstream.IgnoreDeletes())
+	prefix := "$KV." + e.bucket + "."
+	info, err := e.stream.Info(ctx, jetstream.WithSubjectFilter(prefix+e.fleet+".*"))
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("lameduck: nats: the keys of %s/%s.*: %w", e.bucket, e.fleet, err)
 	}
-	defer func() { _ = wt.Stop() }()
-	var entries []jetstream.KeyValueEntry
+	subjects := slices.Sorted(maps.Keys(info.State.Subjects))
+	type entry struct {
+		key string
+		seq uint64
+		at  time.Time // the server's time of the put
+		val []byte
+	}
+	var entries []entry
 	var now time.Time // the server's time of this runner's put
-	for done := false; !done; {
-		select {
-		case en, open := <-wt.Updates():
-			if !open {
-				// nats.go closes the channel when the watch's subscription
-				// ends: ctx ended (it unsubscribes then) or the connection
-				// closed. What came so far is part of the fleet at most,
-				// and an answer from it could miss the newest runner: a
-				// false rollback.
-				if err := ctx.Err(); err != nil {
-					return 0, err
-				}
-				return 0, fmt.Errorf("lameduck: nats: the watch of %s/%s.* ended before its initial values were all in", e.bucket, e.fleet)
-			}
-			if en == nil { // the initial values are all in
-				done = true
-				break
-			}
-			entries = append(entries, en)
-			if en.Key() == e.key {
-				now = en.Created()
-			}
-		case <-ctx.Done():
-			return 0, ctx.Err()
+	for _, subj := range subjects {
+		m, err := e.stream.GetLastMsgForSubject(ctx, subj)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue // purged since the info
 		}
+		if err != nil {
+			return 0, fmt.Errorf("lameduck: nats: key %s/%s: %w", e.bucket, strings.TrimPrefix(subj, prefix), err)
+		}
+		if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" || m.Header.Get(jetstream.MarkerReasonHeader) != "" {
+			// A delete marker: a runner that retired, or one found stale.
+			_ = e.stream.Purge(ctx, jetstream.WithPurgeSubject(subj), jetstream.WithPurgeSequence(m.Sequence+1))
+			continue
+		}
+		en := entry{key: strings.TrimPrefix(subj, prefix), seq: m.Sequence, at: m.Time, val: m.Data}
+		if en.key == e.key {
+			now = en.at
+		}
+		entries = append(entries, en)
 	}
 	newest := mine
 	for _, en := range entries {
 		var v epochEntry
-		if err := json.Unmarshal(en.Value(), &v); err != nil {
-			return 0, fmt.Errorf("lameduck: nats: key %s/%s holds %q, not an epoch entry", e.bucket, en.Key(), en.Value())
+		if err := json.Unmarshal(en.val, &v); err != nil {
+			return 0, fmt.Errorf("lameduck: nats: key %s/%s holds %q, not an epoch entry", e.bucket, en.key, en.val)
 		}
 		poll, err := time.ParseDuration(v.Poll)
 		if err != nil || poll <= 0 {
-			return 0, fmt.Errorf("lameduck: nats: key %s/%s holds poll %q, not a positive duration", e.bucket, en.Key(), v.Poll)
+			return 0, fmt.Errorf("lameduck: nats: key %s/%s holds poll %q, not a positive duration", e.bucket, en.key, v.Poll)
 		}
-		if !now.IsZero() && now.Sub(en.Created()) > staleFactor*poll {
-			_ = e.kv.Delete(ctx, en.Key(), jetstream.LastRevision(en.Revision())) // unless it was put again meanwhile
+		if !now.IsZero() && now.Sub(en.at) > staleFactor*poll {
+			_ = e.kv.Delete(ctx, en.key, jetstream.LastRevision(en.seq)) // unless it was put again meanwhile
 			continue
 		}
 		newest = max(newest, v.Epoch)

@@ -2,7 +2,6 @@ package ldnats_test
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -99,80 +98,57 @@ func TestEpochsStaleKeyStopsCounting(t *testing.T) {
 	}
 }
 
-// A watch that ends before its initial values are all in is an error,
-// never an answer from part of the fleet, which could miss the newest
-// runner (a false rollback: the superseded runners fetch again). nats.go
-// ends the watch's subscription, and closes its channel, when the call's
-// context ends mid-watch (a slow server, a poll interval spent) or the
-// connection closes; here the watch is cut before its first entry.
-func TestEpochsWatchCutShortIsAnError(t *testing.T) {
+// Every live runner is seen while the others put their keys: the epoch-2
+// runner polls without pause, and each of the epoch-1 runner's answers is
+// 2. (Read through a watch of the bucket, a poll now and then missed the
+// epoch-2 key while it was being put, and answered 1: a false rollback, in
+// which the superseded runner took jobs.) The delete markers of retired
+// runners are purged, so the fleet's subjects do not grow with rollouts.
+func TestEpochsEveryLiveRunnerSeenWhileTheyPut(t *testing.T) {
 	js := jetStream(t)
 	next := newEpochs(t, js, ldnats.EpochsConfig{Fleet: "jobs"})
+	old := newEpochs(t, js, ldnats.EpochsConfig{Fleet: "jobs"})
 	wantNewest(t, next, 2, 2, "alone")
-	cut := &cutWatchJS{JetStream: js}
-	old := newEpochs(t, cut, ldnats.EpochsConfig{Fleet: "jobs"})
-	wantNewest(t, old, 1, 2, "the watch not cut: a runner of epoch 2 is alive")
-
-	// The subscription ended with the context still alive (as when the
-	// connection closes).
-	cut.cut.Store(true)
-	n, err := old.Newest(testsupport.Context(t, time.Minute), 1)
-	if err == nil || !strings.Contains(err.Error(), "lameduck_epochs/jobs.* ended before its initial values were all in") {
-		t.Fatalf("Newest with its watch cut short = %d, %v; want an error naming the watch (an answer may miss the epoch-2 runner)", n, err)
-	}
-
-	// The context ended mid-watch.
 	ctx, cancel := context.WithCancel(testsupport.Context(t, time.Minute))
-	defer cancel()
-	cut.cancel.Store(&cancel)
-	if n, err := old.Newest(ctx, 1); !errors.Is(err, context.Canceled) {
-		t.Fatalf("Newest with its context ended mid-watch = %d, %v; want context.Canceled", n, err)
+	putting := make(chan error, 1)
+	go func() {
+		for ctx.Err() == nil {
+			if _, err := next.Newest(ctx, 2); err != nil && ctx.Err() == nil {
+				putting <- err
+				return
+			}
+		}
+		putting <- nil
+	}()
+	for i := range 300 {
+		if n, err := old.Newest(ctx, 1); err != nil || n != 2 {
+			cancel()
+			t.Fatalf("poll %d: Newest(1) = %d, %v while the epoch-2 runner puts its key; want 2", i, n, err)
+		}
 	}
-	cut.cut.Store(false)
-	wantNewest(t, old, 1, 2, "the next watch whole again")
-}
+	cancel()
+	if err := <-putting; err != nil {
+		t.Fatalf("the epoch-2 runner's Newest: %v", err)
+	}
 
-// cutWatchJS is a JetStream whose key-value buckets' watches, while cut
-// is set, end at once: the real watch is stopped and the channel closed
-// before any entry, as nats.go closes it when the subscription ends; cancel,
-// when set, is called first (the context ended mid-watch).
-type cutWatchJS struct {
-	jetstream.JetStream
-	cut    atomic.Bool
-	cancel atomic.Pointer[context.CancelFunc]
-}
-
-func (c *cutWatchJS) CreateOrUpdateKeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
-	kv, err := c.JetStream.CreateOrUpdateKeyValue(ctx, cfg)
+	// Retired runners leave delete markers; the next poll purges them.
+	for range 3 {
+		r := newEpochs(t, js, ldnats.EpochsConfig{Fleet: "jobs"})
+		wantNewest(t, r, 3, 3, "the newest")
+		if err := r.Retire(testsupport.Context(t, time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantNewest(t, old, 1, 2, "the three epoch-3 runners retired")
+	st, err := js.Stream(testsupport.Context(t, time.Minute), "KV_"+ldnats.DefaultEpochBucket)
 	if err != nil {
-		return nil, err
+		t.Fatal(err)
 	}
-	return &cutWatchKV{KeyValue: kv, js: c}, nil
-}
-
-type cutWatchKV struct {
-	jetstream.KeyValue
-	js *cutWatchJS
-}
-
-func (kv *cutWatchKV) Watch(ctx context.Context, keys string, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
-	w, err := kv.KeyValue.Watch(ctx, keys, opts...)
-	if err != nil || !kv.js.cut.Load() {
-		return w, err
+	info, err := st.Info(testsupport.Context(t, time.Minute), jetstream.WithSubjectFilter("$KV."+ldnats.DefaultEpochBucket+".jobs.*"))
+	if err != nil || len(info.State.Subjects) != 2 {
+		t.Fatalf("subjects %v, %v; want the two live runners' only, the retired ones' markers purged", info.State.Subjects, err)
 	}
-	if cancel := kv.js.cancel.Load(); cancel != nil {
-		(*cancel)()
-	}
-	_ = w.Stop()
-	closed := make(chan jetstream.KeyValueEntry)
-	close(closed)
-	return cutWatcher(closed), nil
 }
-
-type cutWatcher chan jetstream.KeyValueEntry
-
-func (w cutWatcher) Updates() <-chan jetstream.KeyValueEntry { return w }
-func (w cutWatcher) Stop() error                             { return nil }
 
 // An entry that is not one is named; bad settings are refused before any
 // I/O, naming the setting.
