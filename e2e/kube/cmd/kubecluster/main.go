@@ -39,7 +39,7 @@ func main() {
 	}
 	root.AddCommand(&cobra.Command{
 		Use:   "up",
-		Short: "Build what is missing (about 6 min cold), then start the cluster (about 10s)",
+		Short: "Build what is missing (12 to 14 min cold on 2 cores), then start the cluster (about 10s)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			repo, err := repoRoot()
