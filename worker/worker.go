@@ -68,7 +68,9 @@ type Config struct {
 }
 
 // Loop is one consume loop: it fetches jobs from Source and runs Handle on
-// each, one at a time.
+// each, one at a time; it fetches again only once its job has ended. To run
+// n jobs at once, add n loops (distinct names) on the same Source, which must
+// then be safe for concurrent use.
 type Loop struct {
 	// Name identifies the loop in logs and probe bodies ("jobs"). It is
 	// unique among a worker's loops.
