@@ -20,7 +20,7 @@
 //	probe     answers                                       when
 //	/healthz  200 ok                                        a job is in flight (however long), or the idle loop cycles
 //	/healthz  503 {"status":"stalled","idle_for":"7m12s"}   an idle loop has not cycled for max(2m, 20 × its fetch wait)
-//	/readyz   503 starting                                  before every loop has cycled once
+//	/readyz   503 starting                                  before every loop has cycled once (or its Source said it is consuming)
 //	/readyz   503 superseded                                a newer rollout epoch exists
 //	/readyz   200 ok, 200 degraded, 503 failed              the Lifecycle's readiness checks, otherwise
 //	/readyz   503 {"status":"draining","busy":true}         from the signal on; busy while a job runs
@@ -31,6 +31,15 @@
 // ([ErrNoReply]) is not. While a job runs, /healthz says "busy" with the
 // oldest job's "job" and "job_age". Every body carries version and commit.
 //
+// # The job-source contract
+//
+// Every job a queue delivers ends acknowledged or handed back where the
+// queue will deliver it again; [Source] says what a queue's client must
+// guarantee for that, [Drainer] how it gives back what it buffered, and the
+// package sourcetest checks a Source against a real queue. A runner
+// delivers at least once: a job may run again after a crash, so a handler
+// makes its effect idempotent or checkpointed.
+//
 // # Hand-backs
 //
 // [Job.HandBack] learns from [HandBackCause] whether the job failed (nil:
@@ -40,7 +49,8 @@
 //
 // # Drain
 //
-// From the signal (SIGTERM) on no loop takes a new job. In mode "complete"
+// From the signal (SIGTERM) on no loop asks for a new job; a fetch under way
+// is waited for, not cancelled, and its job handed back unstarted. In mode "complete"
 // (LAMEDUCK_DRAIN_MODE, the default) the job in flight finishes, bounded by
 // LAMEDUCK_DRAIN_TIMEOUT (default: what LAMEDUCK_TERMINATION_GRACE leaves
 // after the teardown and a margin; 8h when the grace is unknown); at the
@@ -49,7 +59,8 @@
 // exits non-zero before the kubelet's SIGKILL. In
 // mode "interrupt" its context is cancelled at once (cause
 // [ErrInterrupted]) so it can checkpoint. A job whose handler returns an
-// error is handed back to the queue; one that returns nil is acknowledged.
+// error is handed back to the queue (after Config.FailureBackoff when it
+// failed on its own); one that returns nil is acknowledged.
 // A handler that ignores its cancelled context has its job handed back at
 // the end of the teardown's hook share while it still runs, so no job
 // waits for the queue's ack deadline. The pod's

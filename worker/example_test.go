@@ -22,7 +22,7 @@ func (q memQueue) Fetch(ctx context.Context, wait time.Duration) (worker.Job, er
 		return j, nil
 	case <-t.C: // nothing within the fetch wait: an idle cycle
 		return nil, nil
-	case <-ctx.Done(): // the drain began
+	case <-ctx.Done(): // the process is exiting (the drain never cancels a fetch: it waits for it)
 		return nil, nil
 	}
 }

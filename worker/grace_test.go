@@ -50,7 +50,7 @@ func TestTheDrainBoundFitsTheGraceAndHandsTheJobBack(t *testing.T) {
 	}
 	started, stuck := make(chan context.Context, 1), make(chan struct{})
 	t.Cleanup(func() { close(stuck) })
-	if err := h.w.AddLoop(worker.Loop{Name: "jobs", Source: src, FetchWait: time.Second, Handle: func(ctx context.Context, _ worker.Job) error {
+	if err := h.addLoop(worker.Loop{Name: "jobs", Source: src, FetchWait: time.Second, Handle: func(ctx context.Context, _ worker.Job) error {
 		started <- ctx
 		<-stuck // ignores its context
 		return nil

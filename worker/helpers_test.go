@@ -26,28 +26,54 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 const guard = 10 * time.Second
 
 // fakeSource hands out what the test sends: a job on jobs, or an idle cycle
-// on idle. A fetch nobody answers blocks until the drain, as a wedged
-// consumer would.
+// on idle. A fetch nobody answers blocks until the queue's request expires,
+// which the harness makes happen at the drain (expireAll): the runner never
+// cancels a fetch, it waits for it (worker.Source).
 type fakeSource struct {
 	jobs    chan worker.Job
 	idle    chan struct{}
 	fetches chan struct{} // receives one value as each fetch begins
+	expired chan struct{} // closed by expireAll: every fetch from then on is answered idle
+	once    sync.Once
 }
 
 func newSource() *fakeSource {
-	return &fakeSource{jobs: make(chan worker.Job), idle: make(chan struct{}), fetches: make(chan struct{}, 100)}
+	return &fakeSource{jobs: make(chan worker.Job), idle: make(chan struct{}), fetches: make(chan struct{}, 100), expired: make(chan struct{})}
 }
 
 func (s *fakeSource) Fetch(ctx context.Context, _ time.Duration) (worker.Job, error) {
+	select {
+	case <-s.expired: // answered at once, uncounted: the loop may ask again before it sees the drain
+		return nil, nil
+	default:
+	}
 	s.fetches <- struct{}{}
 	select {
 	case j := <-s.jobs:
 		return j, nil
 	case <-s.idle:
 		return nil, nil
+	case <-s.expired:
+		return nil, nil
 	case <-ctx.Done():
 		return nil, nil
 	}
+}
+
+// expireAll ends the fetch under way, and every later one, with no job, as
+// a queue's request expiry would.
+func (s *fakeSource) expireAll() { s.once.Do(func() { close(s.expired) }) }
+
+// expirer is a test source whose fetches the harness ends at the drain.
+type expirer interface{ expireAll() }
+
+// addLoop adds l to the worker; a test source in it is expired when the
+// shutdown sequence begins (see fakeSource).
+func (h *harness) addLoop(l worker.Loop) error {
+	if e, ok := l.Source.(expirer); ok {
+		h.expirers = append(h.expirers, e)
+	}
+	return h.w.AddLoop(l)
 }
 
 // send hands v over on ch, failing the test after guard if nothing takes
@@ -143,12 +169,14 @@ func (h *handler) awaitStart(t *testing.T) context.Context {
 }
 
 type harness struct {
-	poll  time.Duration
-	t     *testing.T
-	w     *worker.Worker
-	clock *lameducktest.Clock
-	logs  *testsupport.LogBuffer
-	done  chan error
+	expirers []expirer     // sources expired at the drain
+	returned chan struct{} // closed when Run has returned
+	poll     time.Duration
+	t        *testing.T
+	w        *worker.Worker
+	clock    *lameducktest.Clock
+	logs     *testsupport.LogBuffer
+	done     chan error
 }
 
 var start = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
@@ -157,7 +185,7 @@ var start = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 // environment, with its probes on a loopback port of the system's choice.
 func newHarness(t *testing.T, cfg worker.Config, vars map[string]string) *harness {
 	t.Helper()
-	h := &harness{t: t, clock: lameducktest.NewClock(start), logs: &testsupport.LogBuffer{}, done: make(chan error, 1)}
+	h := &harness{t: t, clock: lameducktest.NewClock(start), logs: &testsupport.LogBuffer{}, done: make(chan error, 1), returned: make(chan struct{})}
 	if cfg.EpochPoll == 0 {
 		cfg.EpochPoll = 1000 * time.Hour // its timer stays put while tests move the clock
 	}
@@ -185,7 +213,16 @@ func newHarness(t *testing.T, cfg worker.Config, vars map[string]string) *harnes
 
 // run starts Run and registers a cleanup that stops it.
 func (h *harness) run() {
-	go func() { h.done <- h.w.Run(context.Background()) }()
+	go func() { err := h.w.Run(context.Background()); close(h.returned); h.done <- err }()
+	go func() { // the queue's requests expire at the drain (see fakeSource)
+		select {
+		case <-h.w.Lifecycle().Events().ShutdownInitiated.Done():
+			for _, e := range h.expirers {
+				e.expireAll()
+			}
+		case <-h.returned:
+		}
+	}()
 	h.t.Cleanup(func() {
 		h.w.Lifecycle().BeginShutdown("test over")
 		deadline := time.After(guard)
@@ -305,6 +342,11 @@ func newSilentSource() *silentSource {
 }
 
 func (s *silentSource) Fetch(ctx context.Context, _ time.Duration) (worker.Job, error) {
+	select {
+	case <-s.expired:
+		return nil, nil
+	default:
+	}
 	s.fetches <- struct{}{}
 	select {
 	case j := <-s.jobs:
@@ -315,6 +357,8 @@ func (s *silentSource) Fetch(ctx context.Context, _ time.Duration) (worker.Job, 
 		return nil, fmt.Errorf("%w: no heartbeat within 2s", worker.ErrNoReply)
 	case <-s.fail:
 		return nil, errors.New("connection refused")
+	case <-s.expired:
+		return nil, nil
 	case <-ctx.Done():
 		return nil, nil
 	}

@@ -17,7 +17,9 @@ type loop struct {
 	Loop                    // immutable
 	w         *Worker       // immutable
 	threshold time.Duration // immutable: max(floor, 20 × FetchWait)
-	cycled    chan struct{} // closed at the first cycle
+	cycled    chan struct{} // closed at the first cycle, or when the Source says it is consuming
+	consuming sync.Once     // closes cycled
+	fetchCtx  context.Context // immutable: the worker's exit context, with Consuming's callback
 
 	mu         sync.Mutex
 	began      time.Time // guarded by mu: when the loop started; zero before
@@ -39,7 +41,12 @@ type inFlight struct {
 	ctx     context.Context         // immutable: the handler's
 	cancel  context.CancelCauseFunc // immutable
 	settled atomic.Bool             // Ack or HandBack was called (by the loop, or by the drain at its end): never twice
+	asked   atomic.Value            // error: the cause with which the runner asked the handler to stop; nil before
 }
+
+// markConsuming closes cycled once: the loop has cycled, or its Source
+// said the queue holds its request (Consuming).
+func (l *loop) markConsuming() { l.consuming.Do(func() { close(l.cycled) }) }
 
 // busy reports the job in flight, if any: its name and age.
 func (l *loop) busy() (name string, age time.Duration, ok bool) {
@@ -62,6 +69,7 @@ func (l *loop) cancelJob(cause error) {
 	cur := l.cur
 	l.mu.Unlock()
 	if cur != nil {
+		cur.asked.CompareAndSwap(nil, cause)
 		cur.cancel(cause)
 	}
 }
@@ -97,7 +105,7 @@ func (l *loop) cycle() {
 	l.lastCycle = now
 	l.mu.Unlock()
 	if first {
-		close(l.cycled)
+		l.markConsuming()
 	}
 }
 
@@ -118,36 +126,38 @@ func (l *loop) idle(now time.Time) (idleFor time.Duration, silent int, ok bool) 
 }
 
 // run is the loop's goroutine: fetch, run, acknowledge or hand back, until
-// the drain begins.
+// the drain begins. The drain stops it asking (w.stopCtx); a fetch under way
+// is never cancelled by it, only waited for: its job, if one comes, is
+// handed back unstarted (docs/runners.md, "The drain").
 func (l *loop) run() {
 	w := l.w
-	ctx := w.fetchCtx
+	stop := w.stopCtx
 	l.mu.Lock()
 	l.began = w.clock.Now()
 	l.mu.Unlock()
-	for ctx.Err() == nil {
+	for stop.Err() == nil {
 		if sup, moved := w.supersededNow(); sup {
 			// Superseded: compete for no job, or the old fleet would win
 			// every fetch against the new one and delay each job. The loop
 			// is idle on purpose; each pause of one fetch wait counts as a
 			// cycle, so liveness stays 200 while it idles.
 			l.cycle()
-			l.pause(ctx, moved)
+			l.pause(stop, moved)
 			continue
 		}
-		job, err := l.fetch(ctx)
+		job, err := l.fetch()
 		if errors.Is(err, ErrNoReply) {
 			// Silence: the queue server neither delivered nor ended the
-			// request, nor sent a heartbeat. Not a cycle: a loop that only
-			// gets silence is stalled, however often it asks.
+			// request. Not a cycle: a loop that only gets silence is
+			// stalled, however often it asks.
 			l.fetchFailed(err, true)
-			w.sleep(ctx, min(l.FetchWait, time.Second))
+			w.sleep(stop, min(l.FetchWait, time.Second))
 			continue
 		}
 		l.cycle()
 		if err != nil {
 			l.fetchFailed(err, false)
-			w.sleep(ctx, min(l.FetchWait, time.Second))
+			w.sleep(stop, min(l.FetchWait, time.Second))
 			continue
 		}
 		l.fetchOK()
@@ -156,9 +166,9 @@ func (l *loop) run() {
 		}
 		name := l.deliver(job)
 		switch {
-		case ctx.Err() != nil || w.lc.Phase() >= lameduck.PhaseDraining:
-			// Delivered as the drain began: never started, so it goes back
-			// at once for another runner.
+		case stop.Err() != nil || w.lc.Phase() >= lameduck.PhaseDraining:
+			// Delivered as the drain began (the fetch was under way):
+			// never started, so it goes back at once for another runner.
 			l.handBack(job, name, 0, ErrNotStarted, ErrNotStarted.Error())
 		case w.isSuperseded():
 			// Delivered as the runner was superseded (the fetch was under
@@ -184,15 +194,16 @@ func (l *loop) pause(ctx context.Context, moved <-chan struct{}) {
 	}
 }
 
-// fetch calls the Source, recovering a panic as an error.
-func (l *loop) fetch(ctx context.Context) (job Job, err error) {
+// fetch calls the Source with the loop's fetch context (it ends only at
+// exit, and carries Consuming's callback), recovering a panic as an error.
+func (l *loop) fetch() (job Job, err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			l.w.panicked("fetch "+l.Name, v)
 			job, err = nil, fmt.Errorf("panic: %v", v)
 		}
 	}()
-	return l.Source.Fetch(ctx, l.FetchWait)
+	return l.Source.Fetch(l.fetchCtx, l.FetchWait)
 }
 
 // fetchFailed records a failed fetch, logged when the loop starts failing
@@ -264,7 +275,8 @@ func (l *loop) runJob(job Job, name string) {
 	l.mu.Lock()
 	l.cur = cur
 	l.mu.Unlock()
-	if w.fetchCtx.Err() != nil && w.cfg.DrainMode == DrainInterrupt {
+	if w.stopCtx.Err() != nil && w.cfg.DrainMode == DrainInterrupt {
+		cur.asked.CompareAndSwap(nil, ErrInterrupted)
 		cancel(ErrInterrupted) // the drain began between the check and now
 	}
 
@@ -280,21 +292,48 @@ func (l *loop) runJob(job Job, name string) {
 			"loop", l.Name, "job", name, "ran", took.Round(time.Millisecond).String())
 		return
 	}
+	ran := took.Round(time.Millisecond).String()
+	asked, _ := cur.asked.Load().(error)
 	if err == nil {
-		if aerr := l.settle("ack", func() error { return job.Ack(context.Background()) }); aerr != nil {
-			w.log.Warn("lameduck: worker: job done but its acknowledgement failed; the queue may deliver it again",
-				"loop", l.Name, "job", name, "error", aerr.Error())
+		aerr := l.settle("ack", func() error { return job.Ack(context.Background()) })
+		switch {
+		case aerr != nil:
+			w.log.Warn("lameduck: worker: job done but its acknowledgement failed; the queue may deliver it again (at least once)",
+				"loop", l.Name, "job", name, "ran", ran, "error", aerr.Error())
+		case asked != nil:
+			w.log.Info("lameduck: worker: job done and acknowledged: its handler returned nil after it was asked to stop ("+asked.Error()+")",
+				"loop", l.Name, "job", name, "ran", ran)
 		}
 		return
 	}
 	// A job the runner cancelled (interrupt, drain bound, exit) goes back
 	// for the runner's reason, whatever error its handler returned.
 	cause := context.Cause(ctx)
-	why := "failed: " + err.Error()
 	if cause != nil {
-		why = cause.Error()
+		l.handBack(job, name, 0, cause, fmt.Sprintf("%s (ran %s)", cause.Error(), ran))
+		return
 	}
-	l.handBack(job, name, 0, cause, fmt.Sprintf("%s (ran %s)", why, took.Round(time.Millisecond)))
+	d := w.failureBackoff(job)
+	l.handBack(job, name, d, nil, fmt.Sprintf("failed: %s (ran %s); redelivery delayed %s", err.Error(), ran, d))
+}
+
+// failureBackoff is the delay of a failed job's hand-back:
+// FailureBackoff × 2^(delivery−1), at most FailureBackoffMax, the delivery
+// read from the job's [Delivered] (1 when it has none).
+func (w *Worker) failureBackoff(job Job) time.Duration {
+	n := 1
+	if d, ok := job.(Delivered); ok {
+		func() {
+			defer func() { _ = recover() }()
+			n = d.Delivery()
+		}()
+	}
+	base, most := w.set.FailureBackoff, w.set.FailureBackoffMax
+	d := base
+	for i := 1; i < n && d < most; i++ {
+		d *= 2
+	}
+	return min(d, most)
 }
 
 // handle calls Handle, recovering a panic as an error.
@@ -316,9 +355,12 @@ func (l *loop) handBack(job Job, name string, delay time.Duration, cause error, 
 		ctx = context.WithValue(ctx, causeKey{}, cause)
 	}
 	err := l.settle("hand back", func() error { return job.HandBack(ctx, delay) })
+	if errors.Is(cause, ErrDrainBound) {
+		l.w.cut.Add(1)
+	}
 	attrs := []any{"loop", l.Name, "job", name, "delay", delay.String()}
 	if err != nil {
-		l.w.log.Warn("lameduck: worker: handing job back failed; the queue redelivers it when its ack wait expires: "+why,
+		l.w.log.Error("lameduck: worker: handing job back failed ("+why+"); what the queue does with it now is in the error",
 			append(attrs, "error", err.Error())...)
 		return
 	}

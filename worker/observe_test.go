@@ -57,7 +57,7 @@ func TestProbesAndDrainLogCountTheJobInFlight(t *testing.T) {
 func TestSilentFetchesFailLiveness(t *testing.T) {
 	src, hd := newSilentSource(), newHandler()
 	h := newHarness(t, worker.Config{}, nil)
-	if err := h.w.AddLoop(worker.Loop{Name: "jobs", Source: src, Handle: hd.Handle, FetchWait: time.Second}); err != nil {
+	if err := h.addLoop(worker.Loop{Name: "jobs", Source: src, Handle: hd.Handle, FetchWait: time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	h.run()

@@ -82,7 +82,7 @@ func TestLoopsStartAfterTheApplicationsStartupTasks(t *testing.T) {
 	h := newHarness(t, worker.Config{}, nil)
 	ran, release := make(chan int, 1), make(chan struct{})
 	if err := errors.Join(
-		h.w.AddLoop(worker.Loop{Name: "jobs", Source: src, Handle: hd.Handle, FetchWait: time.Second}),
+		h.addLoop(worker.Loop{Name: "jobs", Source: src, Handle: hd.Handle, FetchWait: time.Second}),
 		h.w.Lifecycle().AddStartupTask("migrate", func(context.Context) error { ran <- len(src.fetches); <-release; return nil }),
 	); err != nil {
 		t.Fatal(err)
@@ -154,15 +154,15 @@ func TestAPanicInJobIDIsRecovered(t *testing.T) {
 		defer mu.Unlock()
 		panics = append(panics, fmt.Sprint(what, ": ", v))
 	}}}, nil)
-	if err := h.w.AddLoop(worker.Loop{Name: "jobs", Source: src, FetchWait: time.Second,
+	if err := h.addLoop(worker.Loop{Name: "jobs", Source: src, FetchWait: time.Second,
 		Handle: func(context.Context, worker.Job) error { return errors.New("boom") }}); err != nil {
 		t.Fatal(err)
 	}
 	h.run()
 	j := idPanicJob{newJob("")}
 	send(t, src.jobs, worker.Job(j), "a job whose ID panics")
-	if got := j.outcome(t); got != "back 0s" {
-		t.Fatalf("job ended %q; want handed back", got)
+	if got := j.outcome(t); got != "back 1s" { // its failure, redelivered after FailureBackoff
+		t.Fatalf("job ended %q; want handed back after the failure backoff", got)
 	}
 	mu.Lock()
 	defer mu.Unlock()

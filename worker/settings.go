@@ -39,6 +39,13 @@ const (
 	// DefaultFetchWait is how long a consume loop's fetch waits for a job
 	// before it returns empty (one idle cycle).
 	DefaultFetchWait = 5 * time.Second
+	// DefaultFailureBackoff is the delay of a failed job's first
+	// redelivery; each later one doubles it, up to
+	// DefaultFailureBackoffMax.
+	DefaultFailureBackoff = time.Second
+	// DefaultFailureBackoffMax caps the delay of a failed job's
+	// redelivery.
+	DefaultFailureBackoffMax = 5 * time.Minute
 )
 
 // defaultTeardown is a runner's teardown when its grace period is unknown
@@ -55,6 +62,9 @@ type Resolved struct {
 	Epoch              uint64
 	EpochMismatchDelay time.Duration
 	FetchWait          time.Duration
+	// FailureBackoff and FailureBackoffMax are Config's, filled likewise.
+	FailureBackoff    time.Duration
+	FailureBackoffMax time.Duration
 }
 
 // Resolve resolves cfg exactly as [New] does — the Lifecycle's settings
@@ -74,7 +84,9 @@ func Resolve(cfg Config) (Resolved, []error) {
 	extend.Attach(&lcfg, set.extension(nil))
 	res, errs := lameduck.Resolve(lcfg)
 	errs = append(errs, cfg.checkOwn()...)
-	return Resolved{Resolved: res, Epoch: set.Epoch, EpochMismatchDelay: set.EpochMismatchDelay, FetchWait: set.FetchWait}, errs
+	errs = append(errs, set.check(cfg.Lifecycle.EnvPrefix)...)
+	return Resolved{Resolved: res, Epoch: set.Epoch, EpochMismatchDelay: set.EpochMismatchDelay, FetchWait: set.FetchWait,
+		FailureBackoff: set.FailureBackoff, FailureBackoffMax: set.FailureBackoffMax}, errs
 }
 
 // checkOwn checks the fields no variable sets.
@@ -96,10 +108,26 @@ type settings struct {
 	Epoch              uint64
 	EpochMismatchDelay time.Duration
 	FetchWait          time.Duration
+	FailureBackoff     time.Duration
+	FailureBackoffMax  time.Duration
 }
 
 func (cfg Config) settings() *settings {
-	return &settings{Epoch: cfg.Epoch, EpochMismatchDelay: cfg.EpochMismatchDelay, FetchWait: cfg.FetchWait}
+	return &settings{Epoch: cfg.Epoch, EpochMismatchDelay: cfg.EpochMismatchDelay, FetchWait: cfg.FetchWait,
+		FailureBackoff: cfg.FailureBackoff, FailureBackoffMax: cfg.FailureBackoffMax}
+}
+
+// check reports settings that are valid one by one but not together: a
+// backoff above its cap. prefix is the variables' (LAMEDUCK_ when empty).
+func (s *settings) check(prefix string) []error {
+	if prefix == "" {
+		prefix = lameduck.DefaultEnvPrefix
+	}
+	if s.FailureBackoff > 0 && s.FailureBackoffMax > 0 && s.FailureBackoff > s.FailureBackoffMax {
+		return []error{fmt.Errorf("lameduck: %sFAILURE_BACKOFF=%s is above %sFAILURE_BACKOFF_MAX=%s: the first redelivery of a failed job would wait longer than the cap; lower the first or raise the second: %w",
+			prefix, s.FailureBackoff, prefix, s.FailureBackoffMax, lameduck.ErrInvalidConfig)}
+	}
+	return nil
 }
 
 // extension is what a runner adds to its Lifecycle's Config: its rows
@@ -117,6 +145,12 @@ func (s *settings) extension(w *Worker) *extend.Extension[lameduck.Config, lamed
 			{Name: "FETCH_WAIT", Field: "FetchWait", Form: `a positive Go duration with a unit, such as "5s"`, Duration: &s.FetchWait,
 				Doc:     "how long a runner's fetch waits for a job; its liveness allows max(2m, 20 × it) without a cycle",
 				Default: func() string { s.FetchWait = DefaultFetchWait; return "default" }},
+			{Name: "FAILURE_BACKOFF", Field: "FailureBackoff", Form: `a positive Go duration with a unit, such as "1s"`, Duration: &s.FailureBackoff,
+				Doc:     "how long a job whose handler failed waits before its first redelivery; each later one doubles it, up to FAILURE_BACKOFF_MAX ([runners](docs/runners.md#failures-and-backoff))",
+				Default: func() string { s.FailureBackoff = DefaultFailureBackoff; return "default" }},
+			{Name: "FAILURE_BACKOFF_MAX", Field: "FailureBackoffMax", Form: `a positive Go duration with a unit, such as "5m"`, Duration: &s.FailureBackoffMax,
+				Doc:     "the longest a failed job's redelivery is delayed",
+				Default: func() string { s.FailureBackoffMax = DefaultFailureBackoffMax; return "default" }},
 		},
 		Rules: map[string]func(*lameduck.Config, map[string]string) string{
 			"PROBE_ADDR": func(c *lameduck.Config, _ map[string]string) string {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,6 +55,19 @@ type Config struct {
 	// liveness. Zero means unset; negative is an error.
 	// Env: LAMEDUCK_FETCH_WAIT. Default DefaultFetchWait (5s).
 	FetchWait time.Duration
+	// FailureBackoff, a time.Duration, is how long a job whose handler
+	// returned an error (or panicked) waits before the queue delivers it
+	// again: FailureBackoff × 2^(delivery−1), delivery read from the job
+	// when it is [Delivered] (1 otherwise), at most FailureBackoffMax. The
+	// hand-back counts against the queue's delivery limit, so a job that
+	// always fails reaches the queue's dead-letter policy, spaced out
+	// instead of in a tight loop. Zero means unset; negative is an error.
+	// Env: LAMEDUCK_FAILURE_BACKOFF. Default DefaultFailureBackoff (1s).
+	FailureBackoff time.Duration
+	// FailureBackoffMax, a time.Duration, caps FailureBackoff's doubling.
+	// Zero means unset; negative, or below FailureBackoff, is an error.
+	// Env: LAMEDUCK_FAILURE_BACKOFF_MAX. Default DefaultFailureBackoffMax (5m).
+	FailureBackoffMax time.Duration
 	// Epochs reports the newest rollout epoch of the fleet. Nil means
 	// StaticEpochs(0): this runner is never superseded.
 	Epochs EpochSource
@@ -79,7 +93,8 @@ type Loop struct {
 	Source Source
 	// Handle runs one job. Required. It returns nil when the job is done
 	// (the loop acknowledges it) or an error (the loop hands it back for
-	// redelivery at once). ctx is cancelled when the job must stop: at the
+	// redelivery after Config.FailureBackoff, doubled at each delivery:
+	// the hand-back counts against the queue's delivery limit). ctx is cancelled when the job must stop: at the
 	// signal in DrainInterrupt mode, at the drain bound (DrainTimeout) in
 	// DrainComplete mode, with a cause that says which; Handle should then
 	// checkpoint and return. A panic is recovered, handed to
@@ -142,16 +157,23 @@ func HandBackCause(ctx context.Context) error {
 //     {"status":"stalled","loop":"jobs","idle_for":"7m12s",...} when an idle
 //     loop has not cycled for max(2m, 20 × its fetch wait). Always 200 once
 //     the drain has begun;
-//   - /readyz: 503 "starting" until every loop has cycled once; 503
+//   - /readyz: 503 "starting" until every loop has cycled once, or its
+//     Source has said it is consuming ([Consuming]); 503
 //     "superseded" while a newer rollout epoch exists; the Lifecycle's
 //     checks otherwise (200 "ok"); 503 {"status":"draining","busy":true}
 //     from the signal on, busy while a job is in flight.
 //
-// On the signal no loop takes a new job. In DrainComplete mode the jobs in
-// flight finish, bounded by DrainTimeout, at which their contexts are
-// cancelled and each is logged with its age; in DrainInterrupt mode their
-// contexts are cancelled at once. A job whose handler returns an error is
-// handed back; one that returns nil is acknowledged. A handler that has
+// On the signal no loop asks for a new job; a fetch already under way is
+// waited for, never cancelled (a queue cannot un-send a job), and a job it
+// returns is handed back unstarted ([ErrNotStarted]). In DrainComplete mode
+// the jobs in flight finish, bounded by DrainTimeout, at which their
+// contexts are cancelled and each is logged with its age; in
+// DrainInterrupt mode their contexts are cancelled at once. A job whose
+// handler returns an error is handed back (for the runner's reason when the
+// runner cancelled it, for its own failure otherwise, after the failure
+// backoff); one that returns nil is acknowledged, even after its context
+// was cancelled, and the log says so. Once every loop has returned, each
+// Source that is a [Drainer] is drained within the teardown's hook share. A handler that has
 // not returned when the teardown's hook share ends (Config.HookShare of
 // ShutdownTeardown) has its job handed back there, while it still runs, so
 // the job never waits for the queue's ack deadline; its late return then
@@ -180,8 +202,10 @@ type Worker struct {
 	epochFailing bool          // guarded by epochMu: the last question failed
 	epochMoved   chan struct{} // guarded by epochMu: closed (and replaced) when superseded changes
 
-	fetchCtx  context.Context // cancelled at the signal: no new job
+	stopCtx   context.Context // cancelled at the signal: the loops stop asking for jobs
 	stopFetch context.CancelFunc
+	exitCtx   context.Context // cancelled at the end of the teardown's hook share, or when Run returns: what Fetch gets
+	exit      context.CancelCauseFunc
 	pollCtx   context.Context // cancelled when Run returns
 	stopPoll  context.CancelFunc
 	exited    chan struct{}  // closed when every loop goroutine has returned
@@ -220,6 +244,9 @@ func New(cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
+	if errs := w.set.check(lc.Config().EnvPrefix); len(errs) > 0 {
+		return nil, errs[0]
+	}
 	w.lc, w.cfg = lc, lc.Config()
 	w.clock, w.log = w.cfg.Clock, w.cfg.Logger
 	if w.epochs == nil {
@@ -232,7 +259,8 @@ func New(cfg Config) (*Worker, error) {
 		w.floor = DefaultLivenessFloor
 	}
 	w.newest.Store(w.set.Epoch)
-	w.fetchCtx, w.stopFetch = context.WithCancel(context.Background())
+	w.stopCtx, w.stopFetch = context.WithCancel(context.Background())
+	w.exitCtx, w.exit = context.WithCancelCause(context.Background())
 	w.pollCtx, w.stopPoll = context.WithCancel(context.Background())
 	if err := lc.AddTeardownHook("consume loops", w.joinLoops); err != nil {
 		return nil, err
@@ -272,7 +300,9 @@ func (w *Worker) AddLoop(l Loop) error {
 			return fmt.Errorf("lameduck: worker.AddLoop(%q): a loop of that name already exists", l.Name)
 		}
 	}
-	w.loops = append(w.loops, &loop{Loop: l, w: w, threshold: max(w.floor, stallFactor*l.FetchWait), cycled: make(chan struct{})})
+	lp := &loop{Loop: l, w: w, threshold: max(w.floor, stallFactor*l.FetchWait), cycled: make(chan struct{})}
+	lp.fetchCtx = context.WithValue(w.exitCtx, consumingKey{}, lp.markConsuming)
+	w.loops = append(w.loops, lp)
 	return nil
 }
 
@@ -307,8 +337,9 @@ const exitWait = time.Second
 //     context past then is named in the log and left behind.
 //
 // Run returns the Lifecycle's error, joined with an error wrapping
-// [ErrDrainBound] when the drain bound cut a job (so the process exits
-// non-zero: the job did not finish here). Run runs once: a second call
+// [ErrDrainBound] when a job cut at the drain bound was handed back (so the
+// process exits non-zero: the job did not finish here; a job whose handler
+// returned nil after the bound was acknowledged and does not count). Run runs once: a second call
 // returns lameduck.ErrAlreadyRunning at once and changes nothing, and so
 // does a call after the Lifecycle's own Run was called (run a worker with
 // Worker.Run, never with its Lifecycle's).
@@ -327,6 +358,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	err := w.lc.Run(ctx)
 	w.stopFetch()
+	w.exit(errExit)
 	w.stopPoll()
 	w.poller.Wait() // never inside Newest: see ask
 	w.mu.Lock()
@@ -404,9 +436,11 @@ func (w *Worker) start(ctx context.Context) error {
 	return nil
 }
 
-// drain is the drain wait: no new job from now on; in interrupt mode the
-// jobs in flight are cancelled at once; it returns when every loop has
-// returned, or at the bound, where it cancels what still runs.
+// drain is the drain wait: the loops stop asking for jobs (a fetch under
+// way is waited for, never cancelled: its job is handed back unstarted); in
+// interrupt mode the jobs in flight are asked to stop at once; it returns
+// when every loop has returned, or at the bound, where it asks what still
+// runs to stop.
 func (w *Worker) drain(ctx context.Context) error {
 	w.stopFetch()
 	w.mu.Lock()
@@ -418,7 +452,7 @@ func (w *Worker) drain(ctx context.Context) error {
 	if w.cfg.DrainMode == DrainInterrupt {
 		for _, l := range loops {
 			if id, age, busy := l.busy(); busy {
-				w.log.Info("lameduck: worker: interrupting the job in flight (drain mode interrupt); it will be handed back",
+				w.log.Info("lameduck: worker: interrupting the job in flight (drain mode interrupt): its handler is asked to stop; the job is handed back, or acknowledged if the handler returns nil (a line follows)",
 					"loop", l.Name, "job", id, "age", age.Round(time.Millisecond).String())
 				l.cancelJob(ErrInterrupted)
 			}
@@ -431,9 +465,8 @@ func (w *Worker) drain(ctx context.Context) error {
 	}
 	for _, l := range loops {
 		if id, age, busy := l.busy(); busy {
-			w.cut.Add(1)
-			w.log.Warn(fmt.Sprintf("lameduck: worker: drain bound %s reached: cancelling job %s of loop %s (age %s); it will be handed back and the process will exit non-zero",
-				w.cfg.DrainTimeout, id, l.Name, age.Round(time.Second)),
+			w.log.Warn(fmt.Sprintf("lameduck: worker: drain bound %s reached: cancelling job %s of loop %s (age %s); it is handed back unless its handler returns nil (a line follows)",
+				w.cfg.DrainTimeout, id, l.Name, age.Round(time.Millisecond)),
 				"loop", l.Name, "job", id, "age", age.Round(time.Millisecond).String(),
 				"setting", w.cfg.EnvPrefix+"DRAIN_TIMEOUT")
 			l.cancelJob(ErrDrainBound)
@@ -443,8 +476,11 @@ func (w *Worker) drain(ctx context.Context) error {
 }
 
 // joinLoops is the teardown hook: it waits, within the teardown's hook share,
-// for the loops cancelled at the bound to hand their jobs back, and at the
-// share's end hands back itself each job whose handler has not returned.
+// for the loops to return (a job cancelled at the bound handed back, a fetch
+// under way answered), then drains each Source that is a [Drainer]. At the
+// share's end it hands back itself each job whose handler has not returned,
+// and ends the fetch context, so a Fetch still waiting returns (its Source
+// hands back what the queue delivers late).
 func (w *Worker) joinLoops(ctx context.Context) error {
 	w.mu.Lock()
 	loops, started := w.loops, w.started
@@ -454,13 +490,59 @@ func (w *Worker) joinLoops(ctx context.Context) error {
 	}
 	select {
 	case <-w.exited:
-		return nil
+		return w.drainSources(ctx, loops)
 	case <-ctx.Done():
 	}
 	for _, l := range loops {
 		l.giveUp()
 	}
+	w.exit(errExit)
 	return ctx.Err()
+}
+
+// drainSources calls Drain once on each distinct Source that is a
+// [Drainer], in the order of the loops, and returns their errors joined.
+// Each error is logged, with the Source's own words.
+func (w *Worker) drainSources(ctx context.Context, loops []*loop) error {
+	var done []Source
+	var errs []error
+	for _, l := range loops {
+		d, ok := l.Source.(Drainer)
+		if !ok || seen(done, l.Source) {
+			continue
+		}
+		done = append(done, l.Source)
+		if err := w.drainSource(ctx, d); err != nil {
+			w.log.Error("lameduck: worker: draining the loop's job source left something to the queue", "loop", l.Name, "error", err.Error())
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// drainSource calls d.Drain, recovering a panic as an error.
+func (w *Worker) drainSource(ctx context.Context, d Drainer) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			w.panicked("drain source", v)
+			err = fmt.Errorf("panic: %v", v)
+		}
+	}()
+	return d.Drain(ctx)
+}
+
+// seen reports whether s is in list; a Source of a type that cannot be
+// compared is never seen twice.
+func seen(list []Source, s Source) bool {
+	if !reflect.TypeOf(s).Comparable() {
+		return false
+	}
+	for _, o := range list {
+		if reflect.TypeOf(o) == reflect.TypeOf(s) && o == s {
+			return true
+		}
+	}
+	return false
 }
 
 // sleep waits d on the worker's clock, or until ctx is done.

@@ -20,7 +20,7 @@ import (
 func serving(t *testing.T, cfg worker.Config, vars map[string]string, src *fakeSource, hd *handler) *harness {
 	t.Helper()
 	h := newHarness(t, cfg, vars)
-	if err := h.w.AddLoop(worker.Loop{Name: "jobs", Source: src, Handle: hd.Handle, FetchWait: time.Second}); err != nil {
+	if err := h.addLoop(worker.Loop{Name: "jobs", Source: src, Handle: hd.Handle, FetchWait: time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	h.run()
@@ -42,7 +42,7 @@ func serving(t *testing.T, cfg worker.Config, vars map[string]string, src *fakeS
 func TestReadinessStartingUntilTheFirstCycle(t *testing.T) {
 	src, hd := newSource(), newHandler()
 	h := newHarness(t, worker.Config{}, nil)
-	if err := h.w.AddLoop(worker.Loop{Name: "jobs", Source: src, Handle: hd.Handle}); err != nil {
+	if err := h.addLoop(worker.Loop{Name: "jobs", Source: src, Handle: hd.Handle}); err != nil {
 		t.Fatal(err)
 	}
 	h.run()
@@ -67,7 +67,7 @@ func TestLivenessStalledAfterTheThreshold(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			src, hd := newSource(), newHandler()
 			h := newHarness(t, worker.Config{}, nil)
-			if err := h.w.AddLoop(worker.Loop{Name: "jobs", Source: src, Handle: hd.Handle, FetchWait: tc.fetchWait}); err != nil {
+			if err := h.addLoop(worker.Loop{Name: "jobs", Source: src, Handle: hd.Handle, FetchWait: tc.fetchWait}); err != nil {
 				t.Fatal(err)
 			}
 			h.run()
@@ -98,7 +98,7 @@ func TestLivenessNamesTheLoopThatStalled(t *testing.T) {
 	a, b, hd := newSource(), newSource(), newHandler()
 	h := newHarness(t, worker.Config{}, nil)
 	for name, src := range map[string]*fakeSource{"orders": a, "emails": b} {
-		if err := h.w.AddLoop(worker.Loop{Name: name, Source: src, Handle: hd.Handle, FetchWait: time.Second}); err != nil {
+		if err := h.addLoop(worker.Loop{Name: name, Source: src, Handle: hd.Handle, FetchWait: time.Second}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -325,7 +325,7 @@ func TestSupersededAtBootFetchesNothingAndStaysAlive(t *testing.T) {
 	src, hd := newSource(), newHandler()
 	cfg := worker.Config{Epochs: worker.StaticEpochs(5)}
 	h := newHarness(t, cfg, map[string]string{"LAMEDUCK_EPOCH": "4"})
-	if err := h.w.AddLoop(worker.Loop{Name: "jobs", Source: src, Handle: hd.Handle, FetchWait: time.Second}); err != nil {
+	if err := h.addLoop(worker.Loop{Name: "jobs", Source: src, Handle: hd.Handle, FetchWait: time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	h.run()
@@ -437,7 +437,7 @@ func TestReadinessChecksStillApply(t *testing.T) {
 	src, hd := newSource(), newHandler()
 	h := newHarness(t, worker.Config{}, nil)
 	if err := errors.Join(
-		h.w.AddLoop(worker.Loop{Name: "jobs", Source: src, Handle: hd.Handle}),
+		h.addLoop(worker.Loop{Name: "jobs", Source: src, Handle: hd.Handle}),
 		h.w.Lifecycle().AddCheck(health.Check{Name: "db", Critical: true, Func: func(context.Context) error { return errors.New("down") }}),
 	); err != nil {
 		t.Fatal(err)
@@ -541,11 +541,11 @@ func TestAddLoopErrors(t *testing.T) {
 	h := newHarness(t, worker.Config{}, nil)
 	src, hd := newSource(), newHandler()
 	ok := worker.Loop{Name: "jobs", Source: src, Handle: hd.Handle}
-	if err := h.w.AddLoop(ok); err != nil {
+	if err := h.addLoop(ok); err != nil {
 		t.Fatal(err)
 	}
 	for _, l := range []worker.Loop{ok, {Name: "x", Source: src}, {Name: "y", Source: src, Handle: hd.Handle, FetchWait: -time.Second}} {
-		if err := h.w.AddLoop(l); err == nil {
+		if err := h.addLoop(l); err == nil {
 			t.Fatalf("AddLoop(%+v) accepted", l)
 		}
 	}
@@ -570,7 +570,7 @@ func TestPanicsInHandleAndAckAreRecovered(t *testing.T) {
 		panics = append(panics, fmt.Sprint(what, ": ", v))
 	}}}, nil)
 	calls := 0
-	if err := h.w.AddLoop(worker.Loop{Name: "jobs", Source: src, FetchWait: time.Second, Handle: func(context.Context, worker.Job) error {
+	if err := h.addLoop(worker.Loop{Name: "jobs", Source: src, FetchWait: time.Second, Handle: func(context.Context, worker.Job) error {
 		if calls++; calls == 1 {
 			panic("handler exploded")
 		}
@@ -584,8 +584,8 @@ func TestPanicsInHandleAndAckAreRecovered(t *testing.T) {
 	h.awaitEvent(h.w.Lifecycle().Events().StartupDone)
 	j1 := newJob("job-1")
 	src.deliver(t, j1)
-	if got := j1.outcome(t); got != "back 0s" {
-		t.Fatalf("a panicking handler's job ended %q; want handed back", got)
+	if got := j1.outcome(t); got != "back 1s" {
+		t.Fatalf("a panicking handler's job ended %q; want handed back after the failure backoff", got)
 	}
 	j2 := panicJob{newJob("job-2")}
 	src.deliver(t, j2)
@@ -608,7 +608,7 @@ func TestPanicsInHandleAndAckAreRecovered(t *testing.T) {
 func TestStartupzWaitsForTheFirstCycle(t *testing.T) {
 	src, hd := newSource(), newHandler()
 	h := newHarness(t, worker.Config{}, nil)
-	if err := h.w.AddLoop(worker.Loop{Name: "jobs", Source: src, Handle: hd.Handle}); err != nil {
+	if err := h.addLoop(worker.Loop{Name: "jobs", Source: src, Handle: hd.Handle}); err != nil {
 		t.Fatal(err)
 	}
 	h.run()

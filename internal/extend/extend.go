@@ -20,7 +20,7 @@ import (
 // settings. A process that is not a runner refuses them as a runner's,
 // not as unknown names: they are real settings that do nothing there.
 // worker's TestRunnerSettingsAreWorkersRows holds the list to its rows.
-var RunnerSettings = []string{"EPOCH", "EPOCH_MISMATCH_DELAY", "FETCH_WAIT"}
+var RunnerSettings = []string{"EPOCH", "EPOCH_MISMATCH_DELAY", "FAILURE_BACKOFF", "FAILURE_BACKOFF_MAX", "FETCH_WAIT"}
 
 // Extension is what one package adds to one Config. The zero value adds
 // nothing. Its functions are called by the Config's resolution and by the

@@ -176,7 +176,7 @@ func isRunner(c corev1.Container, opt Options) bool {
 	}
 	for _, e := range c.Env {
 		switch strings.TrimPrefix(e.Name, lameduck.DefaultEnvPrefix) {
-		case "EPOCH", "EPOCH_MISMATCH_DELAY", "FETCH_WAIT":
+		case "EPOCH", "EPOCH_MISMATCH_DELAY", "FETCH_WAIT", "FAILURE_BACKOFF", "FAILURE_BACKOFF_MAX":
 			return true
 		}
 	}
