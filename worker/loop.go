@@ -14,11 +14,11 @@ import (
 
 // loop is one registered Loop and what liveness knows of it.
 type loop struct {
-	Loop                    // immutable
-	w         *Worker       // immutable
-	threshold time.Duration // immutable: max(floor, 20 × FetchWait)
-	cycled    chan struct{} // closed at the first cycle, or when the Source says it is consuming
-	consuming sync.Once     // closes cycled
+	Loop                      // immutable
+	w         *Worker         // immutable
+	threshold time.Duration   // immutable: max(floor, 20 × FetchWait)
+	cycled    chan struct{}   // closed at the first cycle, or when the Source says it is consuming
+	consuming sync.Once       // closes cycled
 	fetchCtx  context.Context // immutable: the worker's exit context, with Consuming's callback
 
 	mu         sync.Mutex
