@@ -1,13 +1,17 @@
-// Package ldpgx is a lameduck readiness check for PostgreSQL through a
-// pgx v5 pool (github.com/jackc/pgx/v5/pgxpool).
+// Package ldpgx is lameduck's PostgreSQL integration, through a pgx v5
+// pool (github.com/jackc/pgx/v5/pgxpool): a readiness check of the pool
+// ([Check]), and a job source for runners ([Source], a worker.Source): a
+// jobs table ([CreateTable]) that producers fill in their own
+// transactions ([Enqueue]) and runners claim one row at a time with FOR
+// UPDATE SKIP LOCKED, under a lease renewed while the job runs.
 //
 // Import it as
 //
 //	import ldpgx "github.com/lameduck/lameduck/contrib/pgx"
 //
-// A service on database/sql (pgx's stdlib driver, lib/pq) uses
-// checks.SQLPing from the core instead. This is a module of its own, so
-// importing it pulls pgx and nothing else beyond lameduck's
+// A service on database/sql (pgx's stdlib driver, lib/pq) checks its
+// database with checks.SQLPing from the core instead. This is a module of
+// its own, so importing it pulls pgx and nothing else beyond lameduck's
 // standard-library core. The operator's page is docs/postgres.md in the
 // lameduck repository.
 package ldpgx
