@@ -1,5 +1,8 @@
-// Package ldamqp is a lameduck readiness check for RabbitMQ (AMQP 0-9-1)
-// through amqp091-go (github.com/rabbitmq/amqp091-go).
+// Package ldamqp connects lameduck to RabbitMQ (AMQP 0-9-1) through
+// amqp091-go (github.com/rabbitmq/amqp091-go): readiness checks of a
+// connection ([Check], [DialCheck]), and a runner's job source on a quorum
+// queue ([Source], [DeclareQueue]) that loses no job at a drain, a
+// failure or a hand-back.
 //
 // Import it as
 //

@@ -1,0 +1,381 @@
+package ldamqp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/lameduck/lameduck/worker"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// settleTimeout bounds each round trip of an Ack or a HandBack (a method
+// and its proof, a copy's confirmation), within ctx.
+const settleTimeout = 10 * time.Second
+
+// Job is one delivery of a [Source]: a [worker.Job] and a
+// [worker.Delivered]. Ack acknowledges it, HandBack returns it to the
+// queue; a consume loop calls exactly one of them, once. Until then the
+// delivery stays unacknowledged on its channel, RabbitMQ's claim that no
+// one else runs it.
+//
+// Its methods are safe for concurrent use; a second Ack or HandBack
+// returns an error and does nothing.
+type Job struct {
+	c        *consumer
+	d        amqp.Delivery
+	prior    int // HeaderDeliveries: counted deliveries before this copy was published
+	returned int // x-delivery-count: counted returns of this copy, as RabbitMQ says
+
+	idOnce  sync.Once
+	id      string
+	settled atomic.Bool
+}
+
+// ID is the job's name: SourceConfig.ID's answer, by default the
+// message's MessageId (possibly empty: the loop then names the job
+// <loop>#<n>). A panic in SourceConfig.ID propagates, and the loop
+// recovers it.
+func (j *Job) ID() string {
+	j.idOnce.Do(func() { j.id = j.c.src.id(&j.d) })
+	return j.id
+}
+
+// Msg is the delivery: its body, properties and headers. Read it, never
+// modify it, and settle the job through Ack or HandBack, never through
+// the delivery's own methods (the Source would not know, and a job
+// settled twice closes the channel with every job on it).
+func (j *Job) Msg() *amqp.Delivery { return &j.d }
+
+// Delivery reports how many times the job has been delivered, this
+// delivery included, counting only what counts against the queue's
+// delivery limit: 1 the first time, then one more for each of the job's
+// failures (and, on RabbitMQ 3, each return of a channel that closed
+// holding it). It is the HeaderDeliveries carried by a copy, plus
+// RabbitMQ's x-delivery-count of a redelivered message, plus one.
+func (j *Job) Delivery() int { return j.prior + j.returned + 1 }
+
+// LastDelivery reports whether this delivery is the job's last: its
+// failure now would exceed the queue's delivery limit (Delivery() >
+// Queue.DeliveryLimit), so HandBack of a failure dead-letters it. A
+// handler may use it to record a job about to fail for good.
+func (j *Job) LastDelivery() bool { return j.prior+j.returned >= j.c.src.limit }
+
+// Ack acknowledges the delivery (basic.ack) and then makes a synchronous
+// round trip on the same channel (basic.qos, unchanged), whose reply
+// proves RabbitMQ has processed the ack, so a job reported done is not
+// delivered again. The round trip is bounded by ctx and by 10s.
+//
+// It returns an error when the channel closed before the ack (RabbitMQ
+// requeued the job, and delivers it again: the job runs twice, at least
+// once) or before the proof (the ack may or may not have been processed),
+// and when the job was already settled.
+func (j *Job) Ack(ctx context.Context) error {
+	if !j.settled.CompareAndSwap(false, true) {
+		return fmt.Errorf("lameduck: amqp: ack of job %q: the job was already acknowledged or handed back", j.ID())
+	}
+	defer j.c.release()
+	if err := j.ack(ctx); err != nil {
+		return fmt.Errorf("lameduck: amqp: ack of job %q: %w", j.ID(), err)
+	}
+	return nil
+}
+
+// ack sends basic.ack and its proof.
+func (j *Job) ack(ctx context.Context) error {
+	if j.c.ch.IsClosed() {
+		return fmt.Errorf("the channel closed before the ack (%s): RabbitMQ requeued the job and delivers it again (it runs twice: at least once)", j.c.reason())
+	}
+	if err := j.c.ch.Ack(j.d.DeliveryTag, false); err != nil {
+		return fmt.Errorf("basic.ack: %w: RabbitMQ requeues the job when the channel closes, and delivers it again (it runs twice: at least once)", err)
+	}
+	return j.proof(ctx, "the ack")
+}
+
+// proof makes the round trip that proves RabbitMQ processed what was sent
+// before it on the channel, bounded by ctx and settleTimeout.
+func (j *Job) proof(ctx context.Context, what string) error {
+	ctx, cancel := context.WithTimeoutCause(ctx, settleTimeout,
+		fmt.Errorf("no reply within %s", settleTimeout))
+	defer cancel()
+	if err := j.c.sync(ctx); err != nil {
+		return fmt.Errorf("%s was sent, but the round trip that proves RabbitMQ processed it failed (%w): if the channel closes before it is processed, RabbitMQ requeues the job and delivers it again", what, err)
+	}
+	return nil
+}
+
+// HandBack returns the job to the queue, to be delivered again after
+// delay (zero: at once), and returns once RabbitMQ has it back, so that a
+// process exiting next cannot strand it (docs/amqp.md, "The failure
+// table"). [worker.HandBackCause](ctx) says why, and decides how:
+//
+//   - the job's own failure (cause nil) at its last delivery
+//     ([Job.LastDelivery]): basic.reject without requeue; RabbitMQ
+//     dead-letters the job (to Queue.DeadLetterQueue; with no dead-letter
+//     exchange it drops it), and a warning is logged;
+//   - the job's own failure, delay 0: basic.reject with requeue, which
+//     counts a delivery against x-delivery-limit (RabbitMQ 3 counts every
+//     return, 4.3 counts rejections);
+//   - the job's own failure, delay > 0: a copy to the wait queue of delay
+//     ([Queue.WaitQueue]) carrying HeaderDeliveries (the counted
+//     deliveries, this one included), confirmed, then the original
+//     acknowledged; after the wait queue's TTL RabbitMQ dead-letters the
+//     copy back to the work queue;
+//   - the runner's own reason (a drain, the drain bound, a superseded
+//     epoch), any delay: a copy to the work queue (delay 0) or to the
+//     wait queue, carrying HeaderDeliveries (this delivery not counted)
+//     and HeaderRequeueCause, confirmed, then the original acknowledged.
+//     No return is counted, even at the job's last delivery, so the job
+//     is never dead-lettered for the runner's reasons.
+//
+// A copy keeps the body and the properties but user-id (RabbitMQ refuses
+// one that is not the publishing connection's user) and, in a wait queue,
+// expiration (the wait queue's TTL applies); of the headers it drops
+// those that route (CC, BCC) and RabbitMQ's own (x-death,
+// x-first-death-*, x-last-death-*, x-delivery-count), so RabbitMQ's
+// dead-letter cycle detection never drops it. It is published through the
+// default exchange, mandatory, with publisher confirms, on a channel of
+// its own; a wait queue is declared before each publish (which renews its
+// x-expires). A copy goes to the back of the queue.
+//
+// Each round trip is bounded by ctx and by 10s. It returns an error, with
+// what RabbitMQ will do with the job, when the channel closed first
+// (RabbitMQ requeued the job at the close: it is delivered again at once,
+// without the delay), when a copy could not be published and confirmed
+// (the job is rejected with requeue instead, for redelivery at once,
+// counting one delivery, unless that would dead-letter a job handed back
+// for the runner's reason: it then stays unacknowledged until its channel
+// closes), when the original's ack failed after its copy was confirmed
+// (the job exists twice: at least once, never lost), and when the job was
+// already settled.
+func (j *Job) HandBack(ctx context.Context, delay time.Duration) error {
+	return j.handBack(ctx, delay, worker.HandBackCause(ctx))
+}
+
+// handBack is HandBack with its cause given.
+func (j *Job) handBack(ctx context.Context, delay time.Duration, cause error) error {
+	if !j.settled.CompareAndSwap(false, true) {
+		return fmt.Errorf("lameduck: amqp: hand-back of job %q: the job was already acknowledged or handed back", j.ID())
+	}
+	defer j.c.release()
+	if err := j.giveBack(ctx, delay, cause); err != nil {
+		return fmt.Errorf("lameduck: amqp: hand-back of job %q: %w", j.ID(), err)
+	}
+	return nil
+}
+
+func (j *Job) giveBack(ctx context.Context, delay time.Duration, cause error) error {
+	if j.c.ch.IsClosed() {
+		return fmt.Errorf("the channel closed before the hand-back (%s): RabbitMQ requeued the job at the close and delivers it again at once", j.c.reason())
+	}
+	s := j.c.src
+	switch {
+	case cause == nil && j.LastDelivery():
+		if err := j.c.ch.Reject(j.d.DeliveryTag, false); err != nil {
+			return fmt.Errorf("basic.reject: %w: RabbitMQ requeues the job when the channel closes", err)
+		}
+		if err := j.proof(ctx, "the rejection"); err != nil {
+			return err
+		}
+		s.log.Warn("lameduck: amqp: job failed at its last delivery; RabbitMQ dead-letters it",
+			"queue", s.q.Name, "job", j.ID(), "delivery", j.Delivery(), "delivery_limit", s.limit, "dead_letter_queue", s.q.DeadLetterQueue)
+		return nil
+	case cause == nil && delay <= 0:
+		return j.requeue(ctx, true)
+	case cause == nil:
+		return j.republish(ctx, delay, j.prior+j.returned+1, nil)
+	default:
+		return j.republish(ctx, delay, j.prior+j.returned, cause)
+	}
+}
+
+// requeue returns the delivery to the queue: basic.reject (the job's
+// failure: it counts) or basic.nack (the runner's reason: RabbitMQ 4.3
+// does not count it, RabbitMQ 3 does), with requeue, then the proof.
+func (j *Job) requeue(ctx context.Context, failed bool) error {
+	var err error
+	if failed {
+		err = j.c.ch.Reject(j.d.DeliveryTag, true)
+	} else {
+		err = j.c.ch.Nack(j.d.DeliveryTag, false, true)
+	}
+	if err != nil {
+		return fmt.Errorf("requeue: %w: RabbitMQ requeues the job when the channel closes", err)
+	}
+	return j.proof(ctx, "the requeue")
+}
+
+// republish publishes a copy of the job carrying deliveries (and cause,
+// when the runner gives it back) to the work queue or, for a delay, to its
+// wait queue; once RabbitMQ confirms it, it acknowledges the original.
+func (j *Job) republish(ctx context.Context, delay time.Duration, deliveries int, cause error) error {
+	s := j.c.src
+	key, ttl := s.q.WaitQueue(delay)
+	if key == "" {
+		key = s.q.Name
+	}
+	err := s.publish(ctx, key, ttl, j.copy(deliveries, cause, ttl > 0))
+	if err != nil {
+		// Not stored (or not known to be): the original must go back
+		// itself. RabbitMQ 3 counts that return, and at x-delivery-count
+		// = limit it would dead-letter a job that did not fail.
+		if cause != nil && j.returned >= s.limit {
+			return fmt.Errorf("publishing its copy to %q failed (%w); a requeue would dead-letter the job at its last delivery, so it stays unacknowledged on its channel, and RabbitMQ requeues it when the channel closes (at the latest when the process exits)",
+				key, err)
+		}
+		if rerr := j.requeue(ctx, cause == nil); rerr != nil {
+			return fmt.Errorf("publishing its copy to %q failed (%w), and so did the requeue instead: %w", key, err, rerr)
+		}
+		return fmt.Errorf("publishing its copy to %q failed (%w); requeued instead: RabbitMQ delivers it again at once, without the %s delay, counting one delivery on RabbitMQ 3",
+			key, err, delay)
+	}
+	if err := j.ack(ctx); err != nil {
+		return fmt.Errorf("its copy is in %q, but acknowledging the original failed (%w); the job exists twice and runs twice (at least once)", key, err)
+	}
+	return nil
+}
+
+// copy is the Publishing of a copy of the job: see HandBack.
+func (j *Job) copy(deliveries int, cause error, waiting bool) amqp.Publishing {
+	d := &j.d
+	h := make(amqp.Table, len(d.Headers)+2)
+	for k, v := range d.Headers {
+		if !dropped(k) {
+			h[k] = v
+		}
+	}
+	h[HeaderDeliveries] = int64(deliveries)
+	delete(h, HeaderRequeueCause)
+	if cause != nil {
+		h[HeaderRequeueCause] = cause.Error()
+	}
+	p := amqp.Publishing{
+		Headers:         h,
+		ContentType:     d.ContentType,
+		ContentEncoding: d.ContentEncoding,
+		DeliveryMode:    d.DeliveryMode,
+		Priority:        d.Priority,
+		CorrelationId:   d.CorrelationId,
+		ReplyTo:         d.ReplyTo,
+		Expiration:      d.Expiration,
+		MessageId:       d.MessageId,
+		Timestamp:       d.Timestamp,
+		Type:            d.Type,
+		AppId:           d.AppId,
+		Body:            d.Body,
+	}
+	if waiting {
+		p.Expiration = ""
+	}
+	if p.DeliveryMode == 0 {
+		p.DeliveryMode = amqp.Persistent
+	}
+	return p
+}
+
+// dropped reports whether a copy leaves out the header k: headers that
+// route the message (sender-selected distribution) and RabbitMQ's own.
+func dropped(k string) bool {
+	switch k {
+	case "CC", "BCC", "x-death", "x-delivery-count":
+		return true
+	}
+	return strings.HasPrefix(k, "x-first-death-") || strings.HasPrefix(k, "x-last-death-")
+}
+
+// publisher is the channel copies are published on, in confirm mode.
+type publisher struct {
+	*channel
+	returns chan amqp.Return
+}
+
+// publish publishes msg to the queue key through the default exchange,
+// mandatory, and waits for RabbitMQ's confirmation, after declaring key as
+// the wait queue of ttl when ttl > 0. It returns an error when the copy
+// was not confirmed: refused, returned unroutable, or unanswered within
+// ctx and settleTimeout (the copy may then exist).
+func (s *Source) publish(ctx context.Context, key string, ttl time.Duration, msg amqp.Publishing) error {
+	ctx, cancel := context.WithTimeoutCause(ctx, settleTimeout, fmt.Errorf("no confirmation within %s", settleTimeout))
+	defer cancel()
+	s.pubMu.Lock()
+	defer s.pubMu.Unlock()
+	p, err := s.publisherLocked()
+	if err != nil {
+		return err
+	}
+	if ttl > 0 {
+		err := p.call(ctx, func() error {
+			_, err := p.ch.QueueDeclare(key, true, false, false, false, s.q.waitArguments(ttl))
+			return err
+		})
+		if err != nil {
+			p.close()
+			return fmt.Errorf("declaring the wait queue %q: %w", key, err)
+		}
+	}
+	dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, "", key, true, false, msg)
+	if err != nil {
+		p.close()
+		return fmt.Errorf("basic.publish: %w", err)
+	}
+	acked, err := dc.WaitContext(ctx)
+	switch {
+	case err != nil:
+		p.close() // a late return or confirmation must not be taken for the next copy's
+		return fmt.Errorf("RabbitMQ did not confirm the copy: %w", context.Cause(ctx))
+	case !acked && p.ch.IsClosed():
+		return fmt.Errorf("the publishing channel closed before RabbitMQ confirmed the copy (%s)", p.reason())
+	case !acked:
+		return errors.New("RabbitMQ refused the copy (basic.nack)")
+	}
+	select {
+	case r := <-p.returns:
+		return fmt.Errorf("RabbitMQ returned the copy as unroutable (%d %s): queue %q does not exist", r.ReplyCode, r.ReplyText, key)
+	default:
+		return nil
+	}
+}
+
+// publisherLocked returns the publishing channel, opening one (in confirm
+// mode) when there is none or it closed. s.pubMu is held.
+func (s *Source) publisherLocked() (*publisher, error) {
+	s.mu.Lock()
+	p, closed := s.pub, s.closed
+	s.mu.Unlock()
+	if closed {
+		return nil, ErrSourceClosed
+	}
+	if p != nil && !p.ch.IsClosed() {
+		return p, nil
+	}
+	if p != nil {
+		p.close()
+	}
+	s.mu.Lock()
+	conn := s.conn
+	s.mu.Unlock()
+	ch, err := openChannel(conn)
+	if err != nil {
+		return nil, fmt.Errorf("opening the publishing channel: %w", err)
+	}
+	// amqp091-go sends a basic.return to this channel before it resolves
+	// the copy's confirmation: one copy at a time needs room for one.
+	p = &publisher{channel: ch, returns: ch.ch.NotifyReturn(make(chan amqp.Return, 1))}
+	if err := ch.ch.Confirm(false); err != nil {
+		ch.close()
+		return nil, fmt.Errorf("putting the publishing channel in confirm mode: %w", err)
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		ch.close()
+		return nil, ErrSourceClosed
+	}
+	s.pub = p
+	s.mu.Unlock()
+	return p, nil
+}
