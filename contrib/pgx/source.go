@@ -338,7 +338,7 @@ func (s *Source) claim(ctx context.Context) (*Job, error) {
 	var (
 		r          claimedRow
 		key        *string
-		leaseUntil time.Time
+		leaseUntil *time.Time // NULL for a row dead-lettered at its claim
 	)
 	err = conn.QueryRow(cctx, s.sql.claim, token, s.lease.Microseconds()).
 		Scan(&r.row, &key, &r.payload, &r.state, &r.attempts, &r.maxAttempts, &leaseUntil)
@@ -360,7 +360,7 @@ func (s *Source) claim(ctx context.Context) (*Job, error) {
 			nameOf(r.key, r.row), r.attempts, r.maxAttempts), "table", s.t.name, "row", r.row)
 		return nil, errDead
 	}
-	return s.newJob(r, token, sent, leaseUntil), nil
+	return s.newJob(r, token, sent, *leaseUntil), nil
 }
 
 // claimedRow is what a claim returns.
