@@ -1,0 +1,66 @@
+package sourcetest
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// ackWait is the memqueue's ack wait in these tests.
+const ackWait = time.Second
+
+func newServer(t *testing.T) *memServer {
+	t.Helper()
+	srv, err := newMemServer(ackWait)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.close)
+	return srv
+}
+
+// A correct Source passes every scenario.
+func TestMemQueuePasses(t *testing.T) {
+	Run(t, memHarness(newServer(t), correct), Options{Short: testing.Short()})
+}
+
+// ... and passes the backlog and trickle scenarios over a slow link.
+func TestMemQueuePassesWithLatency(t *testing.T) {
+	Run(t, memHarness(newServer(t), correct), Options{Short: true, Latency: 100 * time.Millisecond,
+		Scenarios: []string{"backlog-complete", "backlog-interrupt", "trickle"}})
+}
+
+// The suite finds a Source broken on purpose, and says what it lost: the
+// scenario's verdict fails, naming the jobs.
+func TestSuiteFindsBrokenSources(t *testing.T) {
+	for _, c := range []struct {
+		variant, scenario string
+		want              func(v verdict) bool
+		wantText          string
+	}{
+		{earlyFetch, "trickle", func(v verdict) bool { return v.deadLettered > 0 }, "dead-lettered"},
+		{nakCounts, "last-delivery-interrupt", func(v verdict) bool { return v.deadLettered > 0 }, "the runner's own hand-backs spent deliveries"},
+		{handBackAcks, "backlog-interrupt", func(v verdict) bool { return v.lost > 0 }, "lost"},
+	} {
+		t.Run(c.variant, func(t *testing.T) {
+			s, err := pick([]string{c.scenario})
+			if err != nil {
+				t.Fatal(err)
+			}
+			o := Options{Short: true, Jobs: 100, Drains: 3, Seed: 1, Wait: 20 * time.Second}.resolved()
+			v := play(context.Background(), memHarness(newServer(t), c.variant), o, s[0])
+			t.Logf("verdict:\n%s\nfailures:\n%s\nnotes:\n%s", table([]verdict{v}), strings.Join(v.failures, "\n"), strings.Join(v.notes, "\n"))
+			if !v.failed() || !c.want(v) {
+				t.Fatalf("the suite did not find the broken Source %s in %s: failures %q", c.variant, c.scenario, v.failures)
+			}
+			if !strings.Contains(strings.Join(v.failures, "\n"), c.wantText) {
+				t.Fatalf("the failures do not say %q: %q", c.wantText, v.failures)
+			}
+		})
+	}
+}
