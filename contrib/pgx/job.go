@@ -166,9 +166,9 @@ func (j *Job) settle() {
 
 // Ack stops the job's lease renewals and deletes its row, where the claim
 // token is still this delivery's, so a job reported done is not delivered
-// again. The statement is bounded by ctx and by 5s; should its answer be
-// lost, it is tried once more, and a row found gone then counts as
-// acknowledged. It returns:
+// again. The statement is bounded by ctx and by 5s in all, and tried
+// again on another connection while one breaks under it; a row found
+// gone after a try whose answer was lost counts as acknowledged. It returns:
 //
 //   - nil once PostgreSQL has committed the delete;
 //   - an error wrapping [ErrClaimLost] when the token no longer matches
@@ -199,8 +199,8 @@ func (j *Job) Ack(ctx context.Context) error {
 // once), where the claim token is still this delivery's; it returns once
 // PostgreSQL has committed it, so a process that exits next cannot strand
 // the job. The table's trigger notifies the runners waiting. The
-// statement is bounded by ctx and by 5s, and tried once more should its
-// answer be lost. [worker.HandBackCause](ctx) says why
+// statement is bounded by ctx and by 5s in all, and tried again on another
+// connection while one breaks under it. [worker.HandBackCause](ctx) says why
 // (docs/postgres.md, "What happens to a job"):
 //
 //   - nil, the job's own failure: the attempt counted at the claim stays
@@ -249,38 +249,49 @@ func (j *Job) HandBack(ctx context.Context, delay time.Duration) error {
 	return nil
 }
 
-// exec runs a settling statement, bounded by ctx and settleTimeout, and
-// once more when the first try failed without PostgreSQL's own answer;
-// ambiguous reports that the first try was sent and may have committed
-// (its answer was lost), so that the second found its work done.
+// exec runs a settling statement (see tries).
 func (j *Job) exec(ctx context.Context, sql string, args ...any) (tag pgconn.CommandTag, ambiguous bool, err error) {
-	try := func() error {
-		sctx, cancel := context.WithTimeout(ctx, settleTimeout)
-		defer cancel()
-		tag, err = j.src.pool.Exec(sctx, sql, args...)
+	ambiguous, err = tries(ctx, func(ctx context.Context) error {
+		tag, err = j.src.pool.Exec(ctx, sql, args...)
 		return err
-	}
-	if err = try(); err == nil || ctx.Err() != nil || !retryable(err) {
-		return tag, false, err
-	}
-	ambiguous = !pgconn.SafeToRetry(err)
-	err = try()
+	})
 	return tag, ambiguous, err
 }
 
 // queryRow is exec for a statement that returns one row, scanned into
 // dest; pgx.ErrNoRows when none.
 func (j *Job) queryRow(ctx context.Context, sql string, args []any, dest ...any) (ambiguous bool, err error) {
-	try := func() error {
-		sctx, cancel := context.WithTimeout(ctx, settleTimeout)
-		defer cancel()
-		return j.src.pool.QueryRow(sctx, sql, args...).Scan(dest...)
+	return tries(ctx, func(ctx context.Context) error {
+		return j.src.pool.QueryRow(ctx, sql, args...).Scan(dest...)
+	})
+}
+
+// tries runs a settling statement, fn, until PostgreSQL answers it (with
+// a result or an error of its own), within ctx and settleTimeout in all:
+// a connection found broken (the pool may hold several that a network cut
+// broke at once) is followed by another, after a pause of 20ms doubling up
+// to 500ms. ambiguous reports that a failed try was sent and may have
+// committed (its answer was lost): a later try finding nothing to change
+// may be finding its work done.
+func tries(ctx context.Context, fn func(context.Context) error) (ambiguous bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, settleTimeout)
+	defer cancel()
+	pause := 20 * time.Millisecond
+	for {
+		err = fn(ctx)
+		if err == nil || errors.Is(err, pgx.ErrNoRows) || !retryable(err) || ctx.Err() != nil {
+			return ambiguous, err
+		}
+		ambiguous = ambiguous || !pgconn.SafeToRetry(err)
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ambiguous, err
+		}
+		pause = min(2*pause, 500*time.Millisecond)
 	}
-	if err = try(); err == nil || errors.Is(err, pgx.ErrNoRows) || ctx.Err() != nil || !retryable(err) {
-		return false, err
-	}
-	ambiguous = !pgconn.SafeToRetry(err)
-	return ambiguous, try()
 }
 
 // retryable reports whether a settling statement that failed with err may

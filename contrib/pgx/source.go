@@ -35,8 +35,12 @@ const (
 	MinLease = time.Second
 )
 
-// settleTimeout bounds each statement of an Ack or a HandBack.
+// settleTimeout bounds an Ack or a HandBack: its statement's tries in all.
 const settleTimeout = 5 * time.Second
+
+// claimTries is how many connections a claim tries while it finds them
+// broken before sending anything.
+const claimTries = 4
 
 // SourceConfig configures a [Source]. The zero value is usable: it reads
 // the table lameduck_jobs with a 30s lease.
@@ -331,18 +335,26 @@ func (s *Source) claim(ctx context.Context) (*Job, error) {
 	s.claimBegins()
 	defer s.claimEnds()
 	sent := time.Now()
-	conn, err := s.pool.Acquire(cctx)
-	if err != nil {
-		return nil, s.claimError("acquiring a connection from the pool", err, cctx)
-	}
 	var (
 		r          claimedRow
 		key        *string
 		leaseUntil *time.Time // NULL for a row dead-lettered at its claim
+		err        error
 	)
-	err = conn.QueryRow(cctx, s.sql.claim, token, s.lease.Microseconds()).
-		Scan(&r.row, &key, &r.payload, &r.state, &r.attempts, &r.maxAttempts, &leaseUntil)
-	conn.Release()
+	for try := 1; ; try++ {
+		var conn *pgxpool.Conn
+		if conn, err = s.pool.Acquire(cctx); err != nil {
+			return nil, s.claimError("acquiring a connection from the pool", err, cctx)
+		}
+		err = conn.QueryRow(cctx, s.sql.claim, token, s.lease.Microseconds()).
+			Scan(&r.row, &key, &r.payload, &r.state, &r.attempts, &r.maxAttempts, &leaseUntil)
+		conn.Release()
+		if err == nil || !pgconn.SafeToRetry(err) || try == claimTries || cctx.Err() != nil {
+			break
+		}
+		// Nothing was sent: the connection was found broken (a network
+		// cut breaks every idle one of the pool at once). Another one.
+	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return nil, nil
