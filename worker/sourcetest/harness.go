@@ -9,12 +9,12 @@ import (
 )
 
 // Harness is the queue under test, as the suite drives it: the functions a
-// Source's test writes once against its own queue server. Run calls them
-// from one goroutine at a time, except Publish, which the trickle scenario
-// calls while runners consume, and Count, which is called while they do.
-// Each call is bounded (Reset, Publish and Restart by 60s, the others by
-// 20s): one that does not return in time fails the scenario naming it, and
-// is left behind.
+// Source's test writes once against its own queue server. Run never calls
+// two of them at once, but calls Publish, Count, NewSource and Restart
+// while runners consume through the Sources NewSource made. Each call gets
+// a context bounded by 60s (Reset, Publish, Restart) or 20s (the others)
+// and is waited for a second longer: one that ignores its context fails the
+// scenario, named, and is left behind. A panic fails the scenario too.
 type Harness struct {
 	// Name names the queue in the verdict table and in failures: "nats",
 	// "amqp", "postgres". Required.
@@ -24,10 +24,11 @@ type Harness struct {
 	// add latency and break their connections; Publish, Count and Reset
 	// reach the server their own way. Required.
 	Addr string
-	// Reset empties the queue (deletes and recreates the stream, queue or
-	// table) and sets its delivery limit to maxDeliver deliveries of a job
-	// (0: unlimited), after which the queue dead-letters the job. It is
-	// called before each scenario, with no runner alive. The queue's own
+	// Reset empties the queue and its dead letters (deletes and recreates
+	// the stream, queue or table) and sets its delivery limit to maxDeliver
+	// deliveries of a job (0: unlimited), after which the queue
+	// dead-letters the job. It is called before each scenario, with no
+	// runner alive; Count must then read 0 and 0. The queue's own
 	// redelivery of a job delivered but never settled (JetStream's ack
 	// wait, a lease's expiry) should be a few seconds at most: the broken
 	// and restart scenarios wait for it. Required.

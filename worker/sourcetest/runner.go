@@ -142,9 +142,9 @@ const (
 
 // ticket waits up to wait for a ticket to fetch: one of the runner's own,
 // or one of the scenario's budget. It returns noTicket when none came
-// within wait or the runner's drain began: the Fetch then returns an idle
-// cycle without asking the queue, as a queue with nothing to deliver
-// would.
+// within wait, the runner's drain began, or (at once) its startup is not
+// done: the Fetch then returns an idle cycle without asking the queue, as
+// a queue with nothing to deliver would.
 func (r *runner) ticket(wait time.Duration) ticket {
 	sc := r.sc
 	var timeout <-chan time.Time
@@ -155,6 +155,13 @@ func (r *runner) ticket(wait time.Duration) ticket {
 		}
 		if take(&sc.budget) {
 			return budgetTicket
+		}
+		if !r.w.Lifecycle().Events().StartupDone.Fired() {
+			// The runner starts once each loop has cycled: an idle cycle
+			// now, not after a whole wait, so a fresh runner starts at
+			// once whatever the budget.
+			time.Sleep(time.Millisecond)
+			return noTicket
 		}
 		if timeout == nil {
 			t := time.NewTimer(wait)

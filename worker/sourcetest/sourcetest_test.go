@@ -64,3 +64,19 @@ func TestSuiteFindsBrokenSources(t *testing.T) {
 		})
 	}
 }
+
+// Run refuses a Harness without its required fields, and Options.Scenarios
+// naming an unknown scenario, saying which.
+func TestHarnessAndScenarioNames(t *testing.T) {
+	err := Harness{Name: "x", Addr: "127.0.0.1:1"}.check()
+	if err == nil || !strings.Contains(err.Error(), "Reset, Publish, NewSource, Count") {
+		t.Fatalf("check of a Harness without functions: %v", err)
+	}
+	if _, err := pick([]string{"backlog-complete", "nope"}); err == nil || !strings.Contains(err.Error(), `"nope"`) {
+		t.Fatalf("pick of an unknown name: %v", err)
+	}
+	s, err := pick([]string{"trickle", "backlog-complete"})
+	if err != nil || len(s) != 2 || s[0].name != "backlog-complete" {
+		t.Fatalf("pick: %v, %v; want backlog-complete then trickle", s, err)
+	}
+}
