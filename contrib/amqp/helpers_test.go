@@ -29,9 +29,9 @@ type fixture struct {
 
 var unsafeName = regexp.MustCompile(`[^A-Za-z0-9]+`)
 
-// newFixture declares a quorum queue with delivery limit limit and a
-// dead-letter queue, both named after the test.
-func newFixture(t *testing.T, limit int) *fixture {
+// newFixture declares the quorum queue q (its MaxDeliveries and
+// DeliveryLimit; the name is the test's) and a dead-letter queue.
+func newFixture(t *testing.T, q ldamqp.Queue) *fixture {
 	t.Helper()
 	u := live(t)
 	f := &fixture{t: t, url: u.String()}
@@ -41,7 +41,8 @@ func newFixture(t *testing.T, limit int) *fixture {
 		base = base[:60]
 	}
 	name := fmt.Sprintf("lameduck-test-%s-%d", base, time.Now().UnixNano())
-	f.q = ldamqp.Queue{Name: name, DeliveryLimit: limit, DeadLetterQueue: name + ".dlq"}
+	q.Name, q.DeadLetterQueue = name, name+".dlq"
+	f.q = q
 	t.Cleanup(f.cleanup)
 	ch, err := f.conn.Channel()
 	if err != nil {

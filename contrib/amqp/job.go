@@ -52,18 +52,19 @@ func (j *Job) ID() string {
 func (j *Job) Msg() *amqp.Delivery { return &j.d }
 
 // Delivery reports how many times the job has been delivered, this
-// delivery included, counting only what counts against the queue's
-// delivery limit: 1 the first time, then one more for each of the job's
-// failures (and, on RabbitMQ 3, each return of a channel that closed
-// holding it). It is the HeaderDeliveries carried by a copy, plus
-// RabbitMQ's x-delivery-count of a redelivered message, plus one.
+// delivery included, counting what counts against Queue.MaxDeliveries: 1
+// the first time, then one more for each of the job's failures and for
+// each return RabbitMQ counted itself (a channel that closed holding it,
+// on RabbitMQ 3); the runner's hand-backs count nothing. It is the
+// HeaderDeliveries a copy carries, plus RabbitMQ's x-delivery-count of a
+// redelivered message, plus one.
 func (j *Job) Delivery() int { return j.prior + j.returned + 1 }
 
-// LastDelivery reports whether this delivery is the job's last: its
-// failure now would exceed the queue's delivery limit (Delivery() >
-// Queue.DeliveryLimit), so HandBack of a failure dead-letters it. A
-// handler may use it to record a job about to fail for good.
-func (j *Job) LastDelivery() bool { return j.prior+j.returned >= j.c.src.limit }
+// LastDelivery reports whether this delivery is the job's last:
+// Delivery() ≥ Queue.MaxDeliveries, so that HandBack of a failure now
+// dead-letters it. A handler may use it to record a job about to fail for
+// good.
+func (j *Job) LastDelivery() bool { return j.Delivery() >= j.c.src.most }
 
 // Ack acknowledges the delivery (basic.ack) and then makes a synchronous
 // round trip on the same channel (basic.qos, unchanged), whose reply
@@ -117,20 +118,23 @@ func (j *Job) proof(ctx context.Context, what string) error {
 //     ([Job.LastDelivery]): basic.reject without requeue; RabbitMQ
 //     dead-letters the job (to Queue.DeadLetterQueue; with no dead-letter
 //     exchange it drops it), and a warning is logged;
-//   - the job's own failure, delay 0: basic.reject with requeue, which
-//     counts a delivery against x-delivery-limit (RabbitMQ 3 counts every
-//     return, 4.3 counts rejections);
-//   - the job's own failure, delay > 0: a copy to the wait queue of delay
-//     ([Queue.WaitQueue]) carrying HeaderDeliveries (the counted
-//     deliveries, this one included), confirmed, then the original
-//     acknowledged; after the wait queue's TTL RabbitMQ dead-letters the
-//     copy back to the work queue;
+//   - the job's own failure before its last delivery: a copy carrying
+//     [HeaderDeliveries] = Delivery() (this failure counted), published
+//     to the work queue (delay 0) or to the wait queue of delay
+//     ([Queue.WaitQueue]), whose TTL then dead-letters it back to the
+//     work queue; once RabbitMQ confirms the copy, the original is
+//     acknowledged;
 //   - the runner's own reason (a drain, the drain bound, a superseded
-//     epoch), any delay: a copy to the work queue (delay 0) or to the
-//     wait queue, carrying HeaderDeliveries (this delivery not counted)
-//     and HeaderRequeueCause, confirmed, then the original acknowledged.
-//     No return is counted, even at the job's last delivery, so the job
-//     is never dead-lettered for the runner's reasons.
+//     epoch), any delay, even at the last delivery: the same copy, with
+//     HeaderDeliveries = Delivery()−1 (this delivery not counted) and
+//     [HeaderRequeueCause]. It never counts and never dead-letters.
+//
+// A copy, rather than a requeue (basic.reject or basic.nack with
+// requeue), because RabbitMQ 3 counts every requeue in x-delivery-count
+// and would dead-letter at x-delivery-limit a job handed back for the
+// runner's reason; a copy starts a fresh x-delivery-count and carries the
+// Source's own count, the same on every RabbitMQ version. It goes to the
+// back of the queue.
 //
 // A copy keeps the body and the properties but user-id (RabbitMQ refuses
 // one that is not the publishing connection's user) and, in a wait queue,
@@ -140,18 +144,17 @@ func (j *Job) proof(ctx context.Context, what string) error {
 // dead-letter cycle detection never drops it. It is published through the
 // default exchange, mandatory, with publisher confirms, on a channel of
 // its own; a wait queue is declared before each publish (which renews its
-// x-expires). A copy goes to the back of the queue.
+// x-expires).
 //
 // Each round trip is bounded by ctx and by 10s. It returns an error, with
 // what RabbitMQ will do with the job, when the channel closed first
 // (RabbitMQ requeued the job at the close: it is delivered again at once,
-// without the delay), when a copy could not be published and confirmed
-// (the job is rejected with requeue instead, for redelivery at once,
-// counting one delivery, unless that would dead-letter a job handed back
-// for the runner's reason: it then stays unacknowledged until its channel
-// closes), when the original's ack failed after its copy was confirmed
-// (the job exists twice: at least once, never lost), and when the job was
-// already settled.
+// without the delay), when the copy could not be published and confirmed
+// (the job is requeued instead, for redelivery at once, which RabbitMQ 3
+// counts, unless that would reach x-delivery-limit: it then stays
+// unacknowledged until its channel closes), when the original's ack
+// failed after its copy was confirmed (the job exists twice: at least
+// once, never lost), and when the job was already settled.
 func (j *Job) HandBack(ctx context.Context, delay time.Duration) error {
 	return j.handBack(ctx, delay, worker.HandBackCause(ctx))
 }
@@ -182,14 +185,12 @@ func (j *Job) giveBack(ctx context.Context, delay time.Duration, cause error) er
 			return err
 		}
 		s.log.Warn("lameduck: amqp: job failed at its last delivery; RabbitMQ dead-letters it",
-			"queue", s.q.Name, "job", j.ID(), "delivery", j.Delivery(), "delivery_limit", s.limit, "dead_letter_queue", s.q.DeadLetterQueue)
+			"queue", s.q.Name, "job", j.ID(), "delivery", j.Delivery(), "max_deliveries", s.most, "dead_letter_queue", s.q.DeadLetterQueue)
 		return nil
-	case cause == nil && delay <= 0:
-		return j.requeue(ctx, true)
 	case cause == nil:
-		return j.republish(ctx, delay, j.prior+j.returned+1, nil)
+		return j.republish(ctx, delay, j.Delivery(), nil)
 	default:
-		return j.republish(ctx, delay, j.prior+j.returned, cause)
+		return j.republish(ctx, delay, j.Delivery()-1, cause)
 	}
 }
 
@@ -221,11 +222,11 @@ func (j *Job) republish(ctx context.Context, delay time.Duration, deliveries int
 	err := s.publish(ctx, key, ttl, j.copy(deliveries, cause, ttl > 0))
 	if err != nil {
 		// Not stored (or not known to be): the original must go back
-		// itself. RabbitMQ 3 counts that return, and at x-delivery-count
-		// = limit it would dead-letter a job that did not fail.
-		if cause != nil && j.returned >= s.limit {
-			return fmt.Errorf("publishing its copy to %q failed (%w); a requeue would dead-letter the job at its last delivery, so it stays unacknowledged on its channel, and RabbitMQ requeues it when the channel closes (at the latest when the process exits)",
-				key, err)
+		// itself. RabbitMQ 3 counts that return, and past x-delivery-limit
+		// it would dead-letter the job.
+		if j.returned >= s.limit {
+			return fmt.Errorf("publishing its copy to %q failed (%w); a requeue would reach x-delivery-limit %d and dead-letter the job, so it stays unacknowledged on its channel, and RabbitMQ requeues it when the channel closes (at the latest when the process exits)",
+				key, err, s.limit)
 		}
 		if rerr := j.requeue(ctx, cause == nil); rerr != nil {
 			return fmt.Errorf("publishing its copy to %q failed (%w), and so did the requeue instead: %w", key, err, rerr)
@@ -308,11 +309,7 @@ func (s *Source) publish(ctx context.Context, key string, ttl time.Duration, msg
 		return err
 	}
 	if ttl > 0 {
-		err := p.call(ctx, func() error {
-			_, err := p.ch.QueueDeclare(key, true, false, false, false, s.q.waitArguments(ttl))
-			return err
-		})
-		if err != nil {
+		if err := p.call(ctx, func() error { return declareWait(p.ch, s.q, key, ttl) }); err != nil {
 			p.close()
 			return fmt.Errorf("declaring the wait queue %q: %w", key, err)
 		}

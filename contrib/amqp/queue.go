@@ -10,9 +10,13 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// DefaultDeliveryLimit is the x-delivery-limit of a [Queue] whose
-// DeliveryLimit is zero: 20, the default RabbitMQ 4 gives a quorum queue
-// declared without one (RabbitMQ 3 has none: it redelivers for ever).
+// DefaultMaxDeliveries is the MaxDeliveries of a [Queue] that sets none:
+// a job that keeps failing is delivered 20 times, then dead-lettered.
+const DefaultMaxDeliveries = 20
+
+// DefaultDeliveryLimit is the x-delivery-limit of a [Queue] that sets
+// none: 20, the default RabbitMQ 4 gives a quorum queue declared without
+// one (RabbitMQ 3 has none: it redelivers for ever).
 const DefaultDeliveryLimit = 20
 
 // Headers that a [Source] sets on the copy of a job it publishes (a job
@@ -44,38 +48,64 @@ const maxQueueName = 255
 const waitSuffixMax = len(".lameduck-wait-") + 19 + len("ms")
 
 // Queue describes the RabbitMQ quorum queue a [Source] consumes, as
-// [DeclareQueue] declares it. The Source must be given the same Queue the
-// queue was declared with: RabbitMQ does not tell a client a queue's
-// arguments, and the Source needs the delivery limit to know a job's last
-// delivery.
+// [DeclareQueue] declares it. Give the Source the same Queue the queue was
+// declared with: RabbitMQ does not tell a client a queue's arguments.
+//
+// A job's deliveries are counted twice. The Source counts them against
+// MaxDeliveries: the job's own failures, carried from copy to copy in
+// [HeaderDeliveries], plus the returns RabbitMQ counts itself in
+// x-delivery-count. RabbitMQ counts against DeliveryLimit only its own
+// returns: on RabbitMQ 3 every delivery that goes back to the queue, on
+// 4.3 the rejected ones. The Source never lets RabbitMQ count a failure or
+// a hand-back (it re-publishes the job instead, see [Job.HandBack]), so
+// x-delivery-count, and DeliveryLimit, see only the deliveries RabbitMQ
+// took back from a channel that closed holding them (a runner killed
+// mid-job, a broken connection, the consumer timeout) and, on RabbitMQ 3,
+// the one a consumer's cancel races (see [Source.Drain]).
 type Queue struct {
 	// Name is the work queue's name. Required; at most 255 bytes less the
 	// wait queues' suffix (".lameduck-wait-<ms>ms", at most 36 bytes).
 	Name string
-	// DeliveryLimit is the queue's x-delivery-limit: how many times a job
-	// may be returned to the queue and delivered again after its first
-	// delivery, so DeliveryLimit+1 deliveries in all; at the next return
-	// RabbitMQ dead-letters it (to DeadLetterQueue) or, with no
-	// dead-letter exchange, drops it. Only the job's own failures count
-	// (see [Job.HandBack]); the runner's hand-backs never do. Zero means
-	// DefaultDeliveryLimit (20); negative is an error (RabbitMQ 3 reads a
-	// limit below 1 as "drop at the first return").
+	// MaxDeliveries is how many times a job may be delivered, its first
+	// delivery included, before its failure dead-letters it: 1 runs a job
+	// once, 5 retries a failing job 4 times (JetStream's MaxDeliver). The
+	// Source enforces it: a failure at the job's last delivery
+	// ([Job.LastDelivery]) is rejected without requeue, and RabbitMQ
+	// dead-letters it (to DeadLetterQueue; with no dead-letter exchange
+	// it drops it). The runner's own hand-backs never count against it.
+	// Zero means DefaultMaxDeliveries (20); negative is an error.
+	MaxDeliveries int
+	// DeliveryLimit is the queue's x-delivery-limit: how many returns
+	// RabbitMQ counts itself before it dead-letters (or drops) a job. As
+	// the Source never has RabbitMQ count a failure, it bounds the
+	// returns from channels that closed holding the job since its last
+	// copy: the net that stops a job that kills its runner every time.
+	// Keep it well above the deliveries a drain storm can take back (the
+	// default does). Zero means DefaultDeliveryLimit (20); negative is an
+	// error (RabbitMQ 3 reads a limit below 1 as "dead-letter at the first
+	// return").
 	DeliveryLimit int
 	// DeadLetterQueue, when set, names a quorum queue that receives the
-	// jobs that exceed DeliveryLimit: DeclareQueue declares it too, and
-	// the work queue dead-letters to it through the default exchange,
-	// at least once (x-dead-letter-strategy at-least-once, which needs
-	// x-overflow reject-publish). Empty: the work queue has no dead-letter
-	// exchange unless Arguments name one, and RabbitMQ drops a job that
-	// exceeds the limit.
+	// jobs dead-lettered: DeclareQueue declares it too, and the work queue
+	// dead-letters to it through the default exchange, at least once
+	// (x-dead-letter-strategy at-least-once, which needs x-overflow
+	// reject-publish). Empty: the work queue has no dead-letter exchange
+	// unless Arguments name one, and RabbitMQ drops a job instead.
 	DeadLetterQueue string
 	// Arguments are added to the work queue's arguments at declaration,
 	// and override those DeclareQueue sets (x-queue-type, x-delivery-limit,
 	// the dead-letter ones). Use it for x-consumer-timeout (RabbitMQ
-	// 3.12 and later; see docs/amqp.md, "Long jobs") or a dead-letter
-	// exchange of your own. Setting x-delivery-limit here desynchronises
-	// the Source from the queue: use DeliveryLimit.
+	// 3.12 and later; docs/amqp.md, "Long jobs") or a dead-letter exchange
+	// of your own.
 	Arguments amqp.Table
+}
+
+// maxDeliveries is MaxDeliveries, DefaultMaxDeliveries for zero.
+func (q Queue) maxDeliveries() int {
+	if q.MaxDeliveries == 0 {
+		return DefaultMaxDeliveries
+	}
+	return q.MaxDeliveries
 }
 
 // limit is the delivery limit, DefaultDeliveryLimit for zero.
@@ -95,8 +125,11 @@ func (q Queue) check(what string) error {
 	case len(q.Name) > maxQueueName-waitSuffixMax:
 		return fmt.Errorf("lameduck: %s: Queue.Name %q is %d bytes; at most %d leave room for its wait queues' names (%q): shorten it",
 			what, q.Name, len(q.Name), maxQueueName-waitSuffixMax, q.Name+".lameduck-wait-1000ms")
+	case q.MaxDeliveries < 0:
+		return fmt.Errorf("lameduck: %s: Queue.MaxDeliveries=%d must not be negative; use 0 for %d, or the deliveries a failing job may have (1: no retry)",
+			what, q.MaxDeliveries, DefaultMaxDeliveries)
 	case q.DeliveryLimit < 0:
-		return fmt.Errorf("lameduck: %s: Queue.DeliveryLimit=%d must not be negative (RabbitMQ 3 drops a job at its first return with a limit below 1); use 0 for %d, or a positive limit",
+		return fmt.Errorf("lameduck: %s: Queue.DeliveryLimit=%d must not be negative (RabbitMQ 3 dead-letters a job at its first return with a limit below 1); use 0 for %d, or a positive limit",
 			what, q.DeliveryLimit, DefaultDeliveryLimit)
 	case q.DeadLetterQueue == q.Name:
 		return fmt.Errorf("lameduck: %s: Queue.DeadLetterQueue %q is the work queue itself; name another queue, or leave it empty", what, q.DeadLetterQueue)
@@ -171,6 +204,42 @@ func (q Queue) WaitQueue(delay time.Duration) (name string, ttl time.Duration) {
 		ms = (ms + p - 1) / p * p
 	}
 	return q.Name + ".lameduck-wait-" + strconv.FormatInt(ms, 10) + "ms", time.Duration(ms) * time.Millisecond
+}
+
+// DeclareWaitQueue declares on ch the wait queue that holds q's jobs
+// handed back with delay ([Queue.WaitQueue]), as a [Source] does before
+// it publishes a copy there, and returns its name: a durable quorum queue
+// whose jobs expire after its TTL into q, at least once
+// (x-dead-letter-strategy at-least-once), and which RabbitMQ deletes once
+// it has gone unused for twice its TTL plus an hour (x-expires; a declare
+// uses it). The Source declares the wait queues it needs; declare them
+// ahead to watch them or set policies on them.
+//
+// It returns an error when delay is not positive, when q is invalid, and
+// amqp091-go's error, wrapped, when RabbitMQ refuses (a queue of that
+// name declared with other arguments: PRECONDITION_FAILED, which closes
+// ch).
+func DeclareWaitQueue(ch *amqp.Channel, q Queue, delay time.Duration) (string, error) {
+	if err := q.check("ldamqp.DeclareWaitQueue"); err != nil {
+		return "", err
+	}
+	if ch == nil {
+		return "", errors.New("lameduck: ldamqp.DeclareWaitQueue: the *amqp.Channel is nil; open one with Connection.Channel")
+	}
+	name, ttl := q.WaitQueue(delay)
+	if name == "" {
+		return "", fmt.Errorf("lameduck: ldamqp.DeclareWaitQueue: delay=%s has no wait queue; a hand-back of no delay goes straight to the work queue: pass a positive delay", delay)
+	}
+	if err := declareWait(ch, q, name, ttl); err != nil {
+		return "", fmt.Errorf("lameduck: ldamqp.DeclareWaitQueue: the wait queue %q: %w", name, err)
+	}
+	return name, nil
+}
+
+// declareWait declares q's wait queue name of ttl on ch.
+func declareWait(ch *amqp.Channel, q Queue, name string, ttl time.Duration) error {
+	_, err := ch.QueueDeclare(name, true, false, false, false, q.waitArguments(ttl))
+	return err
 }
 
 // waitArguments are the declaration arguments of q's wait queue of ttl: a

@@ -21,7 +21,7 @@ var ErrSourceClosed = errors.New("lameduck: ldamqp: the Source is closed")
 // SourceConfig configures a [Source].
 type SourceConfig struct {
 	// Queue is the work queue, as it was declared ([DeclareQueue]): its
-	// Name, and the DeliveryLimit the Source counts against. Required.
+	// Name, its MaxDeliveries and DeliveryLimit. Required.
 	Queue Queue
 	// Prefetch is the consumer's prefetch count (basic.qos): how many
 	// jobs RabbitMQ may have delivered to the Source and not yet seen
@@ -75,10 +75,9 @@ type SourceConfig struct {
 // closes (the connection broke, the process was killed, the consumer
 // timeout passed on RabbitMQ before 4.x) is requeued by RabbitMQ itself
 // and delivered again, a job then possibly running twice (at least once).
-// On RabbitMQ 3 every such return counts against x-delivery-limit
-// (RabbitMQ 4.3 counts only rejections), so a job whose connection breaks
-// at its last delivery may be dead-lettered: the one way a job reaches the
-// dead-letter queue without failing.
+// RabbitMQ 3 counts such a return in x-delivery-count (RabbitMQ 4.3 does
+// not), which [Job.Delivery] includes, and dead-letters a job returned so
+// more than Queue.DeliveryLimit times since its last copy.
 //
 // When the channel closes the Source opens a new one at the next Fetch;
 // when the connection closes, Fetch calls SourceConfig.Redial, or returns
@@ -88,7 +87,8 @@ type SourceConfig struct {
 // are safe for concurrent use.
 type Source struct {
 	q            Queue
-	limit        int // q's delivery limit
+	most         int // q's MaxDeliveries
+	limit        int // q's x-delivery-limit
 	prefetch     int
 	consumerArgs amqp.Table
 	id           func(*amqp.Delivery) string
@@ -146,6 +146,7 @@ func NewSource(conn *amqp.Connection, cfg SourceConfig) (*Source, error) {
 	}
 	s := &Source{
 		q:        cfg.Queue,
+		most:     cfg.Queue.maxDeliveries(),
 		limit:    cfg.Queue.limit(),
 		prefetch: max(cfg.Prefetch, 1),
 		id:       cfg.ID,

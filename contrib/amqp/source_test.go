@@ -19,7 +19,7 @@ import (
 // then left on a channel that closes is not requeued, while the control,
 // a job left unacknowledged on the same channel, is.
 func TestAckIsConfirmed(t *testing.T) {
-	f := newFixture(t, 5)
+	f := newFixture(t, ldamqp.Queue{MaxDeliveries: 6})
 	f.publish("job-1", "job-2")
 	src := f.source(f.dial(), ldamqp.SourceConfig{})
 	j1 := fetch(t, src, 10*time.Second)
@@ -60,7 +60,7 @@ func TestAckIsConfirmed(t *testing.T) {
 // limit of 1: nothing is lost, nothing is dead-lettered, and no drain
 // counts a delivery.
 func TestDrainHandsBackBufferedJobs(t *testing.T) {
-	f := newFixture(t, 1)
+	f := newFixture(t, ldamqp.Queue{MaxDeliveries: 1, DeliveryLimit: 1})
 	ids := []string{"job-1", "job-2", "job-3", "job-4", "job-5", "job-6"}
 	f.publish(ids...)
 	conn := f.dial()
@@ -117,7 +117,7 @@ func TestDrainHandsBackBufferedJobs(t *testing.T) {
 // real worker interrupted mid-job, is re-published, never dead-lettered,
 // and keeps its count; its own failure then dead-letters it.
 func TestRunnerHandBackAtTheLastDelivery(t *testing.T) {
-	f := newFixture(t, 1)
+	f := newFixture(t, ldamqp.Queue{MaxDeliveries: 2, DeliveryLimit: 1})
 	f.publish("job-1")
 	conn := f.dial()
 	first := f.source(conn, ldamqp.SourceConfig{})
@@ -126,7 +126,7 @@ func TestRunnerHandBackAtTheLastDelivery(t *testing.T) {
 		t.Fatalf("HandBack: %v", err)
 	}
 	// The consumer may have buffered job-1 again: Drain hands it back
-	// without counting (a close would count it, and dead-letter it).
+	// without counting (a close would count it on RabbitMQ 3).
 	if err := first.Drain(testsupport.Context(t, time.Minute)); err != nil {
 		t.Fatalf("Drain: %v", err)
 	}
@@ -144,7 +144,7 @@ func TestRunnerHandBackAtTheLastDelivery(t *testing.T) {
 		return context.Cause(ctx)
 	})
 	if s := testsupport.Recv(t, started, "the job's start"); s.delivery != 2 || !s.last {
-		t.Fatalf("the worker got job-1 at delivery %d, last %v; want its last delivery, 2 of a limit of 1", s.delivery, s.last)
+		t.Fatalf("the worker got job-1 at delivery %d, last %v; want its last delivery, 2 of 2", s.delivery, s.last)
 	}
 	if err := stop(t, w, ran); err != nil {
 		t.Fatalf("Run: %v", err)
@@ -175,7 +175,7 @@ func TestRunnerHandBackAtTheLastDelivery(t *testing.T) {
 // The runner's reasons never count, whatever the delay: a job handed back
 // for them again and again, at its last delivery, stays deliverable.
 func TestRunnerReasonsNeverCount(t *testing.T) {
-	f := newFixture(t, 1)
+	f := newFixture(t, ldamqp.Queue{MaxDeliveries: 2, DeliveryLimit: 1})
 	f.publish("job-1")
 	f.wait(50 * time.Millisecond)
 	src := f.source(f.dial(), ldamqp.SourceConfig{})
@@ -213,7 +213,7 @@ func TestRunnerReasonsNeverCount(t *testing.T) {
 // each hand-back through a wait queue, is delivered DeliveryLimit+1 times
 // and then dead-lettered: failures count, delayed or not.
 func TestFailuresCountToTheDeadLetterQueue(t *testing.T) {
-	f := newFixture(t, 2)
+	f := newFixture(t, ldamqp.Queue{MaxDeliveries: 3, DeliveryLimit: 1})
 	f.wait(100 * time.Millisecond)
 	f.publish("job-f")
 	var mu sync.Mutex
@@ -231,7 +231,7 @@ func TestFailuresCountToTheDeadLetterQueue(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	if len(deliveries) != 3 || deliveries[0] != 1 || deliveries[1] != 2 || deliveries[2] != 3 {
-		t.Fatalf("deliveries %v; want [1 2 3]: DeliveryLimit 2 allows 3", deliveries)
+		t.Fatalf("deliveries %v; want [1 2 3]: MaxDeliveries 3", deliveries)
 	}
 	if n := f.ready(f.q.Name); n != 0 {
 		t.Fatalf("%d left in the work queue", n)
@@ -243,7 +243,7 @@ func TestFailuresCountToTheDeadLetterQueue(t *testing.T) {
 // runner's reason (not counted) alike.
 func TestHandBackHonoursTheDelay(t *testing.T) {
 	const delay = time.Second
-	f := newFixture(t, 5)
+	f := newFixture(t, ldamqp.Queue{MaxDeliveries: 6})
 	wq := f.wait(delay)
 	f.publish("job-d")
 	src := f.source(f.dial(), ldamqp.SourceConfig{})
@@ -276,7 +276,7 @@ func TestHandBackHonoursTheDelay(t *testing.T) {
 // with Redial consumes again once the broker is reachable: every job is
 // done, none lost.
 func TestBrokenConnection(t *testing.T) {
-	f := newFixture(t, 5)
+	f := newFixture(t, ldamqp.Queue{MaxDeliveries: 6})
 	u, err := url.Parse(f.url)
 	if err != nil {
 		t.Fatal(err)
@@ -349,7 +349,7 @@ func TestBrokenConnection(t *testing.T) {
 // whose only fetch waits ten minutes on an empty queue is ready long
 // before that fetch returns.
 func TestFetchSaysConsuming(t *testing.T) {
-	f := newFixture(t, 5)
+	f := newFixture(t, ldamqp.Queue{MaxDeliveries: 6})
 	src := f.source(f.dial(), ldamqp.SourceConfig{})
 	lc := testConfig()
 	lc.DrainTimeout = 500 * time.Millisecond // the drain waits for the fetch under way until its bound
@@ -394,6 +394,7 @@ func TestNewSourceRefuses(t *testing.T) {
 		{"nil connection", nil, ldamqp.SourceConfig{Queue: q}, "nil"},
 		{"no queue", conn, ldamqp.SourceConfig{}, "Queue.Name"},
 		{"negative limit", conn, ldamqp.SourceConfig{Queue: ldamqp.Queue{Name: "jobs", DeliveryLimit: -1}}, "Queue.DeliveryLimit=-1"},
+		{"negative deliveries", conn, ldamqp.SourceConfig{Queue: ldamqp.Queue{Name: "jobs", MaxDeliveries: -1}}, "Queue.MaxDeliveries=-1"},
 		{"long name", conn, ldamqp.SourceConfig{Queue: ldamqp.Queue{Name: strings.Repeat("q", 250)}}, "shorten"},
 		{"dead-letter to itself", conn, ldamqp.SourceConfig{Queue: ldamqp.Queue{Name: "jobs", DeadLetterQueue: "jobs"}}, "DeadLetterQueue"},
 		{"negative prefetch", conn, ldamqp.SourceConfig{Queue: q, Prefetch: -1}, "Prefetch=-1"},
@@ -410,7 +411,7 @@ func TestNewSourceRefuses(t *testing.T) {
 // DeclareQueue is idempotent, refuses a queue declared with other
 // arguments, and WaitQueue rounds delays up to two significant digits.
 func TestDeclareQueue(t *testing.T) {
-	f := newFixture(t, 3)
+	f := newFixture(t, ldamqp.Queue{DeliveryLimit: 3})
 	ch, err := f.conn.Channel()
 	if err != nil {
 		t.Fatal(err)
