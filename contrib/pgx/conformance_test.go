@@ -1,5 +1,3 @@
-//go:build sourcetest
-
 package ldpgx_test
 
 import (
