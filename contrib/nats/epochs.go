@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/lameduck/lameduck/worker"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -45,6 +46,12 @@ type EpochsConfig struct {
 	// new job, so it must supersede no one). Pass the Lifecycle's
 	// Events().ShutdownInitiated.Fired. Nil means never.
 	Draining func() bool
+	// Replicas is the bucket's number of replicas when NewEpochs creates
+	// it: 3 on a clustered JetStream, so the fleet's keys survive a
+	// server's loss. Zero means 1. An existing bucket keeps its own.
+	// Whatever the replicas, the fleet is read from the bucket stream's
+	// leader, never from a replica that may lag.
+	Replicas int
 }
 
 // Epochs is a [worker.EpochSource] on a JetStream key-value bucket that
@@ -65,6 +72,8 @@ type EpochsConfig struct {
 type Epochs struct {
 	kv       jetstream.KeyValue
 	stream   jetstream.Stream // the bucket's, KV_<bucket>: the fleet is read from it
+	nc       *nats.Conn       // js's: the leader's reads
+	api      string           // the JetStream API prefix, "$JS.API."
 	bucket   string
 	fleet    string
 	key      string        // this runner's: <fleet>.<id>
@@ -82,11 +91,11 @@ type epochEntry struct {
 	Poll  string `json:"poll"`
 }
 
-// NewEpochs creates or updates the bucket (jetstream.CreateOrUpdateKeyValue,
-// under ctx), looks up its stream (KV_<bucket>, which Newest reads), and
+// NewEpochs opens the bucket, or creates it when it does not exist (file
+// storage, Replicas replicas; under ctx), looks up its stream (KV_<bucket>, which Newest reads), and
 // returns this runner's Epochs, with a key of its own. It puts nothing
 // yet: the first call of Newest does. It returns an error naming the
-// setting when Fleet or Poll is invalid, and the server's when the bucket
+// setting when Fleet, Poll or Replicas is invalid, and the server's when the bucket
 // cannot be created or its stream read (JetStream not enabled, no
 // permission).
 func NewEpochs(ctx context.Context, js jetstream.JetStream, cfg EpochsConfig) (*Epochs, error) {
@@ -108,7 +117,16 @@ func NewEpochs(ctx context.Context, js jetstream.JetStream, cfg EpochsConfig) (*
 	if cfg.Draining == nil {
 		cfg.Draining = func() bool { return false }
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: cfg.Bucket, Storage: jetstream.FileStorage})
+	if cfg.Replicas < 0 {
+		return nil, fmt.Errorf("lameduck: ldnats.NewEpochs: Replicas=%d: must not be negative; use 1, or 3 on a clustered JetStream", cfg.Replicas)
+	}
+	kv, err := js.KeyValue(ctx, cfg.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: cfg.Bucket, Storage: jetstream.FileStorage, Replicas: max(cfg.Replicas, 1)})
+		if errors.Is(err, jetstream.ErrBucketExists) { // another runner made it meanwhile
+			kv, err = js.KeyValue(ctx, cfg.Bucket)
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("lameduck: nats: JetStream key-value bucket %s: %w", cfg.Bucket, err)
 	}
@@ -120,7 +138,17 @@ func NewEpochs(ctx context.Context, js jetstream.JetStream, cfg EpochsConfig) (*
 	if _, err := rand.Read(id[:]); err != nil {
 		return nil, err
 	}
-	return &Epochs{kv: kv, stream: st, bucket: cfg.Bucket, fleet: cfg.Fleet, key: cfg.Fleet + "." + hex.EncodeToString(id[:]),
+	api := js.Options().APIPrefix
+	if d := js.Options().Domain; d != "" {
+		api = "$JS." + d + ".API."
+	}
+	if api == "" {
+		api = "$JS.API."
+	}
+	if !strings.HasSuffix(api, ".") {
+		api += "."
+	}
+	return &Epochs{kv: kv, stream: st, nc: js.Conn(), api: api, bucket: cfg.Bucket, fleet: cfg.Fleet, key: cfg.Fleet + "." + hex.EncodeToString(id[:]),
 		poll: cfg.Poll, draining: cfg.Draining}, nil
 }
 
@@ -173,7 +201,7 @@ func (e *Epochs) Newest(ctx context.Context, mine uint64) (uint64, error) {
 	var entries []entry
 	var now time.Time // the server's time of this runner's put
 	for _, subj := range subjects {
-		m, err := e.stream.GetLastMsgForSubject(ctx, subj)
+		m, err := e.lastFromLeader(ctx, subj)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			continue // purged since the info
 		}
@@ -231,4 +259,55 @@ func (e *Epochs) retireLocked(ctx context.Context) error {
 	}
 	e.retired = true
 	return nil
+}
+
+// lastFromLeader reads the last message of subj from the stream's leader
+// ($JS.API.STREAM.MSG.GET), never through a direct get: a key-value
+// bucket allows direct gets, which any replica of a clustered stream may
+// answer, and a lagging follower would miss the newest runner's key (a
+// false rollback) or show a retired one alive.
+func (e *Epochs) lastFromLeader(ctx context.Context, subj string) (*jetstream.RawStreamMsg, error) {
+	req, err := json.Marshal(struct {
+		LastFor string `json:"last_by_subj"`
+	}{subj})
+	if err != nil {
+		return nil, err
+	}
+	reply, err := e.nc.RequestWithContext(ctx, e.api+"STREAM.MSG.GET."+e.stream.CachedInfo().Config.Name, req)
+	if err != nil {
+		return nil, err
+	}
+	var resp struct {
+		Error *struct {
+			Code        int    `json:"code"`
+			ErrCode     int    `json:"err_code"`
+			Description string `json:"description"`
+		} `json:"error"`
+		Message *struct {
+			Subject  string    `json:"subject"`
+			Sequence uint64    `json:"seq"`
+			Header   []byte    `json:"hdrs"`
+			Data     []byte    `json:"data"`
+			Time     time.Time `json:"time"`
+		} `json:"message"`
+	}
+	if err := json.Unmarshal(reply.Data, &resp); err != nil {
+		return nil, fmt.Errorf("the stream leader's answer: %w", err)
+	}
+	if resp.Error != nil {
+		if resp.Error.ErrCode == int(jetstream.JSErrCodeMessageNotFound) {
+			return nil, jetstream.ErrMsgNotFound
+		}
+		return nil, fmt.Errorf("the stream leader: %s (code %d, %d)", resp.Error.Description, resp.Error.Code, resp.Error.ErrCode)
+	}
+	if resp.Message == nil {
+		return nil, errors.New("the stream leader answered no message")
+	}
+	m := &jetstream.RawStreamMsg{Subject: resp.Message.Subject, Sequence: resp.Message.Sequence, Data: resp.Message.Data, Time: resp.Message.Time, Header: nats.Header{}}
+	if len(resp.Message.Header) > 0 {
+		if m.Header, err = nats.DecodeHeadersMsg(resp.Message.Header); err != nil {
+			return nil, fmt.Errorf("the stream leader's headers: %w", err)
+		}
+	}
+	return m, nil
 }

@@ -182,3 +182,38 @@ func TestEpochsRefuses(t *testing.T) {
 		t.Error("a nil JetStream was accepted")
 	}
 }
+
+// On a three-server JetStream cluster, with the bucket replicated three
+// times and the runners on different servers, every poll of the epoch-1
+// runner sees the epoch-2 runner's key: the fleet is read from the bucket
+// stream's leader, never by a direct get that a lagging replica may answer.
+func TestEpochsOnAClusterReadTheLeader(t *testing.T) {
+	es := startCluster(t, 3)
+	ctx := testsupport.Context(t, 2*time.Minute)
+	var jss []jetstream.JetStream
+	for _, e := range es {
+		nc := connect(t, e.url())
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		jss = append(jss, js)
+	}
+	next := newEpochs(t, jss[0], ldnats.EpochsConfig{Fleet: "jobs", Replicas: 3})
+	old := newEpochs(t, jss[2], ldnats.EpochsConfig{Fleet: "jobs", Replicas: 3})
+	kv, err := jss[1].KeyValue(ctx, ldnats.DefaultEpochBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := kv.Status(ctx); err != nil || st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config.Replicas != 3 {
+		t.Fatalf("bucket status %v, %v; want 3 replicas", st, err)
+	}
+	for i := range 100 {
+		if _, err := next.Newest(ctx, 2); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := old.Newest(ctx, 1); err != nil || n != 2 {
+			t.Fatalf("poll %d: Newest(1) = %d, %v right after the epoch-2 runner's put on another server; want 2", i, n, err)
+		}
+	}
+}
