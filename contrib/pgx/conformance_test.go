@@ -24,17 +24,50 @@ import (
 const suiteLease = 3 * time.Second
 
 // The conformance suite every worker.Source passes, against the shared
-// PostgreSQL, a schema of the test's own: short by default (about a minute
-// on two cores), full sizes and a second run over a 100ms link with
-// LAMEDUCK_SUITE_FULL=1. The restart scenario is skipped: it would restart
-// the shared server.
+// PostgreSQL, in a schema of the test's own: short by default (about half
+// a minute on two cores), full sizes and a second run over a 100ms link
+// with LAMEDUCK_SUITE_FULL=1. The restart scenario runs against a private
+// server the test starts (the shared one is never restarted), and is
+// skipped, saying why, where this machine cannot start one.
 func TestConformance(t *testing.T) {
 	dsn := live(t)
+	full := os.Getenv("LAMEDUCK_SUITE_FULL") != ""
+	h := harness(t, dsn, nil)
+	sourcetest.Run(t, h, sourcetest.Options{Short: !full})
+	if full {
+		sourcetest.Run(t, h, sourcetest.Options{Latency: 100 * time.Millisecond})
+	}
+	t.Run("private", func(t *testing.T) {
+		p, why := startPrivate(t)
+		if p == nil {
+			if os.Getenv("CI") != "" {
+				t.Fatal("the restart scenario needs a private PostgreSQL: " + why)
+			}
+			t.Skip("the restart scenario needs a private PostgreSQL: " + why)
+		}
+		sourcetest.Run(t, harness(t, p.dsn(), p.restart), sourcetest.Options{Short: !full, Scenarios: []string{"restart"}})
+	})
+}
+
+// harness is the suite's view of a jobs table in a schema of its own on
+// the server of dsn; restart, when not nil, restarts that server.
+func harness(t *testing.T, dsn string, restart func(context.Context) error) sourcetest.Harness {
+	t.Helper()
 	u, err := url.Parse(dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool := newPool(t, dsn)
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// After a restart, each connection the pool holds is dead: ping before use.
+	cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return true }
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
 	schema := "ldpgx_suite_" + randomHex(6)
 	table := schema + ".jobs"
 	quoted := pgx.Identifier{schema, "jobs"}.Sanitize()
@@ -49,10 +82,16 @@ func TestConformance(t *testing.T) {
 		}
 	})
 	logs := new(testsupport.LogBuffer)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the Sources' log:\n%s", tail(logs.String(), 100))
+		}
+	})
 	var maxAttempts atomic.Int64
-	h := sourcetest.Harness{
-		Name: "postgres",
-		Addr: u.Host,
+	return sourcetest.Harness{
+		Name:    "postgres",
+		Addr:    u.Host,
+		Restart: restart,
 		Reset: func(ctx context.Context, maxDeliver int) error {
 			if _, err := pool.Exec(ctx, "DROP TABLE IF EXISTS "+quoted); err != nil {
 				return err
@@ -101,14 +140,6 @@ func TestConformance(t *testing.T) {
 			c.DeadIDs = dead
 			return c, err
 		},
-	}
-	full := os.Getenv("LAMEDUCK_SUITE_FULL") != ""
-	sourcetest.Run(t, h, sourcetest.Options{Short: !full})
-	if full {
-		sourcetest.Run(t, h, sourcetest.Options{Latency: 100 * time.Millisecond})
-	}
-	if t.Failed() {
-		t.Logf("the Sources' log:\n%s", tail(logs.String(), 100))
 	}
 }
 

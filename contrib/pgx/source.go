@@ -349,11 +349,12 @@ func (s *Source) claim(ctx context.Context) (*Job, error) {
 		err = conn.QueryRow(cctx, s.sql.claim, token, s.lease.Microseconds()).
 			Scan(&r.row, &key, &r.payload, &r.state, &r.attempts, &r.maxAttempts, &leaseUntil)
 		conn.Release()
-		if err == nil || !pgconn.SafeToRetry(err) || try == claimTries || cctx.Err() != nil {
+		if err == nil || !brokenBefore(err) || try == claimTries || cctx.Err() != nil {
 			break
 		}
-		// Nothing was sent: the connection was found broken (a network
-		// cut breaks every idle one of the pool at once). Another one.
+		// The claim did not run: its connection was found broken (a
+		// network cut, or a server restart, breaks every idle one of the
+		// pool at once). Another one.
 	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -397,6 +398,18 @@ func nameOf(key string, row int64) string {
 func settled(err error) bool {
 	var pg *pgconn.PgError
 	return errors.As(err, &pg) || pgconn.SafeToRetry(err)
+}
+
+// brokenBefore reports whether a statement that failed with err never
+// ran because its connection was broken before: nothing was sent, or
+// PostgreSQL had ended the session (admin_shutdown, crash_shutdown: a
+// terminated backend, a server stopping) and said so instead.
+func brokenBefore(err error) bool {
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		return pg.Code == "57P01" || pg.Code == "57P02"
+	}
+	return pgconn.SafeToRetry(err)
 }
 
 // claimError is Fetch's error for a claim that failed while doing what.
