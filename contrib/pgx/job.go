@@ -74,7 +74,7 @@ func (j *Job) ID() string { return j.id }
 // none.
 func (j *Job) Key() string { return j.key }
 
-// Payload is the job's data. The slice is the job's own: do not modify it.
+// Payload is the job's data, as its row holds it.
 func (j *Job) Payload() []byte { return j.payload }
 
 // Row is the job's id in the table.

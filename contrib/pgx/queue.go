@@ -104,9 +104,10 @@ const channelSQL = `'ldpgx_' || hashtext(%s || '.' || %s)`
 // concurrent twin.
 const createLockSQL = `SELECT pg_advisory_xact_lock(hashtext('lameduck ldpgx CreateTable'))`
 
-// CreateTable creates the jobs table named table (see [SourceConfig].Table;
-// empty means [DefaultTable]), its claim index and its notify trigger, in
-// one transaction, unless they exist: it is safe to call at every start,
+// CreateTable creates the jobs table called name (see
+// [SourceConfig].Table; empty means [DefaultTable]), its claim index
+// (<name>_next_idx, on next_at and id, of the rows not dead) and its
+// notify trigger, in one transaction, unless they exist: it is safe to call at every start,
 // from every replica at once (an advisory lock serialises the callers),
 // and it changes nothing in a table that exists. db is a pool, a
 // connection or a transaction (CreateTable then uses a savepoint).
@@ -198,7 +199,7 @@ type EnqueueJob struct {
 	MaxAttempts int
 }
 
-// Enqueue inserts jobs into the table named table (empty means
+// Enqueue inserts jobs into the table called table (empty means
 // [DefaultTable]) in one statement. Run it on the producer's own
 // transaction (a pgx.Tx) to enqueue the jobs if and only if the
 // transaction commits: the runners are notified at the commit, by the

@@ -56,7 +56,8 @@ type SourceConfig struct {
 	// renews it every third of itself while the job runs, however long it
 	// runs, so it bounds only how long a job whose runner died (SIGKILL, a
 	// lost node, a connection cut off) waits before another runner may
-	// claim it again (docs/postgres.md, "The lease"). Zero means
+	// claim it again (docs/postgres.md, "The claim, the lease and the
+	// claim token"). Zero means
 	// DefaultLease (30s); negative, or under MinLease (1s), is an error.
 	Lease time.Duration
 	// ClaimTimeout, a time.Duration, bounds one claim statement, which runs
@@ -520,8 +521,8 @@ func (s *Source) releaseOrphans(ctx context.Context) error {
 //     shared with another worker may still be fetching), until ctx ends;
 //  2. hands back, not counted, the jobs taken by claims whose answer was
 //     lost, if PostgreSQL ran them (see SourceConfig.ClaimTimeout);
-//  3. stops the listener: UNLISTEN, its connection closed, its goroutine
-//     joined (within about a second, whatever ctx says).
+//  3. stops the listener: its connection closed (which ends its LISTEN),
+//     its goroutine joined (within about a second, whatever ctx says).
 //
 // The Source buffers no job: everything a Fetch claimed it returned, and
 // the loop settles it. So Drain returns nil, unless a claim is still in
