@@ -24,17 +24,26 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// The conformance suite on the shared RabbitMQ: short by default (a minute
-// or two on two cores); LAMEDUCK_SUITE_FULL=1 runs it at full size, and
-// again over a link of 100ms each way. The restart scenario is skipped:
-// the broker is shared, and the suite must not restart it.
+// The conformance suite on the shared RabbitMQ: short by default (under a
+// minute on two cores); LAMEDUCK_SUITE_FULL=1 runs it at full size, and
+// again over a link of 100ms each way; LAMEDUCK_SUITE_LATENCY (a Go
+// duration) runs it once over a link of that latency. The restart
+// scenario is skipped: the broker is shared, and the suite must not
+// restart it.
 func TestConformance(t *testing.T) {
 	u := live(t)
 	full := os.Getenv("LAMEDUCK_SUITE_FULL") == "1"
 	o := sourcetest.Options{Short: !full, Loops: 4}
+	if v := os.Getenv("LAMEDUCK_SUITE_LATENCY"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("LAMEDUCK_SUITE_LATENCY=%q: %v; use a Go duration such as 100ms", v, err)
+		}
+		o.Latency = d
+	}
 	h := newSuiteQueue(t, u, o.Loops)
 	sourcetest.Run(t, h.harness(), o)
-	if full {
+	if full && o.Latency == 0 {
 		o.Latency = 100 * time.Millisecond
 		sourcetest.Run(t, h.harness(), o)
 	}

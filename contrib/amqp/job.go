@@ -68,8 +68,13 @@ func (j *Job) LastDelivery() bool { return j.Delivery() >= j.c.src.most }
 
 // Ack acknowledges the delivery (basic.ack) and then makes a synchronous
 // round trip on the same channel (basic.qos, unchanged), whose reply
-// proves RabbitMQ has processed the ack, so a job reported done is not
-// delivered again. The round trip is bounded by ctx and by 10s.
+// proves RabbitMQ's channel has processed the ack (AMQP 0-9-1 processes a
+// channel's methods in order), so a job reported done is not delivered
+// again; a broker node that crashes before the quorum queue commits it
+// may still deliver it again (at least once). The round trip is bounded
+// by ctx and by 10s. RabbitMQ 4.3 ignores the ack of a delivery its
+// consumer timeout already took back, and delivers the job again: keep
+// the timeout above the longest job (SourceConfig.ConsumerTimeout).
 //
 // It returns an error when the channel closed before the ack (RabbitMQ
 // requeued the job, and delivers it again: the job runs twice, at least

@@ -35,8 +35,9 @@ type SourceConfig struct {
 	// ConsumerTimeout, when positive, is sent as the consumer's
 	// x-consumer-timeout argument (whole milliseconds): how long RabbitMQ
 	// lets a delivery go unacknowledged before it takes it back, which
-	// overrides the queue's and the server's consumer_timeout (30 minutes
-	// by default) on RabbitMQ 3.12 and later; earlier versions ignore it.
+	// overrides the queue's x-consumer-timeout, its consumer-timeout
+	// policy and the server's consumer_timeout (30 minutes by default) on
+	// RabbitMQ 3.11.15, 3.12 and later; earlier versions ignore it.
 	// Set it above your longest job and the drain bound
 	// (LAMEDUCK_DRAIN_TIMEOUT); docs/amqp.md, "Long jobs". Zero means
 	// the queue's or the server's; negative is an error.
@@ -73,8 +74,10 @@ type SourceConfig struct {
 //
 // What RabbitMQ does without the Source: a delivery on a channel that
 // closes (the connection broke, the process was killed, the consumer
-// timeout passed on RabbitMQ before 4.x) is requeued by RabbitMQ itself
-// and delivered again, a job then possibly running twice (at least once).
+// timeout passed on RabbitMQ 4.2 and earlier) is requeued by RabbitMQ
+// itself and delivered again, a job then possibly running twice (at least
+// once); from RabbitMQ 4.3 the consumer timeout cancels the consumer and
+// takes its deliveries back the same way.
 // RabbitMQ 3 counts such a return in x-delivery-count (RabbitMQ 4.3 does
 // not), which [Job.Delivery] includes, and dead-letters a job returned so
 // more than Queue.DeliveryLimit times since its last copy.
@@ -103,6 +106,9 @@ type Source struct {
 	// pubMu is held across a copy's publish and its confirmation: one copy
 	// is in flight at a time, so a basic.return is that copy's.
 	pubMu sync.Mutex
+	// drainMu is held across a Drain, so that a second one returns only
+	// once the first has finished.
+	drainMu sync.Mutex
 
 	mu       sync.Mutex
 	conn     *amqp.Connection   // guarded by mu: the connection channels are opened on
@@ -425,12 +431,14 @@ func (s *Source) retire(c *consumer) {
 //
 // What it cannot prevent: a message that reaches the queue in the instant
 // of the cancel (a publish, a wait queue's expiry, another consumer's
-// return) may be assigned to the consumer as it is cancelled; RabbitMQ
-// 3's quorum queues then take it back themselves and count a delivery
-// (rabbitmq-server#3729), and later versions send it after cancel-ok,
-// where amqp091-go drops it and RabbitMQ requeues it when step 4 closes
-// the channel.
+// return) may be assigned to the consumer as it is cancelled. It is not
+// lost: RabbitMQ 3's quorum queues take it back themselves, counting a
+// delivery (rabbitmq-server#3729); a delivery that arrives after
+// cancel-ok is dropped by amqp091-go, and RabbitMQ requeues it when step
+// 4 closes the channel.
 func (s *Source) Drain(ctx context.Context) error {
+	s.drainMu.Lock()
+	defer s.drainMu.Unlock()
 	s.setup.Lock()
 	s.mu.Lock()
 	c := s.cur
