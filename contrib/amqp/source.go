@@ -369,14 +369,15 @@ func (s *Source) connReason() string {
 // ended retires c, whose delivery channel closed, and returns Fetch's
 // answer: nil when Drain cancelled it, an error saying why otherwise.
 func (s *Source) ended(c *consumer) error {
-	s.retire(c)
 	c.mu.Lock()
 	cancelled := c.cancelled
 	c.mu.Unlock()
+	closed := c.ch.IsClosed() // before retire, which closes it
+	s.retire(c)
 	switch {
 	case cancelled:
 		return nil
-	case c.ch.IsClosed():
+	case closed:
 		return fmt.Errorf("lameduck: amqp: the channel of queue %q's consumer closed (%s): RabbitMQ requeued the jobs it held unacknowledged, and delivers them again; the next fetch opens a new channel",
 			s.q.Name, c.reason())
 	default:

@@ -447,3 +447,91 @@ func TestDeclareQueue(t *testing.T) {
 		}
 	}
 }
+
+// A copy keeps the body, the properties and the application's headers,
+// and drops what routes it (CC), RabbitMQ's own headers (x-death from a
+// wait queue, x-delivery-count) and user-id; a job's ID is its MessageId,
+// or SourceConfig.ID's answer.
+func TestACopyKeepsTheMessage(t *testing.T) {
+	f := newFixture(t, ldamqp.Queue{MaxDeliveries: 6})
+	f.wait(50 * time.Millisecond)
+	dc, err := f.ch.PublishWithDeferredConfirm("", f.q.Name, true, false, amqp.Publishing{
+		MessageId: "job-c", Body: []byte("payload"), ContentType: "application/json", CorrelationId: "corr", Type: "thumb",
+		AppId: "app", UserId: "guest", Priority: 3, Timestamp: time.Unix(1700000000, 0),
+		Headers: amqp.Table{"custom": "kept", "CC": []any{"lameduck-test-nowhere"}, "x-delivery-count": int32(7)},
+	})
+	if err != nil || !dc.Wait() {
+		t.Fatalf("publish: %v", err)
+	}
+	var ids []string
+	src := f.source(f.dial(), ldamqp.SourceConfig{ID: func(d *amqp.Delivery) string {
+		ids = append(ids, d.MessageId)
+		return "id:" + d.MessageId
+	}})
+	j := fetch(t, src, 10*time.Second)
+	if j.ID() != "id:job-c" || j.ID() != "id:job-c" || len(ids) != 1 {
+		t.Fatalf("ID %q after %d call(s) of SourceConfig.ID; want id:job-c, asked once", j.ID(), len(ids))
+	}
+	if j.Delivery() != 1 {
+		t.Fatalf("delivery %d; want 1: a publisher's own x-delivery-count is not RabbitMQ's", j.Delivery())
+	}
+	// Through a wait queue (which adds x-death), then straight back.
+	if err := ldamqp.HandBackFor(j, context.Background(), 50*time.Millisecond, nil); err != nil {
+		t.Fatal(err)
+	}
+	j = fetch(t, src, 30*time.Second)
+	if _, ok := j.Msg().Headers["x-death"]; !ok {
+		t.Fatalf("headers %v; want x-death from the wait queue's dead-lettering", j.Msg().Headers)
+	}
+	if err := ldamqp.HandBackFor(j, context.Background(), 0, worker.ErrNotStarted); err != nil {
+		t.Fatal(err)
+	}
+	j = fetch(t, src, 10*time.Second)
+	m := j.Msg()
+	h := m.Headers
+	for _, k := range []string{"CC", "x-death", "x-first-death-queue", "x-first-death-reason", "x-delivery-count"} {
+		if _, ok := h[k]; ok {
+			t.Errorf("the copy kept header %s: %v", k, h)
+		}
+	}
+	if h["custom"] != "kept" || string(m.Body) != "payload" || m.ContentType != "application/json" || m.CorrelationId != "corr" ||
+		m.Type != "thumb" || m.AppId != "app" || m.Priority != 3 || !m.Timestamp.Equal(time.Unix(1700000000, 0)) || m.UserId != "" ||
+		m.MessageId != "job-c" || header(j, ldamqp.HeaderDeliveries) != "1" || j.Delivery() != 2 {
+		t.Fatalf("the copy: %+v; want the message, its properties but user-id, its header custom, one failure counted", m)
+	}
+	if err := j.Ack(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A consumer RabbitMQ cancels (its queue deleted) ends the fetch under
+// way with an error; the next fetch tries a new consumer and says the
+// queue is missing.
+func TestQueueDeletedUnderTheConsumer(t *testing.T) {
+	f := newFixture(t, ldamqp.Queue{MaxDeliveries: 6})
+	src := f.source(f.dial(), ldamqp.SourceConfig{})
+	if j, err := src.Fetch(context.Background(), 0); j != nil || err != nil {
+		t.Fatalf("Fetch of an empty queue: %v, %v", j, err)
+	}
+	errs := make(chan error, 1)
+	go func() {
+		_, err := src.Fetch(context.Background(), time.Minute)
+		errs <- err
+	}()
+	if _, err := f.ch.QueueDelete(f.q.Name, false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := testsupport.Recv(t, errs, "the fetch's end"); err == nil || !strings.Contains(err.Error(), "cancelled") {
+		t.Fatalf("the fetch under way: %v; want an error saying RabbitMQ cancelled the consumer", err)
+	}
+	if _, err := src.Fetch(context.Background(), time.Second); err == nil || !strings.Contains(err.Error(), "DeclareQueue") {
+		t.Fatalf("the next fetch: %v; want RabbitMQ's 404, naming DeclareQueue", err)
+	}
+	if err := src.Drain(testsupport.Context(t, time.Minute)); err != nil {
+		t.Fatalf("Drain with no consumer: %v", err)
+	}
+	src.Close()
+	if _, err := src.Fetch(context.Background(), time.Second); !errors.Is(err, ldamqp.ErrSourceClosed) {
+		t.Fatalf("Fetch after Close: %v; want ErrSourceClosed", err)
+	}
+}
