@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -192,6 +193,7 @@ func (s *Source) useConn(conn *amqp.Connection, owned bool) {
 	s.mu.Lock()
 	s.conn, s.connDown, s.connErr = conn, down, nil
 	if owned {
+		s.owned = slices.DeleteFunc(s.owned, (*amqp.Connection).IsClosed) // the ones that broke
 		s.owned = append(s.owned, conn)
 	}
 	s.mu.Unlock()
@@ -419,13 +421,17 @@ func (s *Source) retire(c *consumer) {
 //  4. it closes the consumer's channel once no job it delivered is
 //     unsettled (at once, when the loops have returned).
 //
+// Each step's round trip is bounded by ctx.
+//
 // It returns nil when nothing can still reach the Source: after the
 // above, and at once when no consumer runs or its channel has closed
 // (RabbitMQ then requeued what it held). It returns an error when ctx
-// ended before RabbitMQ confirmed the cancel, or a hand-back failed,
-// saying what RabbitMQ will do with those jobs: requeue them when the
-// channel closes (at the latest when the process exits and its
-// connection closes), which counts a delivery on RabbitMQ 3. A Fetch
+// ended before RabbitMQ answered steps 1 and 2 (the channel is then left
+// open, holding its jobs unacknowledged, until the connection closes), or
+// a hand-back failed, saying what RabbitMQ will do with those jobs:
+// requeue them when the channel closes (at the latest when the process
+// exits and its connection closes), which counts a delivery on RabbitMQ
+// 3. A Fetch
 // after Drain starts a new consumer. Safe to call more than once and
 // concurrently with Fetch (a Source shared by several workers is drained
 // by each).
@@ -452,8 +458,8 @@ func (s *Source) Drain(ctx context.Context) error {
 	c.mu.Lock()
 	c.cancelled = true
 	c.mu.Unlock()
-	defer s.retire(c)
 	if c.ch.IsClosed() {
+		s.retire(c)
 		return nil
 	}
 	// A barrier first: a basic.get is a synchronous command to the quorum
@@ -475,10 +481,16 @@ func (s *Source) Drain(ctx context.Context) error {
 		err = c.call(ctx, func() error { return c.ch.Cancel(c.tag, false) })
 	}
 	if err != nil && c.ch.IsClosed() {
+		s.retire(c)
 		return nil // RabbitMQ requeued what the channel held
 	}
 	if err != nil {
-		return fmt.Errorf("lameduck: amqp: drain queue %q: RabbitMQ did not confirm the cancel of consumer %q (%w); the jobs it holds stay unacknowledged on its channel, and RabbitMQ requeues them when the channel closes (at the latest when the process exits), counting a delivery on RabbitMQ 3",
+		// The method still waits for its answer, holding the channel:
+		// the channel stays open, for the connection's close to end.
+		c.mu.Lock()
+		c.retired = true
+		c.mu.Unlock()
+		return fmt.Errorf("lameduck: amqp: drain queue %q: RabbitMQ did not answer the end of consumer %q (basic.get, basic.cancel: %w); the jobs it holds stay unacknowledged on its channel, and RabbitMQ requeues them when the connection closes (at the latest when the process exits), counting a delivery on RabbitMQ 3",
 			s.q.Name, c.tag, err)
 	}
 	// After cancel-ok amqp091-go closes the consumer's buffer once it has
@@ -497,6 +509,7 @@ func (s *Source) Drain(ctx context.Context) error {
 	for d := range c.deliveries {
 		back(d)
 	}
+	s.retire(c)
 	return errors.Join(errs...)
 }
 

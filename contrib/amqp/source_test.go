@@ -535,3 +535,42 @@ func TestQueueDeletedUnderTheConsumer(t *testing.T) {
 		t.Fatalf("Fetch after Close: %v; want ErrSourceClosed", err)
 	}
 }
+
+// Drain is bounded by its context: against a broker that stopped
+// answering it returns an error naming what it could not wait for, and
+// the job it could not hand back is requeued by RabbitMQ once the
+// connection closes.
+func TestDrainBoundedByItsContext(t *testing.T) {
+	f := newFixture(t, ldamqp.Queue{MaxDeliveries: 6})
+	u, err := url.Parse(f.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := testsupport.NewProxy(t, u.Host)
+	via := *u
+	via.Host = proxy.Addr()
+	f.publish("job-1", "job-2")
+	conn := dialURL(t, via.String())
+	src := f.source(conn, ldamqp.SourceConfig{Prefetch: 2})
+	j := fetch(t, src, 10*time.Second)
+	if err := j.Ack(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	f.awaitReady(f.q.Name, 0) // the other job is in the consumer's buffer
+	proxy.Stall()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if err := src.Drain(ctx); err == nil || !strings.Contains(err.Error(), "did not answer") {
+		t.Fatalf("Drain against a silent broker: %v; want an error saying RabbitMQ did not answer", err)
+	}
+	proxy.Restore() // closes the stalled connection: RabbitMQ requeues what it held
+	f.await("the connection's end", conn.IsClosed)
+	f.awaitReady(f.q.Name, 1)
+	j = fetch(t, f.source(f.dial(), ldamqp.SourceConfig{}), 10*time.Second)
+	if j.ID() != "job-2" {
+		t.Fatalf("got %q; want job-2, requeued", j.ID())
+	}
+	if err := j.Ack(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
