@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -45,6 +46,18 @@ func (j *Job) ID() string {
 	return j.id
 }
 
+// name is the job's ID for the Source's own errors and logs: a panic in
+// SourceConfig.ID must not stop a settlement or a drain half-way, so it
+// names the job by its delivery tag instead.
+func (j *Job) name() (id string) {
+	defer func() {
+		if recover() != nil {
+			id = "delivery-tag-" + strconv.FormatUint(j.d.DeliveryTag, 10)
+		}
+	}()
+	return j.ID()
+}
+
 // Msg is the delivery: its body, properties and headers. Read it, never
 // modify it, and settle the job through Ack or HandBack, never through
 // the delivery's own methods (the Source would not know, and a job
@@ -82,11 +95,11 @@ func (j *Job) LastDelivery() bool { return j.Delivery() >= j.c.src.most }
 // and when the job was already settled.
 func (j *Job) Ack(ctx context.Context) error {
 	if !j.settled.CompareAndSwap(false, true) {
-		return fmt.Errorf("lameduck: amqp: ack of job %q: the job was already acknowledged or handed back", j.ID())
+		return fmt.Errorf("lameduck: amqp: ack of job %q: the job was already acknowledged or handed back", j.name())
 	}
 	defer j.c.release()
 	if err := j.ack(ctx); err != nil {
-		return fmt.Errorf("lameduck: amqp: ack of job %q: %w", j.ID(), err)
+		return fmt.Errorf("lameduck: amqp: ack of job %q: %w", j.name(), err)
 	}
 	return nil
 }
@@ -167,11 +180,11 @@ func (j *Job) HandBack(ctx context.Context, delay time.Duration) error {
 // handBack is HandBack with its cause given.
 func (j *Job) handBack(ctx context.Context, delay time.Duration, cause error) error {
 	if !j.settled.CompareAndSwap(false, true) {
-		return fmt.Errorf("lameduck: amqp: hand-back of job %q: the job was already acknowledged or handed back", j.ID())
+		return fmt.Errorf("lameduck: amqp: hand-back of job %q: the job was already acknowledged or handed back", j.name())
 	}
 	defer j.c.release()
 	if err := j.giveBack(ctx, delay, cause); err != nil {
-		return fmt.Errorf("lameduck: amqp: hand-back of job %q: %w", j.ID(), err)
+		return fmt.Errorf("lameduck: amqp: hand-back of job %q: %w", j.name(), err)
 	}
 	return nil
 }
@@ -190,7 +203,7 @@ func (j *Job) giveBack(ctx context.Context, delay time.Duration, cause error) er
 			return err
 		}
 		s.log.Warn("lameduck: amqp: job failed at its last delivery; RabbitMQ dead-letters it",
-			"queue", s.q.Name, "job", j.ID(), "delivery", j.Delivery(), "max_deliveries", s.most, "dead_letter_queue", s.q.DeadLetterQueue)
+			"queue", s.q.Name, "job", j.name(), "delivery", j.Delivery(), "max_deliveries", s.most, "dead_letter_queue", s.q.DeadLetterQueue)
 		return nil
 	case cause == nil:
 		return j.republish(ctx, delay, j.Delivery(), nil)

@@ -500,7 +500,7 @@ func (s *Source) Drain(ctx context.Context) error {
 	back := func(d amqp.Delivery) {
 		j := c.newJob(d)
 		if err := j.handBack(ctx, 0, errDrained); err != nil {
-			errs = append(errs, fmt.Errorf("lameduck: amqp: drain queue %q: a job buffered and never fetched, %q: %w", s.q.Name, j.ID(), err))
+			errs = append(errs, fmt.Errorf("lameduck: amqp: drain queue %q: a job buffered and never fetched, %q: %w", s.q.Name, j.name(), err))
 		}
 	}
 	for _, d := range got {
