@@ -41,15 +41,15 @@ type memServer struct {
 	wg      sync.WaitGroup
 
 	mu         sync.Mutex
-	ln         net.Listener           // guarded by mu
-	conns      map[*srvConn]struct{}  // guarded by mu
-	maxDeliver int                    // guarded by mu
-	msgs       map[uint64]*memMsg     // guarded by mu: by sequence; ready, delayed or delivered
-	byTag      map[uint64]*memMsg     // guarded by mu: the delivered ones
-	dead       []string               // guarded by mu
-	waiters    []*waiter              // guarded by mu: pull requests, oldest first
-	seq, tag   uint64                 // guarded by mu
-	connsWG    sync.WaitGroup         // the connections' goroutines
+	ln         net.Listener          // guarded by mu
+	conns      map[*srvConn]struct{} // guarded by mu
+	maxDeliver int                   // guarded by mu
+	msgs       map[uint64]*memMsg    // guarded by mu: by sequence; ready, delayed or delivered
+	byTag      map[uint64]*memMsg    // guarded by mu: the delivered ones
+	dead       []string              // guarded by mu
+	waiters    []*waiter             // guarded by mu: pull requests, oldest first
+	seq, tag   uint64                // guarded by mu
+	connsWG    sync.WaitGroup        // the connections' goroutines
 }
 
 type memMsg struct {
@@ -68,21 +68,40 @@ type waiter struct {
 }
 
 type srvConn struct {
-	c    net.Conn
-	out  chan string
-	once sync.Once
+	c net.Conn
+
+	mu     sync.Mutex
+	out    chan string // guarded by mu against its close
+	closed bool        // guarded by mu
 }
 
-func (c *srvConn) close() { c.once.Do(func() { _ = c.c.Close(); close(c.out) }) }
+func (c *srvConn) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closeLocked()
+}
+
+func (c *srvConn) closeLocked() {
+	if !c.closed {
+		c.closed = true
+		_ = c.c.Close()
+		close(c.out)
+	}
+}
 
 // send queues a line for the connection's writer; a connection that does
-// not keep up is closed.
+// not keep up is closed, and a closed one drops the line, as a dead socket
+// would.
 func (c *srvConn) send(line string) {
-	defer func() { _ = recover() }() // closed: the line goes nowhere, as on a dead socket
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return
+	}
 	select {
 	case c.out <- line:
 	default:
-		c.close()
+		c.closeLocked()
 	}
 }
 

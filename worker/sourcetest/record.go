@@ -212,7 +212,7 @@ type delivery struct {
 	job     worker.Job
 	id      string
 	r       *runner
-	ticket  ticket // what let its Fetch ask the queue
+	ticket  ticket       // what let its Fetch ask the queue
 	settled atomic.Int32 // calls of Ack and HandBack
 	ended   atomic.Int32 // outcome of the handler
 	hctx    atomic.Value // context.Context: the handler's

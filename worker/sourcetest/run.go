@@ -172,6 +172,9 @@ func table(vs []verdict) string {
 		}
 		rows = append(rows, []string{v.name, itoa(v.published), itoa(v.completed), itoa(v.duplicates), itoa(v.lost),
 			itoa(v.deadLettered), itoa(v.handBacks), itoa(v.drains), v.took.Round(10 * time.Millisecond).String(), result})
+		if v.skipped != "" {
+			rows[len(rows)-1] = []string{v.name, "-", "-", "-", "-", "-", "-", "-", "-", result}
+		}
 	}
 	width := make([]int, len(head))
 	for _, r := range rows {
@@ -197,4 +200,10 @@ func table(vs []verdict) string {
 	return strings.TrimRight(b.String(), "\n")
 }
 
-func itoa(n int) string { return fmt.Sprint(n) }
+// itoa renders a count; -1 (unknown: the queue could not be counted) as "?".
+func itoa(n int) string {
+	if n < 0 {
+		return "?"
+	}
+	return fmt.Sprint(n)
+}

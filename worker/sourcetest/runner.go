@@ -43,7 +43,7 @@ type runner struct {
 	w        *worker.Worker
 	closeSrc func()
 	cancel   context.CancelFunc
-	done     chan error // Run's result
+	done     chan error   // Run's result
 	inflight atomic.Int32 // its jobs in a handler now
 	drainErr atomic.Value // string: what its Source's Drain returned, when not nil
 	runErr   error        // Run's result, once stopped
@@ -365,7 +365,6 @@ func (sc *scene) startRunner(ctx context.Context, epoch uint64) (*runner, error)
 	runCtx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	go func() { r.done <- w.Run(runCtx) }() // joined by stop, through done
-	sc.all = append(sc.all, r)
 	sc.alive = append(sc.alive, r)
 	bound := 20*time.Second + 3*sc.o.FetchWait
 	t := time.NewTimer(bound)

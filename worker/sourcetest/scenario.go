@@ -84,18 +84,19 @@ type scene struct {
 	rng   *rand.Rand // guarded by rngMu
 
 	distinct atomic.Int64 // ids completed at least once
-	budget   atomic.Int64 // fetches the runners may still make (see recSource)
+	budget   atomic.Int64 // fetches the runners may still make, net of the jobs that went back (see recSource)
 	fetching atomic.Int64 // Fetch calls asking the queue now
-	segment  int          // the budget added at each event
-	segments int          // events still to open a segment
 
 	budgetMu sync.Mutex
 	budgetCh chan struct{} // guarded by budgetMu: closed (and replaced) when a budget grows
-	expected int          // ids that must complete: every one but the always-failing
-	nextN    int          // runners made so far
-	alive    []*runner    // the runners not yet drained (the controller's goroutine only)
-	all      []*runner    // every runner made
-	drains   int          // runners drained
+
+	// The controller's own (Run's goroutine only):
+	expected int       // ids that must complete: every one but the always-failing
+	segment  int       // the budget each event opens
+	segments int       // segments still to open; the last opens without bound
+	nextN    int       // runners made so far
+	alive    []*runner // the runners not yet drained
+	drains   int       // runners drained
 
 	mu       sync.Mutex
 	failures []string // guarded by mu
@@ -245,20 +246,18 @@ func play(ctx context.Context, h Harness, o Options, s scenario) (v verdict) {
 	sc.stopAll()
 
 	var final Counts
-	if err := sc.call(ctx, "Harness.Count after every runner stopped", 20*time.Second, func(ctx context.Context) error {
+	counted := sc.call(ctx, "Harness.Count after every runner stopped", 20*time.Second, func(ctx context.Context) error {
 		var err error
 		final, err = h.Count(ctx)
 		return err
-	}); err != nil {
-		sc.fail("%v", err)
-	}
+	})
 	if leaks := sc.leaks(before); leaks != "" {
 		sc.fail("%s", leaks)
 	}
 	if err := relay.Close(); err != nil {
 		sc.note("closing the relay: %v", err)
 	}
-	sc.judge(&v, final)
+	sc.judge(&v, final, counted)
 	if v.failed() {
 		v.logs = sc.logs.String()
 	}
@@ -687,8 +686,9 @@ func (sc *scene) retry(ctx context.Context, what string, fn func(context.Context
 	}
 }
 
-// judge fills v from the books and the queue's final counts.
-func (sc *scene) judge(v *verdict, final Counts) {
+// judge fills v from the books and the queue's final counts; countErr,
+// when the queue could not be counted, leaves the books alone to judge.
+func (sc *scene) judge(v *verdict, final Counts, countErr error) {
 	b := sc.books
 	v.drains = sc.drains
 	v.handBacks = int(b.handBacks.Load())
@@ -716,6 +716,12 @@ func (sc *scene) judge(v *verdict, final Counts) {
 	}
 	sort.Strings(notDone)
 	sort.Strings(dups)
+	if countErr != nil {
+		sc.fail("%v; the books alone: %d job(s) never completed: %s", countErr, len(notDone), list(notDone))
+		v.lost, v.pending, v.deadLettered = -1, -1, -1
+		sc.judgeBooks(v, dups)
+		return
+	}
 	unexpectedDead := max(0, final.DeadLettered-sc.sc.always)
 	v.lost = max(0, len(notDone)-final.Pending-unexpectedDead)
 	if v.lost > 0 {
@@ -740,6 +746,14 @@ func (sc *scene) judge(v *verdict, final Counts) {
 			}
 		}
 	}
+	sc.judgeBooks(v, dups)
+}
+
+// judgeBooks judges what the handlers and the runners recorded: the
+// duplicates, the ids never published, each side's breaches of the
+// contract, the slow fetches; then it moves the failures and notes to v.
+func (sc *scene) judgeBooks(v *verdict, dups []string) {
+	b := sc.books
 	if len(dups) > 0 {
 		if sc.sc.atLeastOnce {
 			sc.note("%d duplicate completion(s), allowed where connections break (at least once): %s", v.duplicates, list(dups))

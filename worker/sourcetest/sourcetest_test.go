@@ -2,6 +2,8 @@ package sourcetest
 
 import (
 	"context"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -78,5 +80,27 @@ func TestHarnessAndScenarioNames(t *testing.T) {
 	s, err := pick([]string{"trickle", "backlog-complete"})
 	if err != nil || len(s) != 2 || s[0].name != "backlog-complete" {
 		t.Fatalf("pick: %v, %v; want backlog-complete then trickle", s, err)
+	}
+}
+
+// Run itself fails the test on a lost job, and logs the table that says
+// so: the test runs Run against a Source broken on purpose in a child
+// process of its own binary, and reads the child's verdict.
+func TestRunFailsOnALostJob(t *testing.T) {
+	if os.Getenv("SOURCETEST_CHILD") == "1" {
+		Run(t, memHarness(newServer(t), handBackAcks), Options{Short: true, Jobs: 100, Drains: 3, Wait: 20 * time.Second,
+			Scenarios: []string{"backlog-interrupt"}})
+		return
+	}
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestRunFailsOnALostJob$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), "SOURCETEST_CHILD=1")
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("Run passed a Source that loses the jobs it hands back:\n%s", out)
+	}
+	for _, want := range []string{"--- FAIL: TestRunFailsOnALostJob/backlog-interrupt", "lameduck: sourcetest: memqueue/handback-acks: lost ", "FAIL (1)"} {
+		if !strings.Contains(string(out), want) {
+			t.Fatalf("the child's output lacks %q:\n%s", want, out)
+		}
 	}
 }
