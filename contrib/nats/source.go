@@ -113,12 +113,13 @@ type Source struct {
 
 // pull is one pull request the server may still answer.
 type pull struct {
-	token     string             // immutable: its reply subject's last token
-	sub       *nats.Subscription // immutable once Fetch has made it: its answers' subscription
-	wait      time.Duration
-	answer    chan *nats.Msg // buffered 1: the message or status, to the waiting Fetch
-	abandoned bool           // guarded by Source.mu: no Fetch waits for it any more
-	since     time.Time      // guarded by Source.mu: when it was abandoned
+	token      string             // immutable: its reply subject's last token
+	reconnects uint64             // immutable: the connection's reconnects when it was sent
+	sub        *nats.Subscription // immutable once Fetch has made it: its answers' subscription
+	wait       time.Duration
+	answer     chan *nats.Msg // buffered 1: the message or status, to the waiting Fetch
+	abandoned  bool           // guarded by Source.mu: no Fetch waits for it any more
+	since      time.Time      // guarded by Source.mu: when it was abandoned
 }
 
 // NewSource returns a Source on cons, a pull consumer of a stream of js.
@@ -268,7 +269,7 @@ func (s *Source) Fetch(ctx context.Context, wait time.Duration) (worker.Job, err
 	}
 	s.seq++
 	token := strconv.FormatUint(s.seq, 10)
-	p := &pull{token: token, wait: wait, answer: make(chan *nats.Msg, 1)}
+	p := &pull{token: token, wait: wait, answer: make(chan *nats.Msg, 1), reconnects: s.nc.Stats().Reconnects}
 	first := !s.known[ctx]
 	s.known[ctx] = true
 	s.mu.Unlock()
@@ -376,7 +377,8 @@ func (s *Source) answer(m *nats.Msg) (worker.Job, error) {
 // up on, then waits until the server can send nothing more to the Source:
 // each request it has not answered yet either ends (its expiry) or, for
 // one that was given up on in silence, passes its wait plus twice the
-// allowance since then. A job that arrives meanwhile is handed back at
+// allowance since then; a request given up on whose connection has broken
+// since is not waited for (the server dropped it with the connection). A job that arrives meanwhile is handed back at
 // once. It returns nil, or,
 // when ctx ends first or a silent request never ended, an error naming
 // how many requests may still bring a job, and what the server does with
@@ -397,7 +399,16 @@ func (s *Source) Drain(ctx context.Context) error {
 		s.mu.Lock()
 		var due time.Time
 		open := 0
+		reconnects := s.nc.Stats().Reconnects
 		for _, p := range s.reqs {
+			if p.abandoned && p.reconnects != reconnects {
+				// Sent on a connection that has broken since: the server
+				// dropped it with the connection's interest, and a job it
+				// had sent into it was lost in transit (redelivered after
+				// the AckWait). Its subscription stays, and hands back a
+				// job that still arrives.
+				continue
+			}
 			open++
 			end := p.since.Add(p.wait + 2*Allowance(p.wait))
 			if !p.abandoned {
