@@ -28,6 +28,7 @@ type idRec struct {
 	attempts    atomic.Int32 // handler calls past the freeze
 	completions atomic.Int32 // handler calls that returned nil
 	deliveries  atomic.Int32 // times a Fetch returned it
+	ackFails    atomic.Int32 // its Acks that returned an error
 }
 
 // outcome is how a delivery's handler ended, set before the worker settles it.
@@ -264,6 +265,9 @@ func (d *delivery) Ack(ctx context.Context) error {
 		b.mu.Lock()
 		b.ackErrs++
 		b.mu.Unlock()
+		if rec := b.ids[d.id]; rec != nil {
+			rec.ackFails.Add(1)
+		}
 		d.r.sc.ackFailed(d.id, err)
 		d.refund() // the queue will deliver it again
 	}

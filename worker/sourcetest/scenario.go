@@ -728,23 +728,39 @@ func (sc *scene) judge(v *verdict, final Counts, countErr error) {
 		sc.fail("lost %d job(s): never completed, and the queue counts only %d pending and %d dead-lettered beyond the %d always-failing: %s",
 			v.lost, final.Pending, unexpectedDead, sc.sc.always, list(notDone))
 	} else if len(notDone) > 0 {
-		sc.fail("%d job(s) never completed (%s): the queue still holds them (pending %d, dead-lettered %d)", len(notDone), list(notDone), final.Pending, final.DeadLettered)
+		sc.fail("%d job(s) never completed (%s): the queue holds them still, or dead-lettered them (pending %d, dead-lettered %d)", len(notDone), list(notDone), final.Pending, final.DeadLettered)
 	}
 	if final.Pending != 0 {
 		sc.fail("the queue counts %d job(s) pending after every runner stopped; want 0", final.Pending)
 	}
-	switch {
-	case final.DeadLettered > sc.sc.always && sc.sc.always == 0:
-		sc.fail("the queue dead-lettered %d job(s), yet no handler fails for good: the runner's own hand-backs spent deliveries (HandBackCause not nil must leave a job deliverable)", final.DeadLettered)
-	case final.DeadLettered != sc.sc.always:
-		sc.fail("the queue dead-lettered %d job(s); want exactly the %d whose handler always fails", final.DeadLettered, sc.sc.always)
-	}
-	if final.DeadIDs != nil {
-		for _, id := range final.DeadIDs {
-			if rec := b.ids[id]; rec == nil || rec.plan != planAlways {
-				sc.fail("the queue dead-lettered job %s, whose handler does not always fail", id)
-			}
+	if final.DeadLettered != sc.sc.always {
+		msg := fmt.Sprintf("the queue dead-lettered %d job(s); want exactly the %d whose handler always fails", final.DeadLettered, sc.sc.always)
+		b.mu.Lock()
+		own := b.handBacks.Load() - int64(b.causes["failure"])
+		ackErrs := b.ackErrs
+		b.mu.Unlock()
+		if final.DeadLettered > sc.sc.always && own > 0 {
+			msg += fmt.Sprintf("; the runners handed %d job(s) back for their own reasons (HandBackCause not nil), which must leave a job deliverable whatever its deliveries", own)
 		}
+		if ackErrs > 0 {
+			msg += fmt.Sprintf("; %d Ack(s) failed", ackErrs)
+		}
+		sc.fail("%s", msg)
+	}
+	var wrongDead []string
+	for _, id := range final.DeadIDs {
+		rec := b.ids[id]
+		switch {
+		case rec == nil:
+			wrongDead = append(wrongDead, fmt.Sprintf("%q (never published)", id))
+		case rec.plan != planAlways:
+			wrongDead = append(wrongDead, fmt.Sprintf("%s (returned by a Fetch %d time(s), completed %d, Ack failed %d)",
+				id, rec.deliveries.Load(), rec.completions.Load(), rec.ackFails.Load()))
+		}
+	}
+	if len(wrongDead) > 0 {
+		sort.Strings(wrongDead)
+		sc.fail("the queue dead-lettered %d job(s) whose handler does not always fail: %s", len(wrongDead), list(wrongDead))
 	}
 	sc.judgeBooks(v, dups)
 }

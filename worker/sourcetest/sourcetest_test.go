@@ -46,7 +46,7 @@ func TestSuiteFindsBrokenSources(t *testing.T) {
 		wantText          string
 	}{
 		{earlyFetch, "trickle", func(v verdict) bool { return v.deadLettered > 0 }, "dead-lettered"},
-		{nakCounts, "last-delivery-interrupt", func(v verdict) bool { return v.deadLettered > 0 }, "the runner's own hand-backs spent deliveries"},
+		{nakCounts, "last-delivery-interrupt", func(v verdict) bool { return v.deadLettered > 0 }, "back for their own reasons (HandBackCause not nil)"},
 		{handBackAcks, "backlog-interrupt", func(v verdict) bool { return v.lost > 0 }, "lost"},
 	} {
 		t.Run(c.variant, func(t *testing.T) {
