@@ -245,3 +245,21 @@ func TestAClaimWhoseAnswerIsLostIsReleased(t *testing.T) {
 		t.Fatalf("a clean Drain: %v", err)
 	}
 }
+
+// A pool with no connection to give is not silence from the server: the
+// Fetch's error says the pool is exhausted and what to raise, and does not
+// wrap worker.ErrNoReply (which would count against liveness).
+func TestAnExhaustedPoolIsNamed(t *testing.T) {
+	d := newDB(t)
+	pool := newPool(t, d.dsnVia(t, "", "")+"&pool_max_conns=1")
+	held, err := pool.Acquire(testsupport.Context(t, long))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release()
+	src := d.source(t, pool, ldpgx.SourceConfig{Lease: time.Second})
+	_, err = src.Fetch(testsupport.Context(t, long), 0)
+	if err == nil || errors.Is(err, worker.ErrNoReply) || !strings.Contains(err.Error(), "no connection was free for ClaimTimeout 500ms (MaxConns 1, all in use); raise the pool's MaxConns") {
+		t.Fatalf("Fetch with the pool exhausted: %v; want an error naming the pool, not ErrNoReply", err)
+	}
+}

@@ -115,10 +115,14 @@ func (l *listener) run(ctx context.Context) {
 func (l *listener) session(ctx context.Context, failing *bool) error {
 	cctx, cancel := context.WithTimeout(ctx, listenConnectTimeout)
 	defer cancel()
-	conn, err := pgx.ConnectConfig(cctx, l.s.pool.Config().ConnConfig)
+	// A connection of the pool's (made with its configuration and hooks:
+	// a BeforeConnect that fetches a password, an AfterConnect), taken out
+	// of it for good: the pool makes another when it needs one.
+	pooled, err := l.s.pool.Acquire(cctx)
 	if err != nil {
 		return err
 	}
+	conn := pooled.Hijack()
 	defer func() {
 		closeCtx, cancel := context.WithTimeout(context.Background(), listenCloseTimeout)
 		defer cancel()

@@ -107,10 +107,10 @@ type SourceConfig struct {
 // counted (docs/postgres.md, "What happens to a job").
 //
 // Fetch waits for a job with LISTEN on the table's channel (the table's
-// trigger notifies it), on a connection of its own opened from the
-// pool's configuration (not one of the pool's): the first Fetch starts
-// that listener, one goroutine, which Drain ends. Should it be down, Fetch
-// claims every Poll.
+// trigger notifies it), on a connection of its own, taken from the pool
+// (so made with the pool's configuration and hooks) and kept out of it
+// for good: the first Fetch starts that listener, one goroutine, which
+// Drain ends. Should it be down, Fetch claims every Poll.
 //
 // Size the pool for the loops: a claim, a renewal and a settlement each
 // hold one of its connections for one statement, besides what the
@@ -263,6 +263,9 @@ func (s *Source) Lease() time.Duration { return s.lease }
 // (its last lease expired) is moved to the dead state, logged, and not
 // returned. Fetch does not retry after an error; the loop does.
 func (s *Source) Fetch(ctx context.Context, wait time.Duration) (worker.Job, error) {
+	if ctx.Err() != nil {
+		return nil, nil // the process is exiting: claim nothing it would only hand back
+	}
 	deadline := time.Now().Add(max(wait, 0))
 	lis := s.listener()
 	if s.hasOrphans() {
@@ -345,7 +348,7 @@ func (s *Source) claim(ctx context.Context) (*Job, error) {
 	for try := 1; ; try++ {
 		var conn *pgxpool.Conn
 		if conn, err = s.pool.Acquire(cctx); err != nil {
-			return nil, s.claimError("acquiring a connection from the pool", err, cctx)
+			return nil, s.claimError(acquiring, err, cctx)
 		}
 		err = conn.QueryRow(cctx, s.sql.claim, token, s.lease.Microseconds()).
 			Scan(&r.row, &key, &r.payload, &r.state, &r.attempts, &r.maxAttempts, &leaseUntil)
@@ -413,8 +416,16 @@ func brokenBefore(err error) bool {
 	return pgconn.SafeToRetry(err)
 }
 
+// acquiring is what a claim does until the pool gives it a connection.
+const acquiring = "acquiring a connection from the pool"
+
 // claimError is Fetch's error for a claim that failed while doing what.
 func (s *Source) claimError(doing string, err error, cctx context.Context) error {
+	if st := s.pool.Stat(); doing == acquiring && errors.Is(cctx.Err(), context.DeadlineExceeded) && st.AcquiredConns() >= st.MaxConns() {
+		// Not silence: the pool had no connection to give.
+		return fmt.Errorf("lameduck: ldpgx: fetching from %s: %s: no connection was free for ClaimTimeout %s (MaxConns %d, all in use); raise the pool's MaxConns (pool_max_conns) to the loops, plus two, plus what the handlers hold: %w",
+			s.t.name, doing, s.claimTimeout, st.MaxConns(), err)
+	}
 	if errors.Is(cctx.Err(), context.DeadlineExceeded) {
 		return fmt.Errorf("lameduck: ldpgx: fetching from %s: %s: no answer within ClaimTimeout %s (if PostgreSQL ran the claim, its job is released by the next Fetch or at the latest when its lease ends): %w: %w",
 			s.t.name, doing, s.claimTimeout, worker.ErrNoReply, err)
