@@ -54,9 +54,12 @@ type Harness struct {
 	// again before Restart returns. Nil skips the restart scenario.
 	Restart func(ctx context.Context) error
 	// IgnoreGoroutines lists substrings of function names (such as
-	// "nats-server/v2/server.") whose goroutines the leak check ignores: an
-	// embedded queue server's own goroutines, which live as long as the
-	// server and not as a Source. Nil ignores none.
+	// "nats-server/v2/server.") whose goroutines the leak check ignores.
+	// The check counts every goroutine started during a scenario and still
+	// running 5s after its Sources were closed, whoever started it: an
+	// embedded queue server's own (a restarted one's included), or a
+	// client that Publish or Count keeps open, must be listed here. Nil
+	// ignores none.
 	IgnoreGoroutines []string
 }
 
@@ -80,7 +83,8 @@ type Counts struct {
 // a field left zero takes its default.
 type Options struct {
 	// Jobs is the number of jobs per backlog scenario. Default 1000; 200
-	// when Short. The other scenarios publish fewer (a tenth to a fifth).
+	// when Short. The other scenarios publish a fifth or a tenth of it, at
+	// least 10.
 	Jobs int
 	// Drains is the number of runner drains per drain scenario: each drains
 	// one runner while it holds jobs and starts a fresh one with a fresh

@@ -32,7 +32,15 @@ import (
 // (Harness.Count) and from the handlers' own records. The runners are
 // worker.Workers on the real clock with short settings (FetchWait
 // o.FetchWait, FailureBackoff 10ms, EpochMismatchDelay 200ms, EpochPoll
-// 50ms, ShutdownTeardown 5s). The scenarios, by name (Options.Scenarios):
+// 50ms, ShutdownTeardown 5s). The suite sits between each loop and its
+// Source: it passes every call through and records it, and it paces the
+// runners, one share of the jobs between two drains, by answering some
+// fetches itself with an idle cycle (after the fetch wait, or at once
+// while a runner starts) instead of calling the Source's Fetch; so that
+// each drain finds jobs in flight and a fetch under way, it may also hold
+// a job a Fetch returned, or a handler before it starts, until the drain
+// has begun. The table's drains count every runner drained, the last ones
+// included. The scenarios, by name (Options.Scenarios):
 //
 //   - backlog-complete: o.Jobs jobs of 1ms to 5ms each; o.Drains times, a
 //     runner is drained in mode complete while it holds jobs (half its loops
