@@ -255,11 +255,13 @@ func (s *Source) Lease() time.Duration { return s.lease }
 //     wait has passed since the call.
 //
 // It returns the job; (nil, nil) when no job was due within wait (an
-// idle cycle of the loop), and as soon as ctx ends while it waits between
-// claims; an error wrapping [worker.ErrNoReply] when a claim got no answer
+// idle cycle of the loop), at once when ctx has already ended (claiming
+// nothing), and as soon as ctx ends while it waits between claims; an
+// error wrapping [worker.ErrNoReply] when a claim got no answer
 // within ClaimTimeout (PostgreSQL or the network went silent); otherwise
 // an error naming the table and pgx's error (the table does not exist,
-// the server refuses connections). A row claimed whose attempts were spent
+// the server refuses connections, the pool had no connection free within
+// ClaimTimeout: the error names MaxConns). A row claimed whose attempts were spent
 // (its last lease expired) is moved to the dead state, logged, and not
 // returned. Fetch does not retry after an error; the loop does.
 func (s *Source) Fetch(ctx context.Context, wait time.Duration) (worker.Job, error) {
