@@ -83,8 +83,8 @@ type Counts struct {
 // a field left zero takes its default.
 type Options struct {
 	// Jobs is the number of jobs per backlog scenario. Default 1000; 200
-	// when Short. The other scenarios publish a fifth or a tenth of it, at
-	// least 10.
+	// when Short. The other scenarios publish a fifth or a tenth of it (at
+	// least 10; the trickle at most 100).
 	Jobs int
 	// Drains is the number of runner drains per drain scenario: each drains
 	// one runner while it holds jobs and starts a fresh one with a fresh

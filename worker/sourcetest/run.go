@@ -61,7 +61,8 @@ import (
 //   - epochs: the runners' EpochSource moves to a newer epoch while they
 //     hold jobs: the old runners' fetched jobs are handed back, those in
 //     flight finish where they are, none is lost or run twice;
-//   - trickle: a delivery limit of 1 and jobs published one at a time while
+//   - trickle: a delivery limit of 1 and o.Jobs/10 jobs (10 to 100)
+//     published one at a time, a random pause under a fetch wait apart, while
 //     the runners wait in their fetches, so each reaches a fetch at a random
 //     point of its wait (its very end included), among drains: a Source
 //     that gives up on a request the queue may still answer loses the job;

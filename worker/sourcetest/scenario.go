@@ -44,6 +44,7 @@ type scenario struct {
 func allJobs(o Options) int    { return o.Jobs }
 func fifthJobs(o Options) int  { return max(o.Jobs/5, 10) }
 func tenthJobs(o Options) int  { return max(o.Jobs/10, 10) }
+func fewJobs(o Options) int    { return min(max(o.Jobs/10, 10), 100) } // published one at a time, a fetch wait apart at most
 func allDrains(o Options) int  { return o.Drains }
 func fewDrains(o Options) int  { return min(o.Drains, 3) }
 func someDrains(o Options) int { return min(o.Drains, 4) }
@@ -65,7 +66,7 @@ var scenarios = []scenario{
 	{name: "failures-limit", kind: kindDrain, mode: worker.DrainComplete, maxDeliver: 2, jobs: fifthJobs, events: noEvents, failOnce: 0.2, always: 5},
 	{name: "drain-bound", kind: kindBound, mode: worker.DrainComplete, jobs: tenthJobs, events: someDrains},
 	{name: "epochs", kind: kindEpochs, mode: worker.DrainComplete, jobs: fifthJobs, events: someDrains},
-	{name: "trickle", kind: kindTrickle, mode: worker.DrainComplete, maxDeliver: 1, jobs: tenthJobs, events: someDrains},
+	{name: "trickle", kind: kindTrickle, mode: worker.DrainComplete, maxDeliver: 1, jobs: fewJobs, events: someDrains},
 	{name: "broken", kind: kindBroken, mode: worker.DrainComplete, jobs: fifthJobs, events: fewDrains, atLeastOnce: true},
 	{name: "restart", kind: kindRestart, mode: worker.DrainComplete, jobs: fifthJobs, events: restarts, atLeastOnce: true, restart: true},
 }

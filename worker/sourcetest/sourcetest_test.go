@@ -33,7 +33,7 @@ func TestMemQueuePasses(t *testing.T) {
 
 // ... and passes the backlog and trickle scenarios over a slow link.
 func TestMemQueuePassesWithLatency(t *testing.T) {
-	Run(t, memHarness(newServer(t), correct), Options{Short: true, Latency: 100 * time.Millisecond,
+	Run(t, memHarness(newServer(t), correct), Options{Short: true, Jobs: 100, Latency: 100 * time.Millisecond,
 		Scenarios: []string{"backlog-complete", "backlog-interrupt", "trickle"}})
 }
 
