@@ -2,6 +2,7 @@ package ldnats_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -28,6 +29,9 @@ const (
 	suiteSubject  = "suite.jobs"
 	suiteConsumer = "suite"
 	suiteIDHeader = "Suite-Job-Id"
+	// suiteDLQ stores the consumer's max-deliveries advisories: the
+	// dead-letter queue of NATS, each naming a job's stream sequence.
+	suiteDLQ = "SUITE_DLQ"
 	// suiteAckWait is the consumer's AckWait: how long a job lost in
 	// transit (a cut connection, a restart) waits to be redelivered.
 	suiteAckWait = 3 * time.Second
@@ -180,7 +184,13 @@ func (h *natsHarness) reset(ctx context.Context, maxDeliver int) error {
 		return err
 	}
 	defer nc.Close()
-	if err := js.DeleteStream(ctx, suiteStream); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+	for _, name := range []string{suiteStream, suiteDLQ} {
+		if err := js.DeleteStream(ctx, name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return err
+		}
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: suiteDLQ, Replicas: h.replicas,
+		Subjects: []string{"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + suiteStream + "." + suiteConsumer}}); err != nil {
 		return err
 	}
 	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: suiteStream, Subjects: []string{suiteSubject},
@@ -204,24 +214,28 @@ func (h *natsHarness) publish(ctx context.Context, ids []string) error {
 		return err
 	}
 	defer nc.Close()
-	var futs []jetstream.PubAckFuture
-	for _, id := range ids {
-		m := nats.NewMsg(suiteSubject)
-		m.Header.Set(suiteIDHeader, id)
-		m.Data = []byte(id)
-		f, err := js.PublishMsgAsync(m, jetstream.WithMsgID(id))
-		if err != nil {
-			return err
+	for len(ids) > 0 { // in chunks: nats.go stalls past 4,000 unacknowledged async publishes
+		chunk := ids[:min(len(ids), 500)]
+		ids = ids[len(chunk):]
+		var futs []jetstream.PubAckFuture
+		for _, id := range chunk {
+			m := nats.NewMsg(suiteSubject)
+			m.Header.Set(suiteIDHeader, id)
+			m.Data = []byte(id)
+			f, err := js.PublishMsgAsync(m, jetstream.WithMsgID(id))
+			if err != nil {
+				return err
+			}
+			futs = append(futs, f)
 		}
-		futs = append(futs, f)
-	}
-	for _, f := range futs {
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			return err
-		case <-ctx.Done():
-			return ctx.Err()
+		for _, f := range futs {
+			select {
+			case <-f.Ok():
+			case err := <-f.Err():
+				return err
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		}
 	}
 	return nil
@@ -255,13 +269,12 @@ func (h *natsHarness) newSource(ctx context.Context, addr string) (worker.Source
 	return src, nc.Close, nil
 }
 
-// count reads the stream and its consumer. A work-queue stream keeps a
-// message until it is acknowledged; the consumer counts the ones it has
-// not delivered yet (NumPending) and the ones delivered and not yet
-// acknowledged, a NAKed one waiting for its redelivery included
-// (NumAckPending). What the stream holds beyond those has exhausted
-// MaxDeliver: dead-lettered. Once nothing is pending, the dead ones are
-// the stream's messages, and their ids are read from it.
+// count reads the consumer and the dead-letter stream. The consumer counts
+// the jobs it has not delivered yet (NumPending) and the ones delivered
+// and not yet acknowledged, a NAKed one waiting for its redelivery
+// included (NumAckPending). A job that exhausted MaxDeliver is named by a
+// max-deliveries advisory, which SUITE_DLQ stores; its id is read from the
+// jobs' stream, where it stays.
 func (h *natsHarness) count(ctx context.Context) (sourcetest.Counts, error) {
 	nc, js, err := h.conn(ctx)
 	if err != nil {
@@ -269,10 +282,6 @@ func (h *natsHarness) count(ctx context.Context) (sourcetest.Counts, error) {
 	}
 	defer nc.Close()
 	st, err := js.Stream(ctx, suiteStream)
-	if err != nil {
-		return sourcetest.Counts{}, err
-	}
-	si, err := st.Info(ctx)
 	if err != nil {
 		return sourcetest.Counts{}, err
 	}
@@ -285,16 +294,37 @@ func (h *natsHarness) count(ctx context.Context) (sourcetest.Counts, error) {
 		return sourcetest.Counts{}, err
 	}
 	c := sourcetest.Counts{Pending: int(ci.NumPending) + ci.NumAckPending}
-	c.DeadLettered = max(int(si.State.Msgs)-c.Pending, 0)
-	if c.DeadLettered > 0 && c.Pending == 0 {
-		for seq := si.State.FirstSeq; seq <= si.State.LastSeq; seq++ {
-			m, err := st.GetMsg(ctx, seq)
-			if err != nil {
-				continue // acknowledged: gone
-			}
-			c.DeadIDs = append(c.DeadIDs, m.Header.Get(suiteIDHeader))
-		}
+	dlq, err := js.Stream(ctx, suiteDLQ)
+	if err != nil {
+		return sourcetest.Counts{}, err
 	}
+	di, err := dlq.Info(ctx)
+	if err != nil {
+		return sourcetest.Counts{}, err
+	}
+	seen := map[uint64]bool{}
+	for seq := di.State.FirstSeq; di.State.Msgs > 0 && seq <= di.State.LastSeq; seq++ {
+		m, err := dlq.GetMsg(ctx, seq)
+		if err != nil {
+			return sourcetest.Counts{}, err
+		}
+		var a struct {
+			StreamSeq uint64 `json:"stream_seq"`
+		}
+		if err := json.Unmarshal(m.Data, &a); err != nil {
+			return sourcetest.Counts{}, fmt.Errorf("advisory %d: %w", seq, err)
+		}
+		if seen[a.StreamSeq] {
+			continue
+		}
+		seen[a.StreamSeq] = true
+		id := fmt.Sprintf("stream-sequence-%d", a.StreamSeq)
+		if jm, err := st.GetMsg(ctx, a.StreamSeq); err == nil {
+			id = jm.Header.Get(suiteIDHeader)
+		}
+		c.DeadIDs = append(c.DeadIDs, id)
+	}
+	c.DeadLettered = len(c.DeadIDs)
 	return c, nil
 }
 
