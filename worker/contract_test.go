@@ -230,3 +230,89 @@ func TestADrainerIsDrainedOnceAfterItsLoops(t *testing.T) {
 		t.Fatalf("logs lack the Drainer's error:\n%s", h.logs)
 	}
 }
+
+// hangingAckJob's Ack waits for its context to end.
+type hangingAckJob struct {
+	*fakeJob
+	entered chan struct{}
+	ackErr  chan error
+}
+
+func (j *hangingAckJob) Ack(ctx context.Context) error {
+	close(j.entered)
+	<-ctx.Done()
+	j.ackErr <- ctx.Err()
+	return ctx.Err()
+}
+
+// An Ack that hangs (a dead connection, a client without a timeout) keeps
+// the job the loop's: /healthz says busy, and the Ack's context ends when
+// the teardown's hook share does, so Run returns; it never hangs forever
+// on context.Background.
+func TestAHangingAckIsBusyAndBounded(t *testing.T) {
+	src, hd := newSource(), newHandler()
+	h := serving(t, worker.Config{}, map[string]string{"LAMEDUCK_DRAIN_TIMEOUT": "1m"}, src, hd)
+	j := &hangingAckJob{fakeJob: newJob("job-a"), entered: make(chan struct{}), ackErr: make(chan error, 1)}
+	src.deliver(t, j)
+	hd.awaitStart(t)
+	hd.finish(t, nil)
+	select {
+	case <-j.entered:
+	case <-time.After(guard):
+		t.Fatal("the loop never acknowledged the job")
+	}
+	if code, body := h.probe("/healthz"); code != 200 || body["busy"] != true || body["job"] != "job-a" {
+		t.Fatalf("/healthz %d %v while the job's Ack hangs; want 200 busy with job-a", code, body)
+	}
+	h.w.Lifecycle().BeginShutdown("test")
+	go func() { // past the bound and the hook share, on the fake clock
+		for {
+			select {
+			case <-h.returned:
+				return
+			case <-time.After(10 * time.Millisecond):
+				h.clock.Advance(time.Minute)
+			}
+		}
+	}()
+	select {
+	case err := <-j.ackErr:
+		if err == nil {
+			t.Fatal("Ack returned with its context not done")
+		}
+	case <-time.After(guard):
+		t.Fatal("the hanging Ack's context never ended")
+	}
+	_ = h.wait()
+}
+
+// bothSource returns a job and an error from one fetch.
+type bothSource struct {
+	*fakeSource
+	job *deliveredJob
+	did atomic.Bool
+}
+
+func (s *bothSource) Fetch(ctx context.Context, wait time.Duration) (worker.Job, error) {
+	if !s.did.Swap(true) {
+		return s.job, errors.New("half-read frame")
+	}
+	return s.fakeSource.Fetch(ctx, wait)
+}
+
+// A Fetch that returns a job and an error, against the contract, does not
+// drop the job: it is handed back unstarted.
+func TestAJobReturnedWithAnErrorIsHandedBack(t *testing.T) {
+	src := &bothSource{fakeSource: newSource(), job: newDeliveredJob("job-b", 1)}
+	h := newHarness(t, worker.Config{}, nil)
+	if err := h.addLoop(worker.Loop{Name: "jobs", Source: src, Handle: newHandler().Handle, FetchWait: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	h.run()
+	if got := src.job.outcome(t); got != "back 0s" {
+		t.Fatalf("the job ended %q; want handed back at once", got)
+	}
+	if cause := <-src.job.cause; !errors.Is(cause, worker.ErrNotStarted) {
+		t.Fatalf("cause %v; want ErrNotStarted", cause)
+	}
+}

@@ -35,13 +35,14 @@ type loop struct {
 // whether the loop holds one, never what its ID says: a job may have an
 // empty ID.
 type inFlight struct {
-	job     Job                     // immutable
-	name    string                  // immutable: its ID, or <loop>#<delivery> when it has none
-	began   time.Time               // immutable
-	ctx     context.Context         // immutable: the handler's
-	cancel  context.CancelCauseFunc // immutable
-	settled atomic.Bool             // Ack or HandBack was called (by the loop, or by the drain at its end): never twice
-	asked   atomic.Value            // error: the cause with which the runner asked the handler to stop; nil before
+	job      Job                     // immutable
+	name     string                  // immutable: its ID, or <loop>#<delivery> when it has none
+	began    time.Time               // immutable
+	ctx      context.Context         // immutable: the handler's
+	cancel   context.CancelCauseFunc // immutable
+	settled  atomic.Bool             // Ack or HandBack was called (by the loop, or by the drain at its end): never twice
+	asked    atomic.Value            // error: the cause with which the runner asked the handler to stop; nil before
+	settling atomic.Bool             // the handler has returned; the loop is in Ack or HandBack
 }
 
 // markConsuming closes cycled once: the loop has cycled, or its Source
@@ -63,6 +64,14 @@ func (l *loop) busyAt(now time.Time) (name string, age time.Duration, ok bool) {
 	return l.cur.name, now.Sub(l.cur.began), true
 }
 
+// settlingNow reports whether the loop's job has returned from its
+// handler and is being acknowledged or handed back.
+func (l *loop) settlingNow() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.cur != nil && l.cur.settling.Load()
+}
+
 // cancelJob cancels the job in flight, if any, with cause.
 func (l *loop) cancelJob(cause error) {
 	l.mu.Lock()
@@ -73,6 +82,9 @@ func (l *loop) cancelJob(cause error) {
 		cur.cancel(cause)
 	}
 }
+
+// giveUpSettle bounds the hand-back giveUp makes as the hook share ends.
+const giveUpSettle = 5 * time.Second
 
 // giveUp hands the job in flight back now, if the loop has not settled it:
 // at the end of the teardown's hook share, where its handler has still not
@@ -93,7 +105,9 @@ func (l *loop) giveUp() {
 	age := now.Sub(cur.began).Round(time.Millisecond)
 	l.w.log.Error("lameduck: worker: job's handler ignored its context; handing the job back while it still runs, so the queue does not wait for its ack deadline",
 		"loop", l.Name, "job", cur.name, "age", age.String(), "cause", cause.Error())
-	l.handBack(cur.job, cur.name, 0, cause, fmt.Sprintf("%s; its handler ignored its context (age %s)", cause.Error(), age))
+	ctx, cancel := context.WithTimeout(context.Background(), giveUpSettle)
+	defer cancel()
+	l.handBack(ctx, cur.job, cur.name, 0, cause, fmt.Sprintf("%s; its handler ignored its context (age %s)", cause.Error(), age))
 }
 
 // cycle records one idle cycle (a fetch that returned, or a job that ended).
@@ -146,6 +160,13 @@ func (l *loop) run() {
 			continue
 		}
 		job, err := l.fetch()
+		if err != nil && job != nil {
+			// Against the contract, but a job the queue delivered is
+			// never dropped: it goes back unstarted.
+			name := l.deliver(job)
+			w.log.Error("lameduck: worker: the Source's Fetch returned a job and an error; handing the job back unstarted", "loop", l.Name, "job", name, "error", err.Error())
+			l.handBack(w.exitCtx, job, name, 0, ErrNotStarted, ErrNotStarted.Error()+"; the fetch also failed: "+err.Error())
+		}
 		if errors.Is(err, ErrNoReply) {
 			// Silence: the queue server neither delivered nor ended the
 			// request. Not a cycle: a loop that only gets silence is
@@ -169,12 +190,12 @@ func (l *loop) run() {
 		case stop.Err() != nil || w.lc.Phase() >= lameduck.PhaseDraining:
 			// Delivered as the drain began (the fetch was under way):
 			// never started, so it goes back at once for another runner.
-			l.handBack(job, name, 0, ErrNotStarted, ErrNotStarted.Error())
+			l.handBack(w.exitCtx, job, name, 0, ErrNotStarted, ErrNotStarted.Error())
 		case w.isSuperseded():
 			// Delivered as the runner was superseded (the fetch was under
 			// way): handed back once; the loop fetches no more.
 			d := w.set.EpochMismatchDelay
-			l.handBack(job, name, d, ErrSuperseded,
+			l.handBack(w.exitCtx, job, name, d, ErrSuperseded,
 				fmt.Sprintf("%s: epoch %d < newest %d; not started, redelivery delayed %s", ErrSuperseded.Error(), w.set.Epoch, w.newest.Load(), d))
 		default:
 			l.runJob(job, name)
@@ -283,10 +304,15 @@ func (l *loop) runJob(job Job, name string) {
 	err := l.handle(ctx, job)
 
 	took := w.clock.Now().Sub(began)
-	l.mu.Lock()
-	l.cur = nil
-	l.mu.Unlock()
-	l.cycle()
+	// The job stays the loop's until it is settled: a loop stuck in Ack or
+	// HandBack is busy, not idle, and Run names it at exit.
+	cur.settling.Store(true)
+	defer func() {
+		l.mu.Lock()
+		l.cur = nil
+		l.mu.Unlock()
+		l.cycle()
+	}()
 	if !cur.settled.CompareAndSwap(false, true) {
 		w.log.Warn("lameduck: worker: job's handler returned after the drain had handed the job back; it is neither acknowledged nor handed back again",
 			"loop", l.Name, "job", name, "ran", took.Round(time.Millisecond).String())
@@ -295,7 +321,7 @@ func (l *loop) runJob(job Job, name string) {
 	ran := took.Round(time.Millisecond).String()
 	asked, _ := cur.asked.Load().(error)
 	if err == nil {
-		aerr := l.settle("ack", func() error { return job.Ack(context.Background()) })
+		aerr := l.settle("ack", func() error { return job.Ack(w.exitCtx) })
 		switch {
 		case aerr != nil:
 			w.log.Warn("lameduck: worker: job done but its acknowledgement failed; the queue may deliver it again (at least once)",
@@ -310,11 +336,11 @@ func (l *loop) runJob(job Job, name string) {
 	// for the runner's reason, whatever error its handler returned.
 	cause := context.Cause(ctx)
 	if cause != nil {
-		l.handBack(job, name, 0, cause, fmt.Sprintf("%s (ran %s)", cause.Error(), ran))
+		l.handBack(w.exitCtx, job, name, 0, cause, fmt.Sprintf("%s (ran %s)", cause.Error(), ran))
 		return
 	}
 	d := w.failureBackoff(job)
-	l.handBack(job, name, d, nil, fmt.Sprintf("failed: %s (ran %s); redelivery delayed %s", err.Error(), ran, d))
+	l.handBack(w.exitCtx, job, name, d, nil, fmt.Sprintf("failed: %s (ran %s); redelivery delayed %s", err.Error(), ran, d))
 }
 
 // failureBackoff is the delay of a failed job's hand-back:
@@ -347,10 +373,9 @@ func (l *loop) handle(ctx context.Context, job Job) (err error) {
 	return l.Handle(ctx, job)
 }
 
-// handBack hands job back with delay; cause is the runner's reason
-// (HandBackCause), nil for the job's own failure.
-func (l *loop) handBack(job Job, name string, delay time.Duration, cause error, why string) {
-	ctx := context.Background()
+// handBack hands job back with delay under ctx; cause is the runner's
+// reason (HandBackCause), nil for the job's own failure.
+func (l *loop) handBack(ctx context.Context, job Job, name string, delay time.Duration, cause error, why string) {
 	if cause != nil {
 		ctx = context.WithValue(ctx, causeKey{}, cause)
 	}

@@ -384,6 +384,11 @@ func (w *Worker) Run(ctx context.Context) error {
 		case <-t.C():
 			for _, l := range loops {
 				if id, age, busy := l.busy(); busy && exited != nil {
+					if l.settlingNow() {
+						w.log.Error("lameduck: worker: job's Ack or HandBack still running at exit; the queue's client ignored its context, and the queue redelivers the job when its own clock says so (ack wait, lease)",
+							"loop", l.Name, "job", id, "age", age.Round(time.Millisecond).String())
+						continue
+					}
 					w.log.Error("lameduck: worker: job still running at exit; its handler ignored its context",
 						"loop", l.Name, "job", id, "age", age.Round(time.Millisecond).String())
 				}
