@@ -306,9 +306,11 @@ func dropped(k string) bool {
 	return strings.HasPrefix(k, "x-first-death-") || strings.HasPrefix(k, "x-last-death-")
 }
 
-// publisher is the channel copies are published on, in confirm mode.
+// publisher is a channel copies are published on, in confirm mode, used
+// by one publish at a time: a basic.return on it is that copy's.
 type publisher struct {
 	*channel
+	conn    *amqp.Connection // the connection it is on
 	returns chan amqp.Return
 }
 
@@ -316,31 +318,29 @@ type publisher struct {
 // mandatory, and waits for RabbitMQ's confirmation, after declaring key as
 // the wait queue of ttl when ttl > 0. It returns an error when the copy
 // was not confirmed: refused, returned unroutable, or unanswered within
-// ctx and settleTimeout (the copy may then exist).
+// ctx and settleTimeout (the copy may then exist). Copies published
+// concurrently go out on channels of their own.
 func (s *Source) publish(ctx context.Context, key string, ttl time.Duration, msg amqp.Publishing) error {
 	ctx, cancel := context.WithTimeoutCause(ctx, settleTimeout, fmt.Errorf("no confirmation within %s", settleTimeout))
 	defer cancel()
-	s.pubMu.Lock()
-	defer s.pubMu.Unlock()
-	p, err := s.publisherLocked()
+	p, err := s.publisher()
 	if err != nil {
 		return err
 	}
+	ok := false
+	defer func() { s.release(p, ok) }()
 	if ttl > 0 {
 		if err := p.call(ctx, func() error { return declareWait(p.ch, s.q, key, ttl) }); err != nil {
-			p.close()
 			return fmt.Errorf("declaring the wait queue %q: %w", key, err)
 		}
 	}
 	dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, "", key, true, false, msg)
 	if err != nil {
-		p.close()
 		return fmt.Errorf("basic.publish: %w", err)
 	}
 	acked, err := dc.WaitContext(ctx)
 	switch {
-	case err != nil:
-		p.close() // a late return or confirmation must not be taken for the next copy's
+	case err != nil: // a late return or confirmation must not be taken for the next copy's: p is closed
 		return fmt.Errorf("RabbitMQ did not confirm the copy: %w", context.Cause(ctx))
 	case !acked && p.ch.IsClosed():
 		return fmt.Errorf("the publishing channel closed before RabbitMQ confirmed the copy (%s)", p.reason())
@@ -349,48 +349,62 @@ func (s *Source) publish(ctx context.Context, key string, ttl time.Duration, msg
 	}
 	select {
 	case r := <-p.returns:
+		ok = true // the return was read: the channel is clean
 		return fmt.Errorf("RabbitMQ returned the copy as unroutable (%d %s): queue %q does not exist", r.ReplyCode, r.ReplyText, key)
 	default:
+		ok = true
 		return nil
 	}
 }
 
-// publisherLocked returns the publishing channel, opening one (in confirm
-// mode) when there is none or it closed. s.pubMu is held.
-func (s *Source) publisherLocked() (*publisher, error) {
+// publisher returns an idle publishing channel on the Source's
+// connection, opening one (in confirm mode) when there is none.
+func (s *Source) publisher() (*publisher, error) {
 	s.mu.Lock()
-	p, closed := s.pub, s.closed
+	closed, conn := s.closed, s.conn
+	var p *publisher
+	var stale []*publisher
+	for len(s.pubs) > 0 && p == nil {
+		p = s.pubs[len(s.pubs)-1]
+		s.pubs = s.pubs[:len(s.pubs)-1]
+		if p.conn != conn || p.ch.IsClosed() {
+			stale, p = append(stale, p), nil
+		}
+	}
 	s.mu.Unlock()
-	if closed {
-		return nil, ErrSourceClosed
-	}
-	if p != nil && !p.ch.IsClosed() {
-		return p, nil
-	}
-	if p != nil {
+	for _, p := range stale { // on a connection that closed: nothing to wait for
 		p.close()
 	}
-	s.mu.Lock()
-	conn := s.conn
-	s.mu.Unlock()
+	switch {
+	case closed:
+		return nil, ErrSourceClosed
+	case p != nil:
+		return p, nil
+	}
 	ch, err := openChannel(conn)
 	if err != nil {
-		return nil, fmt.Errorf("opening the publishing channel: %w", err)
+		return nil, fmt.Errorf("opening a publishing channel: %w", err)
 	}
 	// amqp091-go sends a basic.return to this channel before it resolves
 	// the copy's confirmation: one copy at a time needs room for one.
-	p = &publisher{channel: ch, returns: ch.ch.NotifyReturn(make(chan amqp.Return, 1))}
+	p = &publisher{channel: ch, conn: conn, returns: ch.ch.NotifyReturn(make(chan amqp.Return, 1))}
 	if err := ch.ch.Confirm(false); err != nil {
 		ch.close()
 		return nil, fmt.Errorf("putting the publishing channel in confirm mode: %w", err)
 	}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		ch.close()
-		return nil, ErrSourceClosed
-	}
-	s.pub = p
-	s.mu.Unlock()
 	return p, nil
+}
+
+// release makes p idle again, or closes it when its last publish left it
+// unclean (not ok), when it closed, or when the Source is closed.
+func (s *Source) release(p *publisher, ok bool) {
+	s.mu.Lock()
+	keep := ok && !s.closed && p.conn == s.conn && !p.ch.IsClosed()
+	if keep {
+		s.pubs = append(s.pubs, p)
+	}
+	s.mu.Unlock()
+	if !keep {
+		p.close()
+	}
 }

@@ -104,9 +104,6 @@ type Source struct {
 	// a consumer, and across Drain's swap of the consumer, so that
 	// concurrent Fetches start one consumer; it is taken before mu.
 	setup sync.Mutex
-	// pubMu is held across a copy's publish and its confirmation: one copy
-	// is in flight at a time, so a basic.return is that copy's.
-	pubMu sync.Mutex
 	// drainMu is held across a Drain, so that a second one returns only
 	// once the first has finished.
 	drainMu sync.Mutex
@@ -117,7 +114,7 @@ type Source struct {
 	connErr  *amqp.Error        // guarded by mu: why conn closed, once read
 	owned    []*amqp.Connection // guarded by mu: connections Redial returned; Close closes them
 	cur      *consumer          // guarded by mu: the consumer Fetch reads; nil before the first Fetch, after Drain, after it ended
-	pub      *publisher         // guarded by mu: the channel copies are published on; nil before the first
+	pubs     []*publisher       // guarded by mu: idle channels copies are published on
 	closed   bool               // guarded by mu: Close was called
 
 	tags atomic.Uint64 // consumer tags issued
@@ -414,10 +411,10 @@ func (s *Source) retire(c *consumer) {
 //  2. it cancels the consumer (basic.cancel) and waits for RabbitMQ's
 //     cancel-ok: RabbitMQ then delivers nothing more to it;
 //  3. it hands back each delivery the consumer had buffered and no Fetch
-//     returned, as the runner's own reason: a copy is published to the
-//     work queue and confirmed, then the original acknowledged, so the
-//     hand-back counts no delivery and never dead-letters the job (see
-//     [Job.HandBack]);
+//     returned, all at once, as the runner's own reason: a copy is
+//     published to the work queue and confirmed, then the original
+//     acknowledged, so the hand-back counts no delivery and never
+//     dead-letters the job (see [Job.HandBack]);
 //  4. it closes the consumer's channel once no job it delivered is
 //     unsettled (at once, when the loops have returned).
 //
@@ -496,19 +493,27 @@ func (s *Source) Drain(ctx context.Context) error {
 	// After cancel-ok amqp091-go closes the consumer's buffer once it has
 	// passed on every delivery that came before; a channel closing
 	// meanwhile closes it too (RabbitMQ requeues those itself).
-	var errs []error
-	back := func(d amqp.Delivery) {
-		j := c.newJob(d)
-		if err := j.handBack(ctx, 0, errDrained); err != nil {
-			errs = append(errs, fmt.Errorf("lameduck: amqp: drain queue %q: a job buffered and never fetched, %q: %w", s.q.Name, j.name(), err))
-		}
-	}
-	for _, d := range got {
-		back(d)
-	}
 	for d := range c.deliveries {
-		back(d)
+		got = append(got, d)
 	}
+	// Handed back all at once: each is a copy and its confirm, then an ack
+	// and its proof, round trips that overlap on channels of their own.
+	var (
+		mu   sync.Mutex
+		errs []error
+		wg   sync.WaitGroup
+	)
+	for _, d := range got {
+		j := c.newJob(d)
+		wg.Go(func() {
+			if err := j.handBack(ctx, 0, errDrained); err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("lameduck: amqp: drain queue %q: a job buffered and never fetched, %q: %w", s.q.Name, j.name(), err))
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
 	s.retire(c)
 	return errors.Join(errs...)
 }
@@ -529,17 +534,15 @@ func (s *Source) Close() error {
 	s.setup.Lock()
 	s.mu.Lock()
 	s.closed = true
-	c, pub, owned := s.cur, s.pub, s.owned
-	s.cur, s.pub, s.owned = nil, nil, nil
+	c, pubs, owned := s.cur, s.pubs, s.owned
+	s.cur, s.pubs, s.owned = nil, nil, nil
 	s.mu.Unlock()
 	s.setup.Unlock()
 	if c != nil {
 		c.close()
 	}
-	if pub != nil {
-		s.pubMu.Lock()
-		pub.close()
-		s.pubMu.Unlock()
+	for _, p := range pubs { // a busy one is closed when its publish ends
+		p.close()
 	}
 	for _, conn := range owned {
 		_ = conn.Close()
@@ -640,6 +643,10 @@ type consumer struct {
 	held      int  // jobs returned and not yet settled
 	retired   bool // no longer the Source's consumer: the channel closes once held is 0
 	cancelled bool // Drain cancelled it
+
+	proving sync.Mutex
+	running bool   // guarded by proving: rounds is running
+	next    *round // guarded by proving: the round trip the callers of sync wait for, not begun yet
 }
 
 // newJob makes d a Job, held by c until it is settled.
@@ -667,11 +674,58 @@ func (c *consumer) release() {
 	}
 }
 
-// sync is a synchronous round trip on the channel (basic.qos, unchanged):
-// its reply proves RabbitMQ has processed every method sent on the
-// channel before it (AMQP 0-9-1 processes a channel's methods in order).
+// sync waits for a synchronous round trip on the channel (basic.qos,
+// unchanged) that began after it was called: its reply proves RabbitMQ
+// has processed every method the caller sent on the channel before
+// (AMQP 0-9-1 processes a channel's methods in order). Callers that come
+// while a round trip is in flight share the next one, so n acks at once
+// cost two round trips, not n. It returns the round trip's error, or the
+// cause of ctx when ctx ends first.
 func (c *consumer) sync(ctx context.Context) error {
-	return c.call(ctx, func() error { return c.ch.Qos(c.src.prefetch, 0, false) })
+	c.proving.Lock()
+	r := c.next
+	if r == nil {
+		r = &round{done: make(chan struct{})}
+		c.next = r
+	}
+	start := !c.running
+	c.running = true
+	c.proving.Unlock()
+	if start {
+		go c.rounds()
+	}
+	select {
+	case <-r.done:
+		return r.err
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// round is one round trip of sync, shared by the callers that wait for it.
+type round struct {
+	done chan struct{} // closed when err is set
+	err  error
+}
+
+// rounds runs the round trips callers wait for, one after another, until
+// none is waiting.
+func (c *consumer) rounds() {
+	for {
+		c.proving.Lock()
+		r := c.next
+		c.next = nil
+		if r == nil {
+			c.running = false
+			c.proving.Unlock()
+			return
+		}
+		c.proving.Unlock()
+		c.rpc.Lock()
+		r.err = c.ch.Qos(c.src.prefetch, 0, false)
+		c.rpc.Unlock()
+		close(r.done)
+	}
 }
 
 // intHeader reads h[key] as a non-negative integer; 0 when absent or not
