@@ -1,5 +1,3 @@
-//go:build sourcetest
-
 package ldamqp_test
 
 import (
