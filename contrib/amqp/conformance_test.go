@@ -36,6 +36,9 @@ func TestConformance(t *testing.T) {
 	u := live(t)
 	full := os.Getenv("LAMEDUCK_SUITE_FULL") == "1"
 	o := sourcetest.Options{Short: !full, Loops: 4}
+	if full {
+		o.Jobs = 5000 // at least 5,000 jobs and 20 drains at full size
+	}
 	if v := os.Getenv("LAMEDUCK_SUITE_LATENCY"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {

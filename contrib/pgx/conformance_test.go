@@ -33,7 +33,11 @@ func TestConformance(t *testing.T) {
 	dsn := live(t)
 	full := os.Getenv("LAMEDUCK_SUITE_FULL") != ""
 	h := harness(t, dsn, nil)
-	sourcetest.Run(t, h, sourcetest.Options{Short: !full})
+	o := sourcetest.Options{Short: !full}
+	if full {
+		o.Jobs = 5000 // the bar: at least 5,000 jobs and 20 drains
+	}
+	sourcetest.Run(t, h, o)
 	if full {
 		sourcetest.Run(t, h, sourcetest.Options{Latency: 100 * time.Millisecond})
 	}
