@@ -17,7 +17,7 @@ import (
 )
 
 // ErrSourceClosed is what Fetch returns, wrapped, after [Source.Close].
-var ErrSourceClosed = errors.New("lameduck: ldamqp: the Source is closed")
+var ErrSourceClosed = errors.New("ldamqp: the Source is closed")
 
 // SourceConfig configures a [Source].
 type SourceConfig struct {
@@ -520,7 +520,7 @@ func (s *Source) Drain(ctx context.Context) error {
 
 // errDrained is the runner's reason Drain gives for the hand-back of a
 // buffered delivery.
-var errDrained = errors.New("lameduck: ldamqp: buffered by the consumer when the runner drained; never fetched")
+var errDrained = errors.New("ldamqp: buffered by the consumer when the runner drained; never fetched")
 
 // Close closes the Source's channels, which makes RabbitMQ requeue every
 // job they hold unacknowledged (counting a delivery on RabbitMQ 3: call
