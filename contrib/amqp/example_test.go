@@ -46,7 +46,7 @@ func ExampleNewSource() {
 		Name:            "thumbnails",
 		MaxDeliveries:   3, // a failing job runs 3 times, then is dead-lettered
 		DeadLetterQueue: "thumbnails.dead",
-		// Above the longest job and the drain bound (RabbitMQ 3.12 and later).
+		// Above the longest job and the drain bound (RabbitMQ 3.11.15, 3.12 and later).
 		Arguments: amqp.Table{"x-consumer-timeout": (9 * time.Hour).Milliseconds()},
 	}
 	ch, err := conn.Channel()
