@@ -7,14 +7,16 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/lameduck/lameduck"
-	ldnats "github.com/lameduck/lameduck/contrib/nats"
+	ldpgx "github.com/lameduck/lameduck/contrib/pgx"
+	"github.com/lameduck/lameduck/health"
 	"github.com/lameduck/lameduck/worker"
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go/jetstream"
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/spf13/cobra"
 )
 
@@ -22,9 +24,43 @@ import (
 // on) a NATS server the machine may already run on 4222.
 const defaultEmbeddedAddr = "127.0.0.1:4223"
 
+// The default addresses of --amqp and --postgres: the RabbitMQ and the
+// PostgreSQL a developer runs on their machine with their stock settings.
+const (
+	defaultAMQPURL     = "amqp://guest:guest@127.0.0.1:5672/"
+	defaultPostgresURL = "postgres://postgres@127.0.0.1:5432/test"
+)
+
+// demoQueues are the job sources --queue selects, and each one's own
+// flags, which the others refuse.
+var demoQueues = []demoQueueKind{
+	{"nats", []string{"nats", "embedded-addr", "store"}},
+	{"amqp", []string{"amqp"}},
+	{"postgres", []string{"postgres"}},
+}
+
+// demoQueueKind is one value of --queue and the flags that only it takes.
+type demoQueueKind struct {
+	kind  string
+	flags []string
+}
+
+// knownQueue reports whether kind is a value of --queue.
+func knownQueue(kind string) bool {
+	return slices.ContainsFunc(demoQueues, func(q demoQueueKind) bool { return q.kind == kind })
+}
+
+// maxName bounds --name: the longest that fits every queue's names, the
+// PostgreSQL table lameduck_<name>_jobs with its index (54 bytes before
+// "_next_idx") the tightest.
+const maxName = 40
+
 type workerOptions struct {
+	queue        string // nats, amqp or postgres
+	name         string
 	natsURL      string
-	queue        string
+	amqpURL      string
+	postgresURL  string
 	embeddedAddr string
 	store        string
 	probeAddr    string
@@ -45,27 +81,38 @@ func newDemoWorkerCommand() *cobra.Command {
 	var o workerOptions
 	cmd := &cobra.Command{
 		Use:   "demo-worker",
-		Short: "Run a demo runner that consumes jobs from NATS JetStream and drains without losing one",
-		Long: `Run a demo runner built on lameduck's worker package: it consumes jobs from a
-NATS JetStream pull consumer, one at a time per loop, acknowledging each when
-it is done (in-progress acks, every third of the consumer's AckWait, keep a
-long job from being redelivered). --ack-wait and --max-deliver set the
-consumer's AckWait and MaxDeliver when it is created, or when given; an
-existing consumer otherwise keeps its own. A job handed back by the runner
-(drain, interrupt, superseded) at its last delivery is re-published, so it is
-never stranded by MaxDeliver; a job that fails counts against it.
+		Short: "Run a demo runner that consumes jobs from NATS JetStream, RabbitMQ or PostgreSQL and drains without losing one",
+		Long: `Run a demo runner built on lameduck's worker package: it consumes jobs, one at
+a time per loop, from the queue --queue selects, and acknowledges each when it
+is done; the queue's claim on a job is kept alive while it runs, however long.
 
-Without --nats it starts an embedded NATS server with JetStream on
---embedded-addr (default 127.0.0.1:4223), storing in --store, so it runs with
-no setup and its queue survives a restart. Publish jobs with
-"lameduck demo-worker enqueue --n 100 --d 200ms".
+--queue nats (the default): a JetStream pull consumer (contrib/nats). Without
+--nats it starts an embedded NATS server with JetStream on --embedded-addr
+(default 127.0.0.1:4223), storing in --store, so it runs with no setup and its
+queue survives a restart. --ack-wait and --max-deliver set the consumer's
+AckWait (in-progress acks every third of it keep a long job) and MaxDeliver
+when it is created, or when given; an existing consumer otherwise keeps its
+own. A job the runner hands back at its last delivery is re-published, so it
+is never stranded by MaxDeliver; a job that fails counts against it.
+
+--queue amqp: a RabbitMQ quorum queue at --amqp (contrib/amqp), declared at
+start with a delivery limit of --max-deliver (-1: 20) and a dead-letter queue.
+
+--queue postgres: a jobs table at --postgres (contrib/pgx), created at start,
+claimed with SELECT ... FOR UPDATE SKIP LOCKED under a lease of --ack-wait,
+renewed every third of it.
+
+--name (default "demo") names the queue: stream LAMEDUCK_<name>, queue
+lameduck.<name>.jobs, table lameduck_<name>_jobs. Publish jobs with
+"lameduck demo-worker enqueue --n 100 --d 200ms" (the same --queue, --name
+and address).
 
 Probes and /metrics on --probe-addr (default :9090): GET /healthz is 503 "stalled" when an
 idle loop stops cycling; GET /readyz is 503 "starting" before the first fetch,
 "superseded" when a newer LAMEDUCK_EPOCH runs, "draining" (with "busy") after
 SIGTERM. On SIGTERM no new job is taken; LAMEDUCK_DRAIN_MODE=complete (the
 default) finishes the job in flight, bounded by LAMEDUCK_DRAIN_TIMEOUT (8h);
-LAMEDUCK_DRAIN_MODE=interrupt cancels it and NAKs it for redelivery.
+LAMEDUCK_DRAIN_MODE=interrupt cancels it and hands it back for redelivery.
 
 Every LAMEDUCK_* variable applies (LAMEDUCK_EPOCH, LAMEDUCK_EPOCH_MISMATCH_DELAY,
 LAMEDUCK_FETCH_WAIT, LAMEDUCK_TERMINATION_GRACE, ...).`,
@@ -73,21 +120,27 @@ LAMEDUCK_FETCH_WAIT, LAMEDUCK_TERMINATION_GRACE, ...).`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.probeAddrSet = cmd.Flags().Changed("probe-addr")
 			o.ackWaitSet, o.maxDelivSet = cmd.Flags().Changed("ack-wait"), cmd.Flags().Changed("max-deliver")
+			if err := o.validate(cmd.Flags().Changed); err != nil {
+				return err
+			}
 			return runDemoWorker(cmd.Context(), o)
 		},
 	}
 	f := cmd.PersistentFlags()
-	f.StringVar(&o.natsURL, "nats", "", "NATS server URL, such as nats://127.0.0.1:4222; empty: an embedded server (enqueue: the embedded server's address)")
-	f.StringVar(&o.embeddedAddr, "embedded-addr", defaultEmbeddedAddr, "listen address of the embedded NATS server")
+	f.StringVar(&o.queue, "queue", "nats", "the job source: nats (JetStream), amqp (a RabbitMQ quorum queue) or postgres (a jobs table)")
+	f.StringVar(&o.name, "name", "demo", "the queue's name: stream LAMEDUCK_<name> (subject lameduck.<name>.jobs, consumer <name>-worker), RabbitMQ queue lameduck.<name>.jobs, table lameduck_<name>_jobs")
+	f.StringVar(&o.natsURL, "nats", "", "--queue nats: the NATS server's URL, such as nats://127.0.0.1:4222; empty: an embedded server (enqueue: the embedded server's address)")
+	f.StringVar(&o.embeddedAddr, "embedded-addr", defaultEmbeddedAddr, "--queue nats: listen address of the embedded NATS server")
+	f.StringVar(&o.amqpURL, "amqp", defaultAMQPURL, "--queue amqp: the RabbitMQ server's URL")
+	f.StringVar(&o.postgresURL, "postgres", defaultPostgresURL, "--queue postgres: the PostgreSQL database's URL or DSN (pool_max_conns defaults to --loops + 2)")
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
-	f.StringVar(&o.queue, "queue", "demo", "the queue's name: stream LAMEDUCK_<queue>, subject lameduck.<queue>.jobs, consumer <queue>-worker")
 	lf := cmd.Flags()
-	lf.StringVar(&o.store, "store", filepath.Join(os.TempDir(), "lameduck-demo-worker"), "JetStream store directory of the embedded server")
+	lf.StringVar(&o.store, "store", filepath.Join(os.TempDir(), "lameduck-demo-worker"), "--queue nats: JetStream store directory of the embedded server")
 	lf.StringVar(&o.probeAddr, "probe-addr", worker.DefaultProbeAddr, "listen address of the probes (LAMEDUCK_PROBE_ADDR when the flag is not given)")
 	lf.IntVar(&o.loops, "loops", 1, "consume loops, each running one job at a time")
-	lf.DurationVar(&o.ackWait, "ack-wait", 30*time.Second, "the consumer's AckWait when this creates it (given: also set on an existing one); a job in flight sends an in-progress ack every third of the consumer's AckWait")
-	lf.IntVar(&o.maxDeliver, "max-deliver", -1, "the consumer's MaxDeliver when this creates it (given: also set on an existing one); -1: unlimited. A job's failures count against it; the runner's own hand-backs never strand a job (docs/runners.md)")
-	lf.StringVar(&o.epochSource, "epoch-source", "kv", `where the fleet's newest LAMEDUCK_EPOCH is read: "kv" (JetStream key-value, each runner publishes its own) or "static" (never superseded)`)
+	lf.DurationVar(&o.ackWait, "ack-wait", 30*time.Second, "--queue nats: the consumer's AckWait when this creates it (given: also set on an existing one), an in-progress ack sent every third of it; --queue postgres: a claim's lease, renewed every third of it (at least 1s)")
+	lf.IntVar(&o.maxDeliver, "max-deliver", -1, "--queue nats: the consumer's MaxDeliver when this creates it (given: also set on an existing one), -1 unlimited; --queue amqp: the queue's delivery limit, -1 for 20. A job's failures count against it; the runner's own hand-backs never strand a job (docs/runners.md)")
+	lf.StringVar(&o.epochSource, "epoch-source", "", `where the fleet's newest LAMEDUCK_EPOCH is read: "kv" (--queue nats: a JetStream key-value bucket), "table" (--queue postgres: a table), each runner publishing its own, or "static" (never superseded); empty: kv, table, or static for amqp`)
 	lf.DurationVar(&o.epochPoll, "epoch-poll", worker.DefaultEpochPoll, "how often the epoch source is asked")
 	lf.IntVar(&o.stallAfter, "simulate-stall-after", 0, "stop fetching after this many fetches, as a wedged consumer would (0: never)")
 	lf.DurationVar(&o.livenessFlr, "liveness-floor", worker.DefaultLivenessFloor, "the least an idle loop may go without cycling before liveness says stalled (lower it only to try a stall quickly)")
@@ -97,46 +150,154 @@ LAMEDUCK_FETCH_WAIT, LAMEDUCK_TERMINATION_GRACE, ...).`,
 	return cmd
 }
 
+// validate checks the flags of demo-worker (and, through checkQueue, of
+// enqueue) and returns every problem at once as a usageError, each naming
+// the flag, its value and the fix. It resolves an empty --epoch-source.
+// changed reports whether a flag was given.
+func (o *workerOptions) validate(changed func(string) bool) error {
+	errs := []error{o.checkQueue(changed)}
+	switch {
+	case o.loops < 1:
+		errs = append(errs, fmt.Errorf("--loops=%d: must be at least 1", o.loops))
+	}
+	switch {
+	case o.queue == "amqp" && o.ackWaitSet:
+		errs = append(errs, fmt.Errorf("--ack-wait=%s: --queue amqp has no ack wait (RabbitMQ holds a delivery unacknowledged for as long as its job runs); leave it out", o.ackWait))
+	case o.queue == "postgres" && o.ackWait < ldpgx.MinLease:
+		errs = append(errs, fmt.Errorf("--ack-wait=%s: with --queue postgres it is a claim's lease, renewed every third of it; use at least %s", o.ackWait, ldpgx.MinLease))
+	case o.ackWait <= 0:
+		errs = append(errs, fmt.Errorf("--ack-wait=%s: must be positive, such as 30s", o.ackWait))
+	}
+	switch {
+	case o.queue == "postgres" && o.maxDelivSet:
+		errs = append(errs, fmt.Errorf("--max-deliver=%d: --queue postgres takes a job's limit from its row's max_attempts, set when it is enqueued (%d by default); leave it out", o.maxDeliver, ldpgx.DefaultMaxAttempts))
+	case o.maxDeliver == 0 || o.maxDeliver < -1:
+		errs = append(errs, fmt.Errorf("--max-deliver=%d: must be positive, or -1 for unlimited (nats) or 20 (amqp)", o.maxDeliver))
+	}
+	// The epoch store of the queue's own server, if it has one.
+	own := map[string]string{"nats": "kv", "postgres": "table"}[o.queue]
+	choices := `"static"`
+	if own != "" {
+		choices = fmt.Sprintf(`%q or "static"`, own)
+	}
+	switch {
+	case !knownQueue(o.queue): // checkQueue said so
+	case o.epochSource == "" && own != "":
+		o.epochSource = own
+	case o.epochSource == "":
+		o.epochSource = "static"
+	case o.epochSource == "static" || o.epochSource == own:
+	case o.epochSource == "kv" || o.epochSource == "table":
+		errs = append(errs, fmt.Errorf("--epoch-source=%q: --queue %s has none; use %s", o.epochSource, o.queue, choices))
+	default:
+		errs = append(errs, fmt.Errorf("--epoch-source=%q: unknown; use %s", o.epochSource, choices))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return usageError{err}
+	}
+	return nil
+}
+
+// checkQueue checks --queue, --name and the flags of the queues not
+// selected, which would do nothing: each problem names the flag, its value
+// and the fix.
+func (o *workerOptions) checkQueue(changed func(string) bool) error {
+	var errs []error
+	own := slices.IndexFunc(demoQueues, func(q demoQueueKind) bool { return q.kind == o.queue })
+	if own < 0 {
+		hint := ""
+		if checkName(o.queue) == nil {
+			hint = fmt.Sprintf(" (--queue picks the source; the queue's name is --name, such as --name %s)", o.queue)
+		}
+		return fmt.Errorf("--queue=%q: use nats, amqp or postgres%s", o.queue, hint)
+	}
+	if err := checkName(o.name); err != nil {
+		errs = append(errs, err)
+	}
+	switch o.queue {
+	case "amqp":
+		if _, err := amqp.ParseURI(o.amqpURL); err != nil {
+			errs = append(errs, fmt.Errorf("--amqp=%q: %v; use a URL such as %s", health.Redact(o.amqpURL), err, defaultAMQPURL))
+		}
+	case "postgres":
+		if _, err := pgxpool.ParseConfig(o.postgresURL); err != nil {
+			errs = append(errs, fmt.Errorf("--postgres=%q: not a PostgreSQL URL or DSN (%s); use one such as %s",
+				health.Redact(o.postgresURL), health.Redact(err.Error()), defaultPostgresURL))
+		}
+	}
+	for i, q := range demoQueues {
+		if i == own {
+			continue
+		}
+		for _, f := range q.flags {
+			if changed(f) {
+				errs = append(errs, fmt.Errorf("--%s is for --queue %s, and does nothing with --queue %s; leave it out, or use --%s",
+					f, q.kind, o.queue, strings.Join(demoQueues[own].flags, ", --")))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// checkName refuses a queue name that one of the queues could not use in
+// its names.
+func checkName(q string) error {
+	if q == "" || strings.Trim(q, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") != "" {
+		return fmt.Errorf("--name=%q: use letters, digits, '_' and '-' only, such as \"demo\"", q)
+	}
+	if len(q) > maxName {
+		return fmt.Errorf("--name=%q: %d bytes; use at most %d (the PostgreSQL table lameduck_<name>_jobs must fit its index's name)", q, len(q), maxName)
+	}
+	return nil
+}
+
 func newEnqueueCommand(o *workerOptions) *cobra.Command {
 	var n int
 	var d time.Duration
 	cmd := &cobra.Command{
 		Use:   "enqueue",
 		Short: "Publish demo jobs for demo-worker",
-		Long: `Publish --n jobs that each run for --d to the demo worker's JetStream stream,
-at --nats (default: the embedded server of a demo-worker started without
---nats, nats://` + defaultEmbeddedAddr + `).`,
+		Long: `Publish --n jobs that each run for --d to the demo worker's queue: --queue nats
+(the default) publishes to its JetStream stream at --nats (default: the
+embedded server of a demo-worker started without --nats,
+nats://` + defaultEmbeddedAddr + `), --queue amqp to its RabbitMQ queue at
+--amqp (declared if it does not exist yet), --queue postgres inserts into its
+table at --postgres (created if need be), in one transaction. Each job's id,
+job-<hhmmss.mmm>-<n>, is its message id or its row's key.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			var errs []error
 			if n <= 0 {
-				return usagef("--n=%d: must be positive", n)
+				errs = append(errs, fmt.Errorf("--n=%d: must be positive", n))
 			}
 			if d < 0 {
-				return usagef("--d=%s: must not be negative", d)
+				errs = append(errs, fmt.Errorf("--d=%s: must not be negative", d))
 			}
-			if err := checkQueue(o.queue); err != nil {
+			errs = append(errs, o.checkQueue(cmd.Flags().Changed))
+			if err := errors.Join(errs...); err != nil {
 				return usageError{err}
-			}
-			url := o.natsURL
-			if url == "" {
-				url = "nats://" + o.embeddedAddr
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			nc, js, _, err := connect(ctx, url, o.queue)
+			batch := time.Now().UTC().Format("150405.000")
+			jobs := make([]demoJob, n)
+			for i := range jobs {
+				jobs[i] = demoJob{ID: fmt.Sprintf("job-%s-%04d", batch, i+1), D: d.String()}
+			}
+			var where string
+			var err error
+			switch o.queue {
+			case "nats":
+				where, err = enqueueNATS(ctx, *o, jobs)
+			case "amqp":
+				where, err = enqueueAMQP(ctx, *o, jobs)
+			case "postgres":
+				where, err = enqueuePostgres(ctx, *o, jobs)
+			}
 			if err != nil {
 				return err
 			}
-			defer nc.Close()
-			batch := time.Now().UTC().Format("150405.000")
-			for i := 1; i <= n; i++ {
-				id := fmt.Sprintf("job-%s-%04d", batch, i)
-				body, _ := json.Marshal(demoJob{ID: id, D: d.String()})
-				if _, err := js.Publish(ctx, demoSubject(o.queue), body, jetstream.WithMsgID(id)); err != nil {
-					return fmt.Errorf("publish %s: %w", id, err)
-				}
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "enqueued %d job(s) of %s on %s (ids job-%s-0001 to job-%s-%04d)\n", n, d, url, batch, batch, n)
+			fmt.Fprintf(cmd.OutOrStdout(), "enqueued %d job(s) of %s on %s (ids job-%s-0001 to job-%s-%04d)\n", n, d, where, batch, batch, n)
 			return nil
 		},
 	}
@@ -148,19 +309,6 @@ at --nats (default: the embedded server of a demo-worker started without
 func runDemoWorker(ctx context.Context, o workerOptions) error {
 	log, err := newLogger(o.logFormat)
 	if err != nil {
-		return usageError{err}
-	}
-	switch {
-	case o.loops < 1:
-		return usagef("--loops=%d: must be at least 1", o.loops)
-	case o.ackWait <= 0:
-		return usagef("--ack-wait=%s: must be positive", o.ackWait)
-	case o.maxDeliver == 0 || o.maxDeliver < -1:
-		return usagef("--max-deliver=%d: must be positive, or -1 for unlimited", o.maxDeliver)
-	case o.epochSource != "kv" && o.epochSource != "static":
-		return usagef(`--epoch-source=%q: use "kv" or "static"`, o.epochSource)
-	}
-	if err := checkQueue(o.queue); err != nil {
 		return usageError{err}
 	}
 	metrics := newWorkerMetrics()
@@ -179,71 +327,27 @@ func runDemoWorker(ctx context.Context, o workerOptions) error {
 	}
 	lc := wk.Lifecycle()
 
-	url := o.natsURL
-	var ns *server.Server
-	if url == "" {
-		ns, err = startEmbedded(o.embeddedAddr, o.store)
-		if err != nil {
-			log.Error("demo-worker: " + err.Error())
-			return exitError{err}
-		}
-		url = ns.ClientURL()
-		log.Info("demo-worker: embedded NATS server with JetStream", "url", url, "store", o.store)
-		if err := lc.AddCloser("embedded NATS server", func(context.Context) error {
-			ns.Shutdown()
-			ns.WaitForShutdown()
-			return nil
-		}); err != nil {
-			return err
-		}
-	}
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	nc, js, st, err := connect(cctx, url, o.queue)
-	if err == nil {
-		err = lc.AddCloser("NATS connection", func(context.Context) error { nc.Close(); return nil })
+	var q demoQueue
+	switch o.queue {
+	case "nats":
+		q, err = openNATS(cctx, o, lc, log)
+	case "amqp":
+		q, err = openAMQP(cctx, o, lc, log)
+	case "postgres":
+		q, err = openPostgres(cctx, o, lc, log)
 	}
 	if err != nil {
-		log.Error("demo-worker: " + err.Error())
-		if ns != nil {
-			ns.Shutdown()
-			ns.WaitForShutdown()
-		}
-		return exitError{err}
-	}
-	cons, err := demoConsumerFor(cctx, st, o)
-	var src *ldnats.Source
-	if err == nil {
-		src, err = ldnats.NewSource(js, cons, ldnats.SourceConfig{ID: demoJobID, Logger: log})
-	}
-	if err == nil {
-		if o.epochSource == "kv" {
-			var kve *ldnats.Epochs
-			kve, err = ldnats.NewEpochs(cctx, js, ldnats.EpochsConfig{Fleet: o.queue, Poll: o.epochPoll, Draining: lc.Events().ShutdownInitiated.Fired})
-			if err == nil { // runs before the connection's closer: closers run in reverse
-				epochs = kve
-				err = lc.AddCloser("epoch key", kve.Retire)
-			}
-		} else {
-			epochs = worker.StaticEpochs(0)
-		}
-	}
-	if err != nil {
-		err = fmt.Errorf("demo-worker: %w", err)
 		log.Error(err.Error())
-		nc.Close()
-		if ns != nil {
-			ns.Shutdown()
-			ns.WaitForShutdown()
-		}
 		return exitError{err}
 	}
-	cc := cons.CachedInfo().Config
-	log.Info("demo-worker: consuming", "nats", url, "stream", demoStream(o.queue), "consumer", demoConsumer(o.queue), "loops", o.loops,
-		"ack_wait", cc.AckWait.String(), "in_progress_every", src.InProgressEvery().String(), "max_deliver", cc.MaxDeliver,
-		"epoch", wk.Epoch(), "epoch_source", o.epochSource, "drain_mode", lc.Config().DrainMode)
+	epochs = q.epochs
+	attrs := append([]any{"queue", o.queue}, q.attrs...)
+	log.Info("demo-worker: consuming", append(attrs, "loops", o.loops,
+		"epoch", wk.Epoch(), "epoch_source", o.epochSource, "drain_mode", lc.Config().DrainMode)...)
 
-	loopSrc := &demoSource{src: src, stallAfter: o.stallAfter, metrics: metrics}
+	loopSrc := &demoSource{q: q, stallAfter: o.stallAfter, metrics: metrics}
 	for i := 1; i <= o.loops; i++ {
 		name := "jobs"
 		if o.loops > 1 {
@@ -259,38 +363,6 @@ func runDemoWorker(ctx context.Context, o workerOptions) error {
 	return nil
 }
 
-// demoConsumerFor returns the queue's durable consumer. It creates it with
-// --ack-wait and --max-deliver when it does not exist; an existing one
-// keeps its own AckWait and MaxDeliver (a real consumer's are an
-// operator's choice), unless the flag was given, which sets it.
-func demoConsumerFor(ctx context.Context, st jetstream.Stream, o workerOptions) (jetstream.Consumer, error) {
-	cons, err := st.Consumer(ctx, demoConsumer(o.queue))
-	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return st.CreateConsumer(ctx, jetstream.ConsumerConfig{
-			Durable:       demoConsumer(o.queue),
-			AckPolicy:     jetstream.AckExplicitPolicy,
-			AckWait:       o.ackWait,
-			MaxDeliver:    o.maxDeliver,
-			MaxAckPending: 1000,
-		})
-	}
-	if err != nil {
-		return nil, err
-	}
-	cfg := cons.CachedInfo().Config
-	changed := false
-	if o.ackWaitSet && cfg.AckWait != o.ackWait {
-		cfg.AckWait, changed = o.ackWait, true
-	}
-	if o.maxDelivSet && cfg.MaxDeliver != o.maxDeliver {
-		cfg.MaxDeliver, changed = o.maxDeliver, true
-	}
-	if !changed {
-		return cons, nil
-	}
-	return st.UpdateConsumer(ctx, cfg)
-}
-
 // demoHandler runs a demo job: it sleeps the job's duration (the Source
 // keeps it in progress meanwhile), and stops when ctx ends.
 func demoHandler(log interface {
@@ -300,8 +372,8 @@ func demoHandler(log interface {
 	return func(ctx context.Context, j worker.Job) error {
 		job := j.(*countedJob)
 		var body demoJob
-		if err := json.Unmarshal(job.Msg().Data(), &body); err != nil || body.ID == "" {
-			log.Warn("demo-worker: dropping a malformed job", "job", job.ID(), "error", fmt.Sprintf("not a demo job: %q", job.Msg().Data()))
+		if err := json.Unmarshal(job.body, &body); err != nil || body.ID == "" {
+			log.Warn("demo-worker: dropping a malformed job", "job", job.ID(), "error", fmt.Sprintf("not a demo job: %q", job.body))
 			return nil
 		}
 		d, err := time.ParseDuration(body.D)

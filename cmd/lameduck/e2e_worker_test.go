@@ -3,7 +3,8 @@ package main
 // End-to-end tests of `lameduck demo-worker`: the real binary against a
 // real JetStream — a private server embedded in this test process (started
 // fresh, store in a temp dir), the machine's server when it answers, and the
-// binary's own embedded server — driven by real signals.
+// binary's own embedded server — and against the machine's RabbitMQ and
+// PostgreSQL (e2e_worker_queues_test.go), driven by real signals.
 
 import (
 	"context"
@@ -13,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -127,7 +129,7 @@ func startWorker(t *testing.T, url, q string, env map[string]string, args ...str
 // consumer keeps its own.
 func startWorkerKeeping(t *testing.T, url, q string, env map[string]string, args ...string) *proc {
 	t.Helper()
-	argv := append([]string{"demo-worker", "--log-format", "json", "--queue", q, "--probe-addr", "127.0.0.1:0",
+	argv := append([]string{"demo-worker", "--log-format", "json", "--name", q, "--probe-addr", "127.0.0.1:0",
 		"--epoch-poll", "200ms"}, args...)
 	if url != "" {
 		argv = append(argv, "--nats", url)
@@ -141,7 +143,7 @@ func startWorkerKeeping(t *testing.T, url, q string, env map[string]string, args
 // enqueue runs `lameduck demo-worker enqueue` and returns the job ids.
 func enqueue(t *testing.T, q string, n int, d time.Duration, where ...string) []string {
 	t.Helper()
-	argv := append([]string{"demo-worker", "enqueue", "--queue", q, "--n", fmt.Sprint(n), "--d", d.String()}, where...)
+	argv := append([]string{"demo-worker", "enqueue", "--name", q, "--n", fmt.Sprint(n), "--d", d.String()}, where...)
 	cmd := exec.Command(lameduckBin, argv...)
 	cmd.Env = childEnv(nil)
 	out, err := cmd.CombinedOutput()
@@ -303,22 +305,34 @@ func (lg ledger) check(t *testing.T, ids []string) (duplicates int) {
 	return duplicates
 }
 
+// queueCase is a queue a test runs on, one subtest each.
+type queueCase struct {
+	name string
+	open func(*testing.T) testQueue
+}
+
+// testQueues are a private JetStream and the machine's RabbitMQ and
+// PostgreSQL.
+var testQueues = []queueCase{
+	{"private JetStream", privateJetStreamQueue},
+	{"machine RabbitMQ", rabbitQueue},
+	{"machine PostgreSQL", postgresQueue},
+}
+
+// A backlog drained by SIGTERMs, a new runner started as the old one
+// drains (as a rolling update does), in both drain modes, on every queue:
+// every job is done, none twice in complete mode, and one is re-run only
+// after an interruption handed it back; the runners' logs and the queue
+// itself agree (the queue holds nothing after).
 func TestE2EWorkerDrainLosesNoJob(t *testing.T) {
-	servers := []struct {
-		name string
-		url  func(*testing.T) string
-	}{
-		{"private JetStream", privateJetStream},
-		{"machine JetStream", machineJetStream},
-	}
-	for _, srv := range servers {
+	queues := slices.Insert(slices.Clone(testQueues), 1, queueCase{"machine JetStream", machineJetStreamQueue})
+	for _, qs := range queues {
 		for _, mode := range []string{"complete", "interrupt"} {
-			t.Run(srv.name+"/"+mode, func(t *testing.T) {
-				url := srv.url(t)
-				q := uniqueQueue(t, url)
+			t.Run(qs.name+"/"+mode, func(t *testing.T) {
+				tq := qs.open(t)
 				env := map[string]string{"LAMEDUCK_DRAIN_MODE": mode}
-				a := startWorker(t, url, q, env)
-				ids := enqueue(t, q, 50, 100*time.Millisecond, "--nats", url)
+				a := tq.start(t, env)
+				ids := tq.enqueue(t, 50, 100*time.Millisecond)
 				waitDoneBy(t, a, 15)
 				waitInFlight(t, a) // so that the drain has a job to finish or hand back
 				a.signal(syscall.SIGTERM)
@@ -328,17 +342,19 @@ func TestE2EWorkerDrainLosesNoJob(t *testing.T) {
 				}
 				// The new worker starts while the old one drains, as a
 				// rolling update does.
-				b := startWorker(t, url, q, env)
+				b := tq.start(t, env)
 				if code, _ := a.waitExit(startTimeout); code != 0 {
 					t.Fatalf("the old worker exited %d", code)
 				}
 				waitDone(t, ids, a, b)
+				wantDoneMetric(t, b)
 				b.signal(syscall.SIGTERM)
 				if code, _ := b.waitExit(startTimeout); code != 0 {
 					t.Fatalf("the new worker exited %d", code)
 				}
 				lg := readLedger(t, a, b)
 				dups := lg.check(t, ids)
+				tq.wantEmpty(t)
 				interrupted := 0
 				for _, id := range ids {
 					for _, why := range lg.handedBk[id] {
@@ -347,7 +363,7 @@ func TestE2EWorkerDrainLosesNoJob(t *testing.T) {
 						}
 					}
 				}
-				t.Logf("%s: 50 jobs, %d done by the old worker, %d re-run after an interruption", mode,
+				t.Logf("%s on %s: 50 jobs, %d done by the old worker, %d re-run after an interruption, 0 left in the queue", mode, tq.kind,
 					len(a.logMatches(func(l logLine) bool { return l.msg() == "demo-worker: job done" })), dups)
 				switch mode {
 				case "complete":
@@ -419,20 +435,31 @@ func waitReadyz(t *testing.T, p *proc, from, status string) reply {
 	}
 }
 
+// epochQueues are the queues whose server keeps the fleet's epochs: NATS
+// (a key-value bucket) and PostgreSQL (a table).
+var epochQueues = []queueCase{
+	{"private JetStream", privateJetStreamQueue},
+	{"machine PostgreSQL", postgresQueue},
+}
+
 // A rollout: the new epoch's runner gets every job at once while the old
 // one, superseded, competes for none; a rollback: with the new runner gone,
 // the old one is no longer superseded and takes the jobs.
 func TestE2EWorkerEpochBumpSupersedesTheOldFleet(t *testing.T) {
-	url := privateJetStream(t)
-	q := uniqueQueue(t, url)
+	for _, qs := range epochQueues {
+		t.Run(qs.name, func(t *testing.T) { testEpochBump(t, qs.open(t)) })
+	}
+}
+
+func testEpochBump(t *testing.T, tq testQueue) {
 	env := map[string]string{"LAMEDUCK_EPOCH_MISMATCH_DELAY": "1s"}
-	old := startWorker(t, url, q, map[string]string{"LAMEDUCK_EPOCH": "1", "LAMEDUCK_EPOCH_MISMATCH_DELAY": "1s"})
-	first := enqueue(t, q, 5, 50*time.Millisecond, "--nats", url)
+	old := tq.start(t, map[string]string{"LAMEDUCK_EPOCH": "1", "LAMEDUCK_EPOCH_MISMATCH_DELAY": "1s"})
+	first := tq.enqueue(t, 5, 50*time.Millisecond)
 	waitDone(t, first, old)
 
 	// A runner of the next epoch publishes it: the old one is superseded.
 	env["LAMEDUCK_EPOCH"] = "2"
-	next := startWorker(t, url, q, env)
+	next := tq.start(t, env)
 	r := waitReadyz(t, old, "ok", "superseded")
 	if r.body["epoch"] != float64(1) || r.body["newest_epoch"] != float64(2) {
 		t.Fatalf("old worker GET /readyz = %s", r)
@@ -442,7 +469,7 @@ func TestE2EWorkerEpochBumpSupersedesTheOldFleet(t *testing.T) {
 
 	// The new runner does every job; the old one runs none and hands back
 	// at most one (delivered to the fetch under way as it was superseded).
-	ids := enqueue(t, q, 30, 100*time.Millisecond, "--nats", url)
+	ids := tq.enqueue(t, 30, 100*time.Millisecond)
 	waitDone(t, ids, old, next)
 	lg := readLedger(t, old, next)
 	handedBack := 0
@@ -470,7 +497,7 @@ func TestE2EWorkerEpochBumpSupersedesTheOldFleet(t *testing.T) {
 		t.Fatalf("the new worker exited %d", code)
 	}
 	r = waitReadyz(t, old, "superseded", "ok")
-	back := enqueue(t, q, 5, 50*time.Millisecond, "--nats", url)
+	back := tq.enqueue(t, 5, 50*time.Millisecond)
 	waitDone(t, back, old)
 	all := append(append(append([]string(nil), first...), ids...), back...)
 	if dups := readLedger(t, old, next).check(t, all); dups != 0 {
@@ -489,15 +516,19 @@ func TestE2EWorkerEpochBumpSupersedesTheOldFleet(t *testing.T) {
 // stops counting after three of its polls: the older runner left alone is
 // no longer superseded.
 func TestE2EWorkerKilledNewerRunnerStopsSuperseding(t *testing.T) {
-	url := privateJetStream(t)
-	q := uniqueQueue(t, url)
-	old := startWorker(t, url, q, map[string]string{"LAMEDUCK_EPOCH": "1"})
-	next := startWorker(t, url, q, map[string]string{"LAMEDUCK_EPOCH": "2"})
+	for _, qs := range epochQueues {
+		t.Run(qs.name, func(t *testing.T) { testKilledNewerRunner(t, qs.open(t)) })
+	}
+}
+
+func testKilledNewerRunner(t *testing.T, tq testQueue) {
+	old := tq.start(t, map[string]string{"LAMEDUCK_EPOCH": "1"})
+	next := tq.start(t, map[string]string{"LAMEDUCK_EPOCH": "2"})
 	waitReadyz(t, old, "ok", "superseded")
 	next.signal(syscall.SIGKILL)
 	next.waitExit(startTimeout)
 	waitReadyz(t, old, "superseded", "ok")
-	ids := enqueue(t, q, 3, 50*time.Millisecond, "--nats", url)
+	ids := tq.enqueue(t, 3, 50*time.Millisecond)
 	waitDone(t, ids, old)
 	old.signal(syscall.SIGTERM)
 	if code, _ := old.waitExit(startTimeout); code != 0 {
@@ -583,35 +614,39 @@ func TestE2EWorkerLongJobKeptByInProgressAcks(t *testing.T) {
 }
 
 // At the drain bound the job in flight is cancelled, named with its age and
-// handed back; the next worker runs it from the start.
+// handed back; the next worker runs it from the start. On every queue.
 func TestE2EWorkerDrainBoundHandsTheJobBack(t *testing.T) {
-	url := privateJetStream(t)
-	q := uniqueQueue(t, url)
-	a := startWorker(t, url, q, map[string]string{"LAMEDUCK_DRAIN_TIMEOUT": "1s", "LAMEDUCK_SHUTDOWN_TEARDOWN": "10s"})
-	ids := enqueue(t, q, 1, 4*time.Second, "--nats", url)
-	a.waitLog(`"job started"`, jobsTimeout, func(l logLine) bool { return l.msg() == "demo-worker: job started" })
-	a.signal(syscall.SIGTERM)
-	a.waitDraining(startTimeout) // the signal is seen when the process gets to it
-	cut := a.waitLog(`"drain bound"`, startTimeout, msgContains("lameduck: worker: drain bound 1s reached: cancelling job "+ids[0]+" of loop jobs (age "))
-	if age, err := time.ParseDuration(cut.rec["age"].(string)); err != nil || age < time.Second {
-		t.Fatalf("cut line %s: want the job's age, at least the 1s bound", cut.raw)
-	}
-	if code, _ := a.waitExit(startTimeout); code != 1 {
-		t.Fatalf("exit %d; want 1: a job was cut at the drain bound", code)
-	}
-	lg := readLedger(t, a)
-	if rs := lg.runs[ids[0]]; len(rs) != 1 || rs[0].outcome != "stopped" || len(lg.handedBk[ids[0]]) != 1 ||
-		!strings.Contains(lg.handedBk[ids[0]][0], "cancelled at the drain bound") {
-		t.Fatalf("the job was not stopped and handed back: %+v %q", rs, lg.handedBk[ids[0]])
-	}
-	b := startWorker(t, url, q, nil)
-	waitDone(t, ids, a, b)
-	if dups := readLedger(t, a, b).check(t, ids); dups != 1 {
-		t.Fatalf("%d re-runs; want the one handed back at the bound", dups)
-	}
-	b.signal(syscall.SIGTERM)
-	if code, _ := b.waitExit(startTimeout); code != 0 {
-		t.Fatalf("exit %d", code)
+	for _, qs := range testQueues {
+		t.Run(qs.name, func(t *testing.T) {
+			tq := qs.open(t)
+			a := tq.start(t, map[string]string{"LAMEDUCK_DRAIN_TIMEOUT": "1s", "LAMEDUCK_SHUTDOWN_TEARDOWN": "10s"})
+			ids := tq.enqueue(t, 1, 4*time.Second)
+			a.waitLog(`"job started"`, jobsTimeout, func(l logLine) bool { return l.msg() == "demo-worker: job started" })
+			a.signal(syscall.SIGTERM)
+			a.waitDraining(startTimeout) // the signal is seen when the process gets to it
+			cut := a.waitLog(`"drain bound"`, startTimeout, msgContains("lameduck: worker: drain bound 1s reached: cancelling job "+ids[0]+" of loop jobs (age "))
+			if age, err := time.ParseDuration(cut.rec["age"].(string)); err != nil || age < time.Second {
+				t.Fatalf("cut line %s: want the job's age, at least the 1s bound", cut.raw)
+			}
+			if code, _ := a.waitExit(startTimeout); code != 1 {
+				t.Fatalf("exit %d; want 1: a job was cut at the drain bound", code)
+			}
+			lg := readLedger(t, a)
+			if rs := lg.runs[ids[0]]; len(rs) != 1 || rs[0].outcome != "stopped" || len(lg.handedBk[ids[0]]) != 1 ||
+				!strings.Contains(lg.handedBk[ids[0]][0], "cancelled at the drain bound") {
+				t.Fatalf("the job was not stopped and handed back: %+v %q", rs, lg.handedBk[ids[0]])
+			}
+			b := tq.start(t, nil)
+			waitDone(t, ids, a, b)
+			if dups := readLedger(t, a, b).check(t, ids); dups != 1 {
+				t.Fatalf("%d re-runs; want the one handed back at the bound", dups)
+			}
+			b.signal(syscall.SIGTERM)
+			if code, _ := b.waitExit(startTimeout); code != 0 {
+				t.Fatalf("exit %d", code)
+			}
+			tq.wantEmpty(t)
+		})
 	}
 }
 

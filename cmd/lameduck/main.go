@@ -12,14 +12,17 @@
 // Fiber app through contrib/fiber. Every LAMEDUCK_* variable applies; see the README's configuration
 // table and `lameduck demo --help`.
 //
-//	lameduck demo-worker [--nats URL] [--probe-addr :9090] [--queue demo] [--loops 1] [--ack-wait 30s]
-//	                     [--epoch-source kv|static] [--epoch-poll 10s] [--embedded-addr 127.0.0.1:4223] [--store DIR]
-//	lameduck demo-worker enqueue [--n 10] [--d 200ms] [--nats URL]
+//	lameduck demo-worker [--queue nats|amqp|postgres] [--name demo] [--probe-addr :9090] [--loops 1]
+//	                     [--ack-wait 30s] [--max-deliver -1] [--epoch-source kv|table|static] [--epoch-poll 10s]
+//	                     [--nats URL] [--embedded-addr 127.0.0.1:4223] [--store DIR]   (--queue nats)
+//	                     [--amqp amqp://guest:guest@127.0.0.1:5672/]                  (--queue amqp)
+//	                     [--postgres postgres://postgres@127.0.0.1:5432/test]          (--queue postgres)
+//	lameduck demo-worker enqueue [--n 10] [--d 200ms] [--queue ...] [--name demo] [--nats|--amqp|--postgres URL]
 //
 // The demo worker consumes jobs from NATS JetStream (an embedded server when
-// --nats is not given) with lameduck's worker package: probes on :9090
-// that watch the consume loop, and a SIGTERM drain that loses no job. See
-// docs/runners.md.
+// --nats is not given), a RabbitMQ quorum queue or a PostgreSQL table with
+// lameduck's worker package: probes on :9090 that watch the consume loop,
+// and a SIGTERM drain that loses no job. See docs/runners.md.
 package main
 
 import (

@@ -31,7 +31,7 @@ func newWorkerMetrics() *workerMetrics {
 			Name: "lameduck_demo_jobs_handed_back_total", Help: "Jobs the demo worker handed back (NAK), by whether a delay was asked (a superseded runner).",
 		}, []string{"delayed"}),
 		requeued: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "lameduck_demo_jobs_requeued_total", Help: "Jobs the demo worker handed back at their last delivery (MaxDeliver) by publishing a copy, so that a drain or a rollout never strands them.",
+			Name: "lameduck_demo_jobs_requeued_total", Help: "Jobs the demo worker handed back at their last delivery (NATS MaxDeliver) by publishing a copy, so that a drain or a rollout never strands them; RabbitMQ hand-backs, copies too, count as handed back.",
 		}),
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "lameduck_demo_jobs_in_flight", Help: "Jobs the demo worker is running.",

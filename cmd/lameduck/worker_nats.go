@@ -3,14 +3,17 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
+	"github.com/lameduck/lameduck"
 	ldnats "github.com/lameduck/lameduck/contrib/nats"
 	"github.com/lameduck/lameduck/worker"
 	"github.com/nats-io/nats-server/v2/server"
@@ -18,9 +21,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// The demo worker's JetStream names, for the queue named q ("demo"): stream
-// LAMEDUCK_<q>, subject lameduck.<q>.jobs, durable consumer <q>-worker, and
-// keys <q>.<runner id> of the epochs bucket.
+// The demo worker's JetStream names, for the queue named q (--name, "demo"):
+// stream LAMEDUCK_<q>, subject lameduck.<q>.jobs, durable consumer
+// <q>-worker, and keys <q>.<runner id> of the epochs bucket.
 func demoStream(q string) string   { return "LAMEDUCK_" + q }
 func demoSubject(q string) string  { return "lameduck." + q + ".jobs" }
 func demoConsumer(q string) string { return q + "-worker" }
@@ -28,15 +31,6 @@ func demoConsumer(q string) string { return q + "-worker" }
 // embeddedStart bounds how long the embedded server may take to accept
 // connections.
 const embeddedStart = 10 * time.Second
-
-// checkQueue refuses a queue name that JetStream could not use in every one
-// of those names.
-func checkQueue(q string) error {
-	if q == "" || strings.Trim(q, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") != "" {
-		return fmt.Errorf("--queue=%q: use letters, digits, '_' and '-' only, such as \"demo\"", q)
-	}
-	return nil
-}
 
 // demoJob is the body of one job message.
 type demoJob struct {
@@ -104,73 +98,11 @@ func connect(ctx context.Context, url, q string) (*nats.Conn, jetstream.JetStrea
 			// A stream of another demo version (or another program) already
 			// takes the subject, in this server or the embedded one's store.
 			hint = "another stream there already takes subject " + demoSubject(q) +
-				"; use another --queue, start the embedded server on a fresh --store DIR, or delete that stream"
+				"; use another --name, start the embedded server on a fresh --store DIR, or delete that stream"
 		}
 		return nil, nil, nil, fmt.Errorf("JetStream stream %s at %s: %w (%s)", demoStream(q), url, err, hint)
 	}
 	return nc, js, st, nil
-}
-
-// demoSource is the demo worker's worker.Source: ldnats.Source, counting
-// settled jobs in the metrics, and wedged after stallAfter fetches when
-// that is positive (a stalled consumer, for tests).
-type demoSource struct {
-	src        *ldnats.Source
-	stallAfter int
-	metrics    *workerMetrics
-
-	mu      sync.Mutex
-	fetches int // guarded by mu
-}
-
-// Fetch is ldnats.Source.Fetch, its job a *countedJob; past stallAfter
-// fetches it never returns before ctx ends.
-func (s *demoSource) Fetch(ctx context.Context, wait time.Duration) (worker.Job, error) {
-	if s.stallAfter > 0 {
-		s.mu.Lock()
-		s.fetches++
-		n := s.fetches
-		s.mu.Unlock()
-		if n > s.stallAfter {
-			<-ctx.Done() // wedged: never returns on its own
-			return nil, nil
-		}
-	}
-	j, err := s.src.Fetch(ctx, wait)
-	if j == nil || err != nil {
-		return nil, err
-	}
-	return &countedJob{Job: j.(*ldnats.Job), metrics: s.metrics}, nil
-}
-
-// countedJob is an ldnats.Job whose settlements the metrics count.
-type countedJob struct {
-	*ldnats.Job
-	metrics *workerMetrics
-}
-
-func (j *countedJob) Ack(ctx context.Context) error {
-	err := j.Job.Ack(ctx)
-	if err == nil && j.metrics != nil {
-		j.metrics.done.Inc()
-	}
-	return err
-}
-
-// HandBack is ldnats.Job.HandBack, counted as a re-published copy when the
-// runner hands the job back at its last delivery, as a NAK otherwise.
-func (j *countedJob) HandBack(ctx context.Context, delay time.Duration) error {
-	requeue := worker.HandBackCause(ctx) != nil && j.LastDelivery()
-	err := j.Job.HandBack(ctx, delay)
-	if err != nil || j.metrics == nil {
-		return err
-	}
-	if requeue {
-		j.metrics.requeued.Inc()
-	} else {
-		j.metrics.back.WithLabelValues(strconv.FormatBool(delay > 0)).Inc()
-	}
-	return nil
 }
 
 // demoJobID names a job by its body's id, as enqueue gives it.
@@ -178,4 +110,127 @@ func demoJobID(msg jetstream.Msg) string {
 	var b demoJob
 	_ = json.Unmarshal(msg.Data(), &b)
 	return b.ID
+}
+
+// demoConsumerFor returns the queue's durable consumer. It creates it with
+// --ack-wait and --max-deliver when it does not exist; an existing one
+// keeps its own AckWait and MaxDeliver (a real consumer's are an
+// operator's choice), unless the flag was given, which sets it.
+func demoConsumerFor(ctx context.Context, st jetstream.Stream, o workerOptions) (jetstream.Consumer, error) {
+	cons, err := st.Consumer(ctx, demoConsumer(o.name))
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return st.CreateConsumer(ctx, jetstream.ConsumerConfig{
+			Durable:       demoConsumer(o.name),
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       o.ackWait,
+			MaxDeliver:    o.maxDeliver,
+			MaxAckPending: 1000,
+		})
+	}
+	if err != nil {
+		return nil, err
+	}
+	cfg := cons.CachedInfo().Config
+	changed := false
+	if o.ackWaitSet && cfg.AckWait != o.ackWait {
+		cfg.AckWait, changed = o.ackWait, true
+	}
+	if o.maxDelivSet && cfg.MaxDeliver != o.maxDeliver {
+		cfg.MaxDeliver, changed = o.maxDeliver, true
+	}
+	if !changed {
+		return cons, nil
+	}
+	return st.UpdateConsumer(ctx, cfg)
+}
+
+// openNATS connects the demo worker to JetStream (starting the embedded
+// server first when --nats is empty), ensures the stream and the consumer,
+// and returns the queue: an ldnats.Source, and ldnats.Epochs or static
+// epochs. The closers it registers run in reverse: the epoch key is
+// retired, then the connection closed, then the embedded server stopped.
+// On an error it undoes what it did.
+func openNATS(ctx context.Context, o workerOptions, lc *lameduck.Lifecycle, log *slog.Logger) (q demoQueue, err error) {
+	var undo []func()
+	defer func() {
+		if err != nil {
+			for _, f := range slices.Backward(undo) {
+				f()
+			}
+		}
+	}()
+	url := o.natsURL
+	if url == "" {
+		ns, err := startEmbedded(o.embeddedAddr, o.store)
+		if err != nil {
+			return q, fmt.Errorf("lameduck: demo-worker: %w", err)
+		}
+		stop := func() { ns.Shutdown(); ns.WaitForShutdown() }
+		undo = append(undo, stop)
+		url = ns.ClientURL()
+		log.Info("demo-worker: embedded NATS server with JetStream", "url", url, "store", o.store)
+		if err := lc.AddCloser("embedded NATS server", func(context.Context) error { stop(); return nil }); err != nil {
+			return q, err
+		}
+	}
+	nc, js, st, err := connect(ctx, url, o.name)
+	if err != nil {
+		return q, fmt.Errorf("lameduck: demo-worker: %w", err)
+	}
+	undo = append(undo, nc.Close)
+	if err := lc.AddCloser("NATS connection", func(context.Context) error { nc.Close(); return nil }); err != nil {
+		return q, err
+	}
+	cons, err := demoConsumerFor(ctx, st, o)
+	if err != nil {
+		return q, fmt.Errorf("lameduck: demo-worker: JetStream consumer %s of stream %s at %s: %w", demoConsumer(o.name), demoStream(o.name), url, err)
+	}
+	src, err := ldnats.NewSource(js, cons, ldnats.SourceConfig{ID: demoJobID, Logger: log})
+	if err != nil {
+		return q, fmt.Errorf("lameduck: demo-worker: %w", err)
+	}
+	q.epochs = worker.StaticEpochs(0)
+	if o.epochSource == "kv" {
+		kve, err := ldnats.NewEpochs(ctx, js, ldnats.EpochsConfig{Fleet: o.name, Poll: o.epochPoll, Draining: lc.Events().ShutdownInitiated.Fired})
+		if err != nil {
+			return q, fmt.Errorf("lameduck: demo-worker: --epoch-source=kv: %w; use --epoch-source=static to run without one", err)
+		}
+		q.epochs = kve
+		// runs before the connection's closer: closers run in reverse
+		if err := lc.AddCloser("epoch key", kve.Retire); err != nil {
+			return q, err
+		}
+	}
+	q.src = src
+	q.job = func(j worker.Job) *countedJob {
+		nj := j.(*ldnats.Job)
+		return &countedJob{Job: nj, body: nj.Msg().Data(), requeues: func(ctx context.Context) bool {
+			return worker.HandBackCause(ctx) != nil && nj.LastDelivery()
+		}}
+	}
+	cc := cons.CachedInfo().Config
+	q.attrs = []any{"nats", url, "stream", demoStream(o.name), "consumer", demoConsumer(o.name),
+		"ack_wait", cc.AckWait.String(), "in_progress_every", src.InProgressEvery().String(), "max_deliver", cc.MaxDeliver}
+	return q, nil
+}
+
+// enqueueNATS publishes jobs to the stream of --name at --nats (default:
+// the embedded server's address), and returns where.
+func enqueueNATS(ctx context.Context, o workerOptions, jobs []demoJob) (string, error) {
+	url := o.natsURL
+	if url == "" {
+		url = "nats://" + o.embeddedAddr
+	}
+	nc, js, _, err := connect(ctx, url, o.name)
+	if err != nil {
+		return "", fmt.Errorf("lameduck: demo-worker enqueue: %w", err)
+	}
+	defer nc.Close()
+	for _, j := range jobs {
+		body, _ := json.Marshal(j)
+		if _, err := js.Publish(ctx, demoSubject(o.name), body, jetstream.WithMsgID(j.ID)); err != nil {
+			return "", fmt.Errorf("lameduck: demo-worker enqueue: publish %s to %s at %s: %w", j.ID, demoSubject(o.name), url, err)
+		}
+	}
+	return url, nil
 }
