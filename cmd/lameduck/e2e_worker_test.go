@@ -390,7 +390,11 @@ func TestE2EWorkerDrainLosesNoJob(t *testing.T) {
 func TestE2EWorkerStalledLoopFailsLiveness(t *testing.T) {
 	url := privateJetStream(t)
 	q := uniqueQueue(t, url)
-	p := startWorker(t, url, q, map[string]string{"LAMEDUCK_FETCH_WAIT": "50ms"},
+	// The drain never cancels a fetch under way (docs/runners.md, "The
+	// drain"), so a wedged one holds the runner for the drain bound (1s
+	// here), then until the end of the teardown's hook share (2s of 3s),
+	// when the fetch's context ends.
+	p := startWorker(t, url, q, map[string]string{"LAMEDUCK_FETCH_WAIT": "50ms", "LAMEDUCK_DRAIN_TIMEOUT": "1s", "LAMEDUCK_SHUTDOWN_TEARDOWN": "3s"},
 		"--simulate-stall-after", "5", "--liveness-floor", "1s")
 	deadline := time.Now().Add(startTimeout)
 	var r reply
@@ -413,9 +417,10 @@ func TestE2EWorkerStalledLoopFailsLiveness(t *testing.T) {
 	}
 	p.want("/readyz", 200, "ok") // readiness is not liveness
 	p.signal(syscall.SIGTERM)
-	if code, _ := p.waitExit(startTimeout); code != 0 {
-		t.Fatalf("exit %d", code)
+	if code, _ := p.waitExit(startTimeout); code != 1 {
+		t.Fatalf("exit %d; want 1: the wedged fetch overran the teardown's hook share", code)
 	}
+	p.waitLog(`"overran"`, startTimeout, msgContains(`teardown hook "consume loops" overran the hooks' share 2s`))
 }
 
 // waitReadyz waits until p's /readyz answers status, failing when it
