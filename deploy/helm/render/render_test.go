@@ -136,6 +136,7 @@ func TestTemplateErrors(t *testing.T) {
 		{"preStop:\n  mode: http\n", "preStop.http.token is required"},
 		{"preStop:\n  mode: exec\n", `preStop.mode="exec": unknown`},
 		{"shutdown:\n  drainMode: fast\n", `shutdown.drainMode="fast": unknown`},
+		{"worker:\n  enabled: true\n  queue: sqs\n", `worker.queue="sqs": unknown; use nats, amqp or postgres`},
 	} {
 		chart, err := loader.Load("../lameduck-demo")
 		if err != nil {
@@ -152,6 +153,26 @@ func TestTemplateErrors(t *testing.T) {
 		_, err = engine.Render(chart, top)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("values %q: got error %v, want one containing %q", c.values, err, c.want)
+		}
+	}
+}
+
+// TestWorkerQueueArgs: worker.queue picks demo-worker's --queue and its
+// address flag, worker.name its --name; the defaults render the NATS
+// runner's arguments as before.
+func TestWorkerQueueArgs(t *testing.T) {
+	for _, c := range []struct {
+		values string
+		want   string
+	}{
+		{"worker:\n  enabled: true\n", "- demo-worker\n            - --nats=nats://nats:4222\n            - --log-format=json\n"},
+		{"worker:\n  enabled: true\n  queue: amqp\n  amqp: amqp://u:p@mq:5672/\n  name: jobs\n",
+			"- demo-worker\n            - --queue=amqp\n            - --amqp=amqp://u:p@mq:5672/\n            - --name=jobs\n            - --log-format=json\n"},
+		{"worker:\n  enabled: true\n  queue: postgres\n",
+			"- demo-worker\n            - --queue=postgres\n            - --postgres=postgres://postgres@postgres:5432/postgres\n            - --log-format=json\n"},
+	} {
+		if out := string(render(t, c.values)); !strings.Contains(out, c.want) {
+			t.Errorf("values %q: the worker's args are not\n%s\nin\n%s", c.values, c.want, out)
 		}
 	}
 }
