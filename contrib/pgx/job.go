@@ -153,7 +153,7 @@ func (j *Job) renew() (time.Time, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), j.src.claimTimeout)
 	defer cancel()
 	var until time.Time
-	err := j.src.pool.QueryRow(ctx, j.src.sql.renew, j.row, j.token, j.src.lease.Microseconds()).Scan(&until)
+	err := j.src.pool.QueryRow(ctx, j.src.sql.renew, j.row, tokenText(j.token), j.src.lease.Microseconds()).Scan(&until)
 	return until, err
 }
 
@@ -178,7 +178,7 @@ func (j *Job) settle() {
 //     error names the time), and may run again (at least once).
 func (j *Job) Ack(ctx context.Context) error {
 	j.settle()
-	tag, ambiguous, err := j.exec(ctx, j.src.sql.ack, j.row, j.token)
+	tag, ambiguous, err := j.exec(ctx, j.src.sql.ack, j.row, tokenText(j.token))
 	switch {
 	case err != nil:
 		return fmt.Errorf("lameduck: ldpgx: acknowledging job %s (row %d of %s): %w; PostgreSQL delivers it again when its lease ends, at %s",
@@ -229,7 +229,7 @@ func (j *Job) HandBack(ctx context.Context, delay time.Duration) error {
 		state              string
 		attempts, maxTries int
 	)
-	ambiguous, err := j.queryRow(ctx, sql, []any{j.row, j.token, delay.Microseconds()}, &state, &attempts, &maxTries)
+	ambiguous, err := j.queryRow(ctx, sql, []any{j.row, tokenText(j.token), delay.Microseconds()}, &state, &attempts, &maxTries)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		where, state := j.lookup()
@@ -317,7 +317,7 @@ func (j *Job) lookup() (where, state string) {
 		attempts, maxTries int
 		next               time.Time
 	)
-	err := j.src.pool.QueryRow(ctx, j.src.sql.lookup, j.row, j.token).Scan(&state, &ours, &attempts, &maxTries, &next)
+	err := j.src.pool.QueryRow(ctx, j.src.sql.lookup, j.row, tokenText(j.token)).Scan(&state, &ours, &attempts, &maxTries, &next)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return "its row is gone (acknowledged by a runner that claimed it after this one's lease ended, or deleted)", ""

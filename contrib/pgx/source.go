@@ -166,20 +166,20 @@ WHERE id = (
 RETURNING id, key, payload, state, attempts, max_attempts, lease_until`, q),
 		next: fmt.Sprintf(`SELECT extract(epoch FROM min(next_at) - now())::float8 FROM %s WHERE state <> 'dead'`, q),
 		renew: fmt.Sprintf(`UPDATE %s SET lease_until = now() + $3 * interval '1 microsecond'
-WHERE id = $1 AND claim = $2 RETURNING lease_until`, q),
-		ack: fmt.Sprintf(`DELETE FROM %s WHERE id = $1 AND claim = $2`, q),
+WHERE id = $1 AND claim = $2::uuid RETURNING lease_until`, q),
+		ack: fmt.Sprintf(`DELETE FROM %s WHERE id = $1 AND claim = $2::uuid`, q),
 		// A failure: the attempt, counted at the claim, stays counted; the
 		// last one moves the job to the dead state.
 		fail: fmt.Sprintf(`UPDATE %s SET
 	state = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'ready' END,
 	run_at = now() + $3 * interval '1 microsecond', claim = NULL, lease_until = NULL
-WHERE id = $1 AND claim = $2 RETURNING state, attempts, max_attempts`, q),
+WHERE id = $1 AND claim = $2::uuid RETURNING state, attempts, max_attempts`, q),
 		// The runner's own reason: the attempt is refunded, and the job is
 		// never dead-lettered.
 		giveBack: fmt.Sprintf(`UPDATE %s SET
 	state = 'ready', attempts = greatest(attempts - 1, 0),
 	run_at = now() + $3 * interval '1 microsecond', claim = NULL, lease_until = NULL
-WHERE id = $1 AND claim = $2 RETURNING state, attempts, max_attempts`, q),
+WHERE id = $1 AND claim = $2::uuid RETURNING state, attempts, max_attempts`, q),
 		release: fmt.Sprintf(`UPDATE %s SET
 	state = 'ready', attempts = greatest(attempts - 1, 0), run_at = now(), claim = NULL, lease_until = NULL
 WHERE claim = ANY($1::uuid[]) AND state = 'running' RETURNING id, coalesce(key, '')`, q),
@@ -352,7 +352,7 @@ func (s *Source) claim(ctx context.Context) (*Job, error) {
 		if conn, err = s.pool.Acquire(cctx); err != nil {
 			return nil, s.claimError(acquiring, err, cctx)
 		}
-		err = conn.QueryRow(cctx, s.sql.claim, token, s.lease.Microseconds()).
+		err = conn.QueryRow(cctx, s.sql.claim, tokenText(token), s.lease.Microseconds()).
 			Scan(&r.row, &key, &r.payload, &r.state, &r.attempts, &r.maxAttempts, &leaseUntil)
 		conn.Release()
 		if err == nil || !brokenBefore(err) || try == claimTries || cctx.Err() != nil {
@@ -479,29 +479,27 @@ func (s *Source) hasOrphans() bool {
 }
 
 // releaseOrphans hands back, not counted, the jobs that claims whose
-// answer was lost took, if PostgreSQL ran them: one statement. Claims
-// whose lease has ended are dropped first (their rows are claimable
-// again). On success every token asked about is forgotten, found or not
-// (a claim whose statement still runs at the server can escape: its job
-// then comes back when its lease ends). On an error the tokens are kept.
+// answer was lost took, if PostgreSQL ran them: one statement, matching
+// the claim token, so a row another runner has claimed since (its lease
+// having ended) is left alone. A token is kept however old it is until a
+// release has run: a claim's lease ending does not make its job the
+// runner's failure, and a link too slow for ClaimTimeout may still carry
+// the release (an orphan dropped after its lease left the job's attempt
+// counted, and at its last attempt the next claim dead-lettered a job no
+// handler had run). On success every token asked about is forgotten, found
+// or not (a claim whose statement still runs at the server can escape:
+// its job then comes back when its lease ends). On an error the tokens are
+// kept.
 func (s *Source) releaseOrphans(ctx context.Context) error {
 	s.mu.Lock()
-	now := time.Now()
-	kept := s.orphans[:0]
-	for _, o := range s.orphans {
-		if now.Sub(o.sent) < s.lease {
-			kept = append(kept, o)
-		}
-	}
-	s.orphans = kept
-	asked := append([]orphan(nil), kept...)
+	asked := append([]orphan(nil), s.orphans...)
 	s.mu.Unlock()
 	if len(asked) == 0 {
 		return nil
 	}
-	tokens := make([][16]byte, len(asked))
+	tokens := make([]string, len(asked))
 	for i, o := range asked {
-		tokens[i] = o.token
+		tokens[i] = tokenText(o.token)
 	}
 	rows, err := s.pool.Query(ctx, s.sql.release, tokens)
 	if err == nil {
@@ -586,4 +584,22 @@ func (s *Source) Drain(ctx context.Context) error {
 		lis.stop()
 	}
 	return errors.Join(errs...)
+}
+
+// tokenText is a claim token as PostgreSQL's uuid text: every query
+// execution mode of pgx encodes a string (exec and simple protocol cannot
+// encode a [16]byte for a parameter whose type they do not know).
+func tokenText(t [16]byte) string {
+	const hexDigits = "0123456789abcdef"
+	var b [36]byte
+	j := 0
+	for i, c := range t {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			b[j] = '-'
+			j++
+		}
+		b[j], b[j+1] = hexDigits[c>>4], hexDigits[c&0xf]
+		j += 2
+	}
+	return string(b[:])
 }
