@@ -34,8 +34,8 @@ import (
 	"testing"
 	"time"
 
-	ldpgx "github.com/lameduck/lameduck/contrib/pgx"
 	"github.com/jackc/pgx/v5/pgxpool"
+	ldpgx "github.com/lameduck/lameduck/contrib/pgx"
 )
 
 func TestHostileExecMode(t *testing.T) {

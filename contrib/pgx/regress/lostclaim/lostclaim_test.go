@@ -55,9 +55,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	ldpgx "github.com/lameduck/lameduck/contrib/pgx"
 	"github.com/lameduck/lameduck/worker"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // answerDelay relays TCP to target, delaying only the server's answers (each
@@ -133,7 +133,7 @@ func newAnswerDelay(t *testing.T, target string) *answerDelay {
 	return a
 }
 
-func (a *answerDelay) Addr() string            { return a.ln.Addr().String() }
+func (a *answerDelay) Addr() string             { return a.ln.Addr().String() }
 func (a *answerDelay) SetDelay(d time.Duration) { a.delay.Store(int64(d)) }
 
 type sink struct {
