@@ -484,8 +484,10 @@ func (w *Worker) drain(ctx context.Context) error {
 // for the loops to return (a job cancelled at the bound handed back, a fetch
 // under way answered), then drains each Source that is a [Drainer]. At the
 // share's end it hands back itself each job whose handler has not returned,
-// and ends the fetch context, so a Fetch still waiting returns (its Source
-// hands back what the queue delivers late).
+// ends the fetch context, so a Fetch still waiting returns (its Source
+// hands back what the queue delivers late), and drains the Sources all the
+// same, for at most 5s more: what a Source holds goes back even when a
+// handler overran.
 func (w *Worker) joinLoops(ctx context.Context) error {
 	w.mu.Lock()
 	loops, started := w.loops, w.started
@@ -502,6 +504,13 @@ func (w *Worker) joinLoops(ctx context.Context) error {
 		l.giveUp()
 	}
 	w.exit(errExit)
+	// The loops that are not stuck return now; a Source still holds what
+	// it buffered or received late (a prefetched delivery, a job that
+	// reached a request given up on), which must go back even though a
+	// handler overran: drain the Sources, bounded.
+	dctx, cancel := context.WithTimeout(context.Background(), giveUpSettle)
+	defer cancel()
+	_ = w.drainSources(dctx, loops) // each error is logged there
 	return ctx.Err()
 }
 

@@ -374,18 +374,25 @@ func (s *Source) answer(m *nats.Msg) (worker.Job, error) {
 }
 
 // Drain hands back every job that reached a request the Source had given
-// up on, then waits until the server can send nothing more to the Source:
-// each request it has not answered yet either ends (its expiry) or, for
-// one that was given up on in silence, passes its wait plus twice the
-// allowance since then; a request given up on whose connection has broken
-// since is not waited for (the server dropped it with the connection). A job that arrives meanwhile is handed back at
-// once. It returns nil, or,
-// when ctx ends first or a silent request never ended, an error naming
-// how many requests may still bring a job, and what the server does with
-// one: it redelivers it after the consumer's AckWait, counting a delivery
-// (the subscription is kept until the connection closes, so a job that
-// arrives later is still handed back). It is called by the worker once
-// every loop on the Source has returned; Fetch must not be called after.
+// up on, then waits until the server can send nothing more to a request no
+// Fetch waits for: each one given up on either ends (its expiry) or passes
+// its wait plus twice the allowance since it was given up on. A request a
+// Fetch still waits for (another worker's, on a shared Source) is that
+// Fetch's, and a request given up on whose connection has broken since
+// (the server dropped it with the connection) is not waited for either. A
+// job that arrives meanwhile is handed back at once.
+//
+// It returns nil, or, when ctx ends first or a silent request never ended,
+// an error naming how many requests may still bring a job and what the
+// server does with one: it redelivers it after the consumer's AckWait,
+// counting a delivery (the subscription is kept until the connection
+// closes, so a job that arrives later is still handed back).
+//
+// The worker calls it once every loop on the Source has returned, and at
+// the end of the teardown's hook share when a handler overran. Fetch still
+// works after it (a Source shared by two workers), but from then on a job
+// that reaches a request given up on is handed back at once rather than
+// kept.
 func (s *Source) Drain(ctx context.Context) error {
 	s.mu.Lock()
 	s.draining = true
@@ -401,7 +408,13 @@ func (s *Source) Drain(ctx context.Context) error {
 		open := 0
 		reconnects := s.nc.Stats().Reconnects
 		for _, p := range s.reqs {
-			if p.abandoned && p.reconnects != reconnects {
+			if !p.abandoned {
+				// A Fetch waits for it and takes its answer: another
+				// worker's loop on a shared Source, or one the runner
+				// has left behind at exit. Not Drain's to wait for.
+				continue
+			}
+			if p.reconnects != reconnects {
 				// Sent on a connection that has broken since: the server
 				// dropped it with the connection's interest, and a job it
 				// had sent into it was lost in transit (redelivered after
@@ -411,9 +424,6 @@ func (s *Source) Drain(ctx context.Context) error {
 			}
 			open++
 			end := p.since.Add(p.wait + 2*Allowance(p.wait))
-			if !p.abandoned {
-				end = time.Now().Add(p.wait + Allowance(p.wait)) // a Fetch still waits: should not happen after the loops
-			}
 			if end.After(due) {
 				due = end
 			}
