@@ -114,7 +114,7 @@ func openPostgres(ctx context.Context, o workerOptions, lc *lameduck.Lifecycle, 
 
 // enqueuePostgres inserts jobs into the table of --name at --postgres, in
 // one statement (they are all enqueued, or none), each job's id its row's
-// key, after creating the table if need be.
+// key, after creating the table if it does not exist.
 func enqueuePostgres(ctx context.Context, o workerOptions, jobs []demoJob) (string, error) {
 	shown := health.Redact(o.postgresURL)
 	pool, err := postgresPool(ctx, o.postgresURL, 1)
@@ -123,8 +123,17 @@ func enqueuePostgres(ctx context.Context, o workerOptions, jobs []demoJob) (stri
 	}
 	defer pool.Close()
 	table := demoTable(o.name)
-	if err := ldpgx.CreateTable(ctx, pool, table); err != nil {
-		return "", fmt.Errorf("lameduck: demo-worker enqueue: --postgres=%q: %w", shown, err)
+	// Only when the table is missing: ldpgx.CreateTable on an existing
+	// table still takes a lock that waits behind any open transaction on
+	// it, and every runner's claim, renewal and ack then waits behind that.
+	var exists bool
+	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", pgx.Identifier{table}.Sanitize()).Scan(&exists); err != nil {
+		return "", fmt.Errorf("lameduck: demo-worker enqueue: --postgres=%q: looking up table %s: %w", shown, table, err)
+	}
+	if !exists {
+		if err := ldpgx.CreateTable(ctx, pool, table); err != nil {
+			return "", fmt.Errorf("lameduck: demo-worker enqueue: --postgres=%q: %w", shown, err)
+		}
 	}
 	rows := make([]ldpgx.EnqueueJob, len(jobs))
 	for i, j := range jobs {
