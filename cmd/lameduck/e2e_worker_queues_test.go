@@ -269,3 +269,29 @@ func TestE2EWorkerFlagsRefused(t *testing.T) {
 		}
 	}
 }
+
+// A queue's server that does not answer stops the start with exit 1 and
+// one ERROR line naming the flag, its value (password hidden) and the fix,
+// before the probes ever turn ready.
+func TestE2EWorkerUnreachableQueueExitsOne(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--queue", "amqp", "--amqp", "amqp://guest:secret@127.0.0.1:1/"},
+			`lameduck: demo-worker: --amqp="amqp://REDACTED@127.0.0.1:1/": connecting to RabbitMQ: `},
+		{[]string{"--queue", "postgres", "--postgres", "postgres://postgres:secret@127.0.0.1:1/test"},
+			`lameduck: demo-worker: --postgres="postgres://REDACTED@127.0.0.1:1/test": connecting to PostgreSQL: `},
+	} {
+		p := startCmd(t, nil, append([]string{"demo-worker", "--log-format", "json", "--probe-addr", "127.0.0.1:0"}, tc.args...)...)
+		if code, _ := p.waitExit(startTimeout); code != 1 {
+			t.Fatalf("%v: exit %d; want 1\n%s", tc.args, code, p.output())
+		}
+		l, ok := p.findLog(func(l logLine) bool { return l.rec["level"] == "ERROR" })
+		if !ok || !strings.HasPrefix(l.msg(), tc.want) || !strings.Contains(l.msg(), "; start ") ||
+			strings.Contains(l.raw, "secret") || strings.Count(l.msg(), "lameduck: ") != 1 {
+			t.Errorf("%v: the ERROR line is %s; want it to begin %q, say the fix once, and hide the password", tc.args, l.raw, tc.want)
+		}
+	}
+}

@@ -63,12 +63,12 @@ func openAMQP(ctx context.Context, o workerOptions, lc *lameduck.Lifecycle, log 
 	shown := health.Redact(o.amqpURL)
 	conn, err := dialAMQP(o.amqpURL)
 	if err != nil {
-		return q, fmt.Errorf("lameduck: demo-worker: --amqp=%q: connecting to RabbitMQ: %w; start RabbitMQ there (rabbitmq-server -detached), or give its URL", shown, err)
+		return q, demoErrorf("lameduck: demo-worker: --amqp=%q: connecting to RabbitMQ: %w; start RabbitMQ there (rabbitmq-server -detached), or give its URL", shown, err)
 	}
 	undo = append(undo, func() { _ = conn.Close() })
 	queue := amqpQueue(o.name, o.maxDeliver)
 	if err := declareAMQP(conn, queue); err != nil {
-		return q, fmt.Errorf("lameduck: demo-worker: --amqp=%q: %w", shown, err)
+		return q, demoErrorf("lameduck: demo-worker: --amqp=%q: %w", shown, err)
 	}
 	src, err := ldamqp.NewSource(conn, ldamqp.SourceConfig{
 		Queue:    queue,
@@ -77,7 +77,7 @@ func openAMQP(ctx context.Context, o workerOptions, lc *lameduck.Lifecycle, log 
 		Redial:   func(context.Context) (*amqp.Connection, error) { return dialAMQP(o.amqpURL) },
 	})
 	if err != nil {
-		return q, fmt.Errorf("lameduck: demo-worker: %w", err)
+		return q, demoErrorf("lameduck: demo-worker: %w", err)
 	}
 	undo = append(undo, func() { _ = src.Close() })
 	if err := lc.AddCloser("AMQP connection", func(context.Context) error { return conn.Close() }); err != nil {
@@ -113,7 +113,7 @@ func declareAMQP(conn *amqp.Connection, queue ldamqp.Queue) error {
 	if err := ldamqp.DeclareQueue(ch, queue); err != nil {
 		var ae *amqp.Error
 		if errors.As(err, &ae) && ae.Code == amqp.PreconditionFailed {
-			return fmt.Errorf("%w; the queue exists with other arguments: give the --max-deliver it was declared with, use another --name, or delete it (rabbitmqctl delete_queue %s)",
+			return fmt.Errorf("%w; with demo-worker: pass the --max-deliver it was declared with, or another --name (or rabbitmqctl delete_queue %s)",
 				err, queue.Name)
 		}
 		return err
@@ -129,7 +129,7 @@ func declareAMQP(conn *amqp.Connection, queue ldamqp.Queue) error {
 func enqueueAMQP(ctx context.Context, o workerOptions, jobs []demoJob) (string, error) {
 	shown := health.Redact(o.amqpURL)
 	fail := func(err error) (string, error) {
-		return "", fmt.Errorf("lameduck: demo-worker enqueue: --amqp=%q: %w", shown, err)
+		return "", demoErrorf("lameduck: demo-worker enqueue: --amqp=%q: %w", shown, err)
 	}
 	conn, err := dialAMQP(o.amqpURL)
 	if err != nil {

@@ -163,7 +163,7 @@ func openNATS(ctx context.Context, o workerOptions, lc *lameduck.Lifecycle, log 
 	if url == "" {
 		ns, err := startEmbedded(o.embeddedAddr, o.store)
 		if err != nil {
-			return q, fmt.Errorf("lameduck: demo-worker: %w", err)
+			return q, demoErrorf("lameduck: demo-worker: %w", err)
 		}
 		stop := func() { ns.Shutdown(); ns.WaitForShutdown() }
 		undo = append(undo, stop)
@@ -175,7 +175,7 @@ func openNATS(ctx context.Context, o workerOptions, lc *lameduck.Lifecycle, log 
 	}
 	nc, js, st, err := connect(ctx, url, o.name)
 	if err != nil {
-		return q, fmt.Errorf("lameduck: demo-worker: %w", err)
+		return q, demoErrorf("lameduck: demo-worker: %w", err)
 	}
 	undo = append(undo, nc.Close)
 	if err := lc.AddCloser("NATS connection", func(context.Context) error { nc.Close(); return nil }); err != nil {
@@ -183,17 +183,17 @@ func openNATS(ctx context.Context, o workerOptions, lc *lameduck.Lifecycle, log 
 	}
 	cons, err := demoConsumerFor(ctx, st, o)
 	if err != nil {
-		return q, fmt.Errorf("lameduck: demo-worker: JetStream consumer %s of stream %s at %s: %w", demoConsumer(o.name), demoStream(o.name), url, err)
+		return q, demoErrorf("lameduck: demo-worker: JetStream consumer %s of stream %s at %s: %w", demoConsumer(o.name), demoStream(o.name), url, err)
 	}
 	src, err := ldnats.NewSource(js, cons, ldnats.SourceConfig{ID: demoJobID, Logger: log})
 	if err != nil {
-		return q, fmt.Errorf("lameduck: demo-worker: %w", err)
+		return q, demoErrorf("lameduck: demo-worker: %w", err)
 	}
 	q.epochs = worker.StaticEpochs(0)
 	if o.epochSource == "kv" {
 		kve, err := ldnats.NewEpochs(ctx, js, ldnats.EpochsConfig{Fleet: o.name, Poll: o.epochPoll, Draining: lc.Events().ShutdownInitiated.Fired})
 		if err != nil {
-			return q, fmt.Errorf("lameduck: demo-worker: --epoch-source=kv: %w; use --epoch-source=static to run without one", err)
+			return q, demoErrorf("lameduck: demo-worker: --epoch-source=kv: %w; use --epoch-source=static to run without one", err)
 		}
 		q.epochs = kve
 		// runs before the connection's closer: closers run in reverse
@@ -223,13 +223,13 @@ func enqueueNATS(ctx context.Context, o workerOptions, jobs []demoJob) (string, 
 	}
 	nc, js, _, err := connect(ctx, url, o.name)
 	if err != nil {
-		return "", fmt.Errorf("lameduck: demo-worker enqueue: %w", err)
+		return "", demoErrorf("lameduck: demo-worker enqueue: %w", err)
 	}
 	defer nc.Close()
 	for _, j := range jobs {
 		body, _ := json.Marshal(j)
 		if _, err := js.Publish(ctx, demoSubject(o.name), body, jetstream.WithMsgID(j.ID)); err != nil {
-			return "", fmt.Errorf("lameduck: demo-worker enqueue: publish %s to %s at %s: %w", j.ID, demoSubject(o.name), url, err)
+			return "", demoErrorf("lameduck: demo-worker enqueue: publish %s to %s at %s: %w", j.ID, demoSubject(o.name), url, err)
 		}
 	}
 	return url, nil

@@ -77,16 +77,16 @@ func openPostgres(ctx context.Context, o workerOptions, lc *lameduck.Lifecycle, 
 	shown := health.Redact(o.postgresURL)
 	pool, err := postgresPool(ctx, o.postgresURL, o.loops+2)
 	if err != nil {
-		return q, fmt.Errorf("lameduck: demo-worker: %w", err)
+		return q, demoErrorf("lameduck: demo-worker: %w", err)
 	}
 	undo = append(undo, pool.Close)
 	table := demoTable(o.name)
 	if err := ldpgx.CreateTable(ctx, pool, table); err != nil {
-		return q, fmt.Errorf("lameduck: demo-worker: --postgres=%q: %w", shown, err)
+		return q, demoErrorf("lameduck: demo-worker: --postgres=%q: %w", shown, err)
 	}
 	src, err := ldpgx.NewSource(pool, ldpgx.SourceConfig{Table: table, Lease: o.ackWait, Logger: log})
 	if err != nil {
-		return q, fmt.Errorf("lameduck: demo-worker: --ack-wait=%s: %w", o.ackWait, err)
+		return q, demoErrorf("lameduck: demo-worker: --ack-wait=%s: %w", o.ackWait, err)
 	}
 	if err := lc.AddCloser("PostgreSQL pool", func(context.Context) error { pool.Close(); return nil }); err != nil {
 		return q, err
@@ -95,7 +95,7 @@ func openPostgres(ctx context.Context, o workerOptions, lc *lameduck.Lifecycle, 
 	if o.epochSource == "table" {
 		pe, err := newPGEpochs(ctx, pool, o.name, o.epochPoll, lc.Events().ShutdownInitiated.Fired)
 		if err != nil {
-			return q, fmt.Errorf("lameduck: demo-worker: --epoch-source=table at --postgres=%q: %w; use --epoch-source=static to run without one", shown, err)
+			return q, demoErrorf("lameduck: demo-worker: --epoch-source=table at --postgres=%q: %w; use --epoch-source=static to run without one", shown, err)
 		}
 		q.epochs = pe
 		// runs before the pool's closer: closers run in reverse
@@ -119,7 +119,7 @@ func enqueuePostgres(ctx context.Context, o workerOptions, jobs []demoJob) (stri
 	shown := health.Redact(o.postgresURL)
 	pool, err := postgresPool(ctx, o.postgresURL, 1)
 	if err != nil {
-		return "", fmt.Errorf("lameduck: demo-worker enqueue: %w", err)
+		return "", demoErrorf("lameduck: demo-worker enqueue: %w", err)
 	}
 	defer pool.Close()
 	table := demoTable(o.name)
@@ -128,11 +128,11 @@ func enqueuePostgres(ctx context.Context, o workerOptions, jobs []demoJob) (stri
 	// it, and every runner's claim, renewal and ack then waits behind that.
 	var exists bool
 	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", pgx.Identifier{table}.Sanitize()).Scan(&exists); err != nil {
-		return "", fmt.Errorf("lameduck: demo-worker enqueue: --postgres=%q: looking up table %s: %w", shown, table, err)
+		return "", demoErrorf("lameduck: demo-worker enqueue: --postgres=%q: looking up table %s: %w", shown, table, err)
 	}
 	if !exists {
 		if err := ldpgx.CreateTable(ctx, pool, table); err != nil {
-			return "", fmt.Errorf("lameduck: demo-worker enqueue: --postgres=%q: %w", shown, err)
+			return "", demoErrorf("lameduck: demo-worker enqueue: --postgres=%q: %w", shown, err)
 		}
 	}
 	rows := make([]ldpgx.EnqueueJob, len(jobs))
@@ -141,7 +141,7 @@ func enqueuePostgres(ctx context.Context, o workerOptions, jobs []demoJob) (stri
 		rows[i] = ldpgx.EnqueueJob{Key: j.ID, Payload: body}
 	}
 	if err := ldpgx.Enqueue(ctx, pool, table, rows...); err != nil {
-		return "", fmt.Errorf("lameduck: demo-worker enqueue: --postgres=%q: %w", shown, err)
+		return "", demoErrorf("lameduck: demo-worker enqueue: --postgres=%q: %w", shown, err)
 	}
 	return shown + " table " + table, nil
 }
@@ -209,7 +209,7 @@ func newPGEpochs(ctx context.Context, pool *pgxpool.Pool, fleet string, poll tim
 // is the same now().
 func (e *pgEpochs) Newest(ctx context.Context, mine uint64) (uint64, error) {
 	if mine > math.MaxInt64 {
-		return 0, fmt.Errorf("lameduck: demo-worker: epoch table: LAMEDUCK_EPOCH=%d does not fit PostgreSQL's bigint; use at most %d", mine, int64(math.MaxInt64))
+		return 0, demoErrorf("lameduck: demo-worker: epoch table: LAMEDUCK_EPOCH=%d does not fit PostgreSQL's bigint; use at most %d", mine, int64(math.MaxInt64))
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -234,7 +234,7 @@ ON CONFLICT (fleet, runner) DO UPDATE SET epoch = EXCLUDED.epoch, poll = EXCLUDE
 		return tx.QueryRow(ctx, `SELECT coalesce(max(epoch), $2) FROM `+demoEpochTable+` WHERE fleet = $1`, e.fleet, int64(mine)).Scan(&newest)
 	})
 	if err != nil {
-		return 0, fmt.Errorf("lameduck: demo-worker: epoch table %s: %w", demoEpochTable, err)
+		return 0, demoErrorf("lameduck: demo-worker: epoch table %s: %w", demoEpochTable, err)
 	}
 	return uint64(newest), nil
 }
@@ -247,7 +247,7 @@ func (e *pgEpochs) Retire(ctx context.Context) error {
 	defer e.mu.Unlock()
 	e.retired = true
 	if _, err := e.pool.Exec(ctx, `DELETE FROM `+demoEpochTable+` WHERE fleet = $1 AND runner = $2`, e.fleet, e.runner); err != nil {
-		return fmt.Errorf("lameduck: demo-worker: epoch table %s: deleting this runner's row: %w; the runners left stop counting it after %d of its polls (%s)",
+		return demoErrorf("lameduck: demo-worker: epoch table %s: deleting this runner's row: %w; the runners left stop counting it after %d of its polls (%s)",
 			demoEpochTable, err, staleEpochPolls, staleEpochPolls*e.poll)
 	}
 	return nil

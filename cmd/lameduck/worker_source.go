@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -113,4 +116,25 @@ func (j *countedJob) HandBack(ctx context.Context, delay time.Duration) error {
 		j.metrics.back.WithLabelValues(strconv.FormatBool(delay > 0)).Inc()
 	}
 	return nil
+}
+
+// demoError is an error of the demo worker, worded once: the wrapped
+// error's own "lameduck: " prefixes are left out of its message.
+type demoError struct {
+	msg string
+	err error
+}
+
+func (e *demoError) Error() string { return e.msg }
+func (e *demoError) Unwrap() error { return e.err }
+
+// demoErrorf is fmt.Errorf for the demo worker's errors, which begin
+// "lameduck: demo-worker": the errors it wraps (ldamqp's, ldpgx's,
+// ldnats', which begin "lameduck: " too) are quoted without that prefix,
+// so the line says it once, and on one line.
+func demoErrorf(format string, a ...any) error {
+	err := fmt.Errorf(format, a...)
+	msg := "lameduck: " + strings.ReplaceAll(strings.TrimPrefix(err.Error(), "lameduck: "), "lameduck: ", "")
+	msg = strings.NewReplacer("\n\t", " ", "\n", "; ").Replace(msg) // pgx's list of the addresses it tried: one line
+	return &demoError{msg: msg, err: errors.Unwrap(err)}
 }
