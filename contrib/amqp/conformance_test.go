@@ -24,29 +24,29 @@ import (
 )
 
 // The conformance suite on the shared RabbitMQ: short by default (under a
-// minute on two cores); LAMEDUCK_SUITE_FULL=1 runs it at full size, and
-// again over a link of 100ms each way; LAMEDUCK_SUITE_LATENCY (a Go
+// minute on two cores); LDTEST_SUITE_FULL=1 runs it at full size, and
+// again over a link of 100ms each way; LDTEST_SUITE_LATENCY (a Go
 // duration) runs it once over a link of that latency;
-// LAMEDUCK_SUITE_SCENARIOS (names, comma-separated) runs only those. The
+// LDTEST_SUITE_SCENARIOS (names, comma-separated) runs only those. The
 // shared broker must not be restarted, so the restart scenario runs on a
 // RabbitMQ node of the test's own (about 15s to start, 10s per restart),
-// with LAMEDUCK_SUITE_FULL=1 or LAMEDUCK_SUITE_RESTART=1, and is skipped
+// with LDTEST_SUITE_FULL=1 or LDTEST_SUITE_RESTART=1, and is skipped
 // otherwise.
 func TestConformance(t *testing.T) {
 	u := live(t)
-	full := os.Getenv("LAMEDUCK_SUITE_FULL") == "1"
+	full := os.Getenv("LDTEST_SUITE_FULL") == "1"
 	o := sourcetest.Options{Short: !full, Loops: 4}
 	if full {
 		o.Jobs = 5000 // at least 5,000 jobs and 20 drains at full size
 	}
-	if v := os.Getenv("LAMEDUCK_SUITE_LATENCY"); v != "" {
+	if v := os.Getenv("LDTEST_SUITE_LATENCY"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {
-			t.Fatalf("LAMEDUCK_SUITE_LATENCY=%q: %v; use a Go duration such as 100ms", v, err)
+			t.Fatalf("LDTEST_SUITE_LATENCY=%q: %v; use a Go duration such as 100ms", v, err)
 		}
 		o.Latency = d
 	}
-	if v := os.Getenv("LAMEDUCK_SUITE_SCENARIOS"); v != "" {
+	if v := os.Getenv("LDTEST_SUITE_SCENARIOS"); v != "" {
 		o.Scenarios = strings.Split(v, ",")
 	}
 	h := newSuiteQueue(t, u, o.Loops, nil)
@@ -56,7 +56,7 @@ func TestConformance(t *testing.T) {
 		lo.Latency = 100 * time.Millisecond
 		sourcetest.Run(t, h.harness(), lo)
 	}
-	if full || os.Getenv("LAMEDUCK_SUITE_RESTART") == "1" {
+	if full || os.Getenv("LDTEST_SUITE_RESTART") == "1" {
 		t.Run("own-node", func(t *testing.T) {
 			node := startNode(t)
 			h := newSuiteQueue(t, node.url, o.Loops, node)
@@ -386,7 +386,7 @@ func startNode(t *testing.T) *privateNode {
 	t.Helper()
 	server, err := exec.LookPath("rabbitmq-server")
 	if err != nil {
-		t.Fatalf("the restart scenario needs a RabbitMQ node of its own: %v; install rabbitmq-server, or run without LAMEDUCK_SUITE_FULL and LAMEDUCK_SUITE_RESTART", err)
+		t.Fatalf("the restart scenario needs a RabbitMQ node of its own: %v; install rabbitmq-server, or run without LDTEST_SUITE_FULL and LDTEST_SUITE_RESTART", err)
 	}
 	ctl, err := exec.LookPath("rabbitmqctl")
 	if err != nil {

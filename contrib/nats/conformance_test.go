@@ -362,10 +362,10 @@ func (h *natsHarness) restart(ctx context.Context) error {
 	return nil
 }
 
-// suiteOptions are the suite's sizes: LAMEDUCK_SUITE_FULL=1 runs the full
+// suiteOptions are the suite's sizes: LDTEST_SUITE_FULL=1 runs the full
 // sizes (5,000 jobs, 20 drains); otherwise the short form CI runs.
 func suiteOptions() sourcetest.Options {
-	if full, _ := strconv.ParseBool(os.Getenv("LAMEDUCK_SUITE_FULL")); full {
+	if full, _ := strconv.ParseBool(os.Getenv("LDTEST_SUITE_FULL")); full {
 		return sourcetest.Options{Jobs: 5000, Drains: 20}
 	}
 	return sourcetest.Options{Short: true}

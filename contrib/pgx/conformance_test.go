@@ -26,12 +26,12 @@ const suiteLease = 3 * time.Second
 // The conformance suite every worker.Source passes, against the shared
 // PostgreSQL, in a schema of the test's own: short by default (about half
 // a minute on two cores), full sizes and a second run over a 100ms link
-// with LAMEDUCK_SUITE_FULL=1. The restart scenario runs against a private
+// with LDTEST_SUITE_FULL=1. The restart scenario runs against a private
 // server the test starts (the shared one is never restarted), and is
 // skipped, saying why, where this machine cannot start one.
 func TestConformance(t *testing.T) {
 	dsn := live(t)
-	full := os.Getenv("LAMEDUCK_SUITE_FULL") != ""
+	full := os.Getenv("LDTEST_SUITE_FULL") != ""
 	h := harness(t, dsn, nil)
 	o := sourcetest.Options{Short: !full}
 	if full {
