@@ -180,7 +180,7 @@ func (s *settings) extension(w *Worker) *extend.Extension[lameduck.Config, lamed
 	if w != nil {
 		e.Answer = w.answer
 		e.InFlight = w.jobsInFlight
-		e.Waits = []extend.Wait{{Name: "jobs in flight", Fn: w.drain}}
+		e.Waits = []extend.Wait{{Name: "consume loops", Fn: w.drain}}
 	}
 	return e
 }

@@ -468,6 +468,7 @@ func (w *Worker) drain(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 	}
+	cut := 0
 	for _, l := range loops {
 		if id, age, busy := l.busy(); busy {
 			w.log.Warn(fmt.Sprintf("lameduck: worker: drain bound %s reached: cancelling job %s of loop %s (age %s); it is handed back unless its handler returns nil (a line follows)",
@@ -475,7 +476,12 @@ func (w *Worker) drain(ctx context.Context) error {
 				"loop", l.Name, "job", id, "age", age.Round(time.Millisecond).String(),
 				"setting", w.cfg.EnvPrefix+"DRAIN_TIMEOUT")
 			l.cancelJob(ErrDrainBound)
+			cut++
 		}
+	}
+	if cut == 0 {
+		w.log.Warn(fmt.Sprintf("lameduck: worker: drain bound %s reached with no job in flight: a fetch under way still holds a loop; it is not cancelled and ends at the teardown's hook share at the latest (anything it returns late is handed back)",
+			w.cfg.DrainTimeout), "setting", w.cfg.EnvPrefix+"DRAIN_TIMEOUT")
 	}
 	return nil // each job cut is named above, once
 }
