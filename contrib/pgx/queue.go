@@ -35,6 +35,7 @@ const indexSuffix = "_next_idx"
 // the transaction commits).
 type DB interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
@@ -138,6 +139,15 @@ func CreateTable(ctx context.Context, db DB, name string) error {
 	if err != nil {
 		return err
 	}
+	// Checked first, outside any lock: DROP/CREATE TRIGGER would take a
+	// SHARE ROW EXCLUSIVE lock on the table and wait behind every open
+	// transaction that wrote to it (a producer's), while a runner's start
+	// waited behind it.
+	if ok, err := tableReady(ctx, db, t); err != nil {
+		return fmt.Errorf("lameduck: ldpgx: CreateTable(%q): %w", t.name, err)
+	} else if ok {
+		return nil
+	}
 	stmts := []string{
 		createLockSQL,
 		fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
@@ -161,22 +171,47 @@ BEGIN
 	RETURN NULL;
 END
 $$`, t.fn, fmt.Sprintf(channelSQL, "TG_TABLE_SCHEMA", "TG_TABLE_NAME")),
-		fmt.Sprintf(`DROP TRIGGER IF EXISTS ldpgx_notify ON %s`, t.quoted),
-		fmt.Sprintf(`CREATE TRIGGER ldpgx_notify AFTER INSERT OR UPDATE OF state, run_at ON %s
-	FOR EACH ROW WHEN (NEW.state = 'ready') EXECUTE FUNCTION %s()`, t.quoted, t.fn),
 	}
+	trigger := fmt.Sprintf(`CREATE TRIGGER ldpgx_notify AFTER INSERT OR UPDATE OF state, run_at ON %s
+	FOR EACH ROW WHEN (NEW.state = 'ready') EXECUTE FUNCTION %s()`, t.quoted, t.fn)
 	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		for _, s := range stmts {
 			if _, err := tx.Exec(ctx, s); err != nil {
 				return err
 			}
 		}
-		return nil
+		var has bool
+		if err := tx.QueryRow(ctx, hasTriggerSQL, t.quoted).Scan(&has); err != nil || has {
+			return err
+		}
+		_, err := tx.Exec(ctx, trigger)
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("lameduck: ldpgx: CreateTable(%q): %w", t.name, err)
 	}
 	return nil
+}
+
+// hasTriggerSQL says whether the table $1 (quoted, resolved by the
+// search_path as CREATE TABLE resolves it) has the notify trigger.
+const hasTriggerSQL = `SELECT EXISTS (SELECT 1 FROM pg_trigger
+	WHERE tgrelid = to_regclass($1) AND tgname = 'ldpgx_notify' AND NOT tgisinternal)`
+
+// tableReadySQL says whether the table $1 (quoted), its claim index $2
+// (unquoted) and its notify trigger all exist, reading only the catalogs.
+const tableReadySQL = `SELECT to_regclass($1) IS NOT NULL
+	AND EXISTS (SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+		WHERE i.indrelid = to_regclass($1) AND c.relname = $2)
+	AND EXISTS (SELECT 1 FROM pg_trigger
+		WHERE tgrelid = to_regclass($1) AND tgname = 'ldpgx_notify' AND NOT tgisinternal)`
+
+// tableReady says whether t, its claim index and its notify trigger all
+// exist; it takes no lock on the table.
+func tableReady(ctx context.Context, db DB, t table) (bool, error) {
+	var ok bool
+	err := db.QueryRow(ctx, tableReadySQL, t.quoted, t.rel+indexSuffix).Scan(&ok)
+	return ok, err
 }
 
 // EnqueueJob is one job for [Enqueue].

@@ -126,6 +126,35 @@ func TestCreateTableConcurrentlyAndAgain(t *testing.T) {
 	}
 }
 
+// CreateTable on a table that exists takes no lock on it: a producer's
+// transaction that enqueued and has not committed does not hold up a
+// runner's start (DROP/CREATE TRIGGER would wait behind it).
+func TestCreateTableOnAnExistingTableWaitsForNoWriter(t *testing.T) {
+	d := newDB(t)
+	tx, err := d.pool.Begin(testsupport.Context(t, long))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if err := ldpgx.Enqueue(testsupport.Context(t, long), tx, d.table, ldpgx.EnqueueJob{Key: "open"}); err != nil {
+		t.Fatal(err)
+	}
+	// lock_timeout turns a wait for the producer's lock into an error
+	// (55P03) instead of a hang, whatever the machine's speed.
+	conn, err := d.pool.Acquire(testsupport.Context(t, long))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(testsupport.Context(t, long), "SET lock_timeout = '2s'"); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Exec(context.Background(), "RESET lock_timeout")
+	if err := ldpgx.CreateTable(testsupport.Context(t, long), conn, d.table); err != nil {
+		t.Fatalf("CreateTable on an existing table with a writer's transaction open: %v; want nil, without waiting for its lock", err)
+	}
+}
+
 // A table that does not exist is Fetch's error, with the fix; the
 // listener's log says it too.
 func TestFetchFromATableThatDoesNotExist(t *testing.T) {
