@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -293,5 +294,28 @@ func TestE2EWorkerUnreachableQueueExitsOne(t *testing.T) {
 			strings.Contains(l.raw, "secret") || strings.Count(l.msg(), "lameduck: ") != 1 {
 			t.Errorf("%v: the ERROR line is %s; want it to begin %q, say the fix once, and hide the password", tc.args, l.raw, tc.want)
 		}
+	}
+}
+
+// enqueue without --nats sends to a running demo-worker's embedded server;
+// with none running it exits 1 and says to start one or pass --nats.
+func TestE2EWorkerEnqueueWithoutEmbeddedServerSaysWhy(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0") // a port nothing serves once closed
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	cmd := exec.Command(lameduckBin, "demo-worker", "enqueue", "--embedded-addr", addr, "--n", "1")
+	cmd.Env = childEnv(nil)
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("enqueue with no demo-worker: %v; want exit 1\n%s", err, out)
+	}
+	want := "no embedded NATS server answers on --embedded-addr=" + addr
+	if !strings.Contains(string(out), want) || !strings.Contains(string(out), "start 'lameduck demo-worker' first, or pass --nats URL") {
+		t.Errorf("enqueue with no demo-worker said:\n%s\nwant %q and the fix", out, want)
 	}
 }

@@ -222,6 +222,11 @@ func enqueueNATS(ctx context.Context, o workerOptions, jobs []demoJob) (string, 
 		url = "nats://" + o.embeddedAddr
 	}
 	nc, js, _, err := connect(ctx, url, o.name)
+	if err != nil && o.natsURL == "" && errors.Is(err, nats.ErrNoServers) {
+		return "", demoErrorf("lameduck: demo-worker enqueue: no embedded NATS server answers on --embedded-addr=%s (%w): "+
+			"without --nats, enqueue sends to the server inside a running demo-worker; start 'lameduck demo-worker' first, "+
+			"or pass --nats URL", o.embeddedAddr, err)
+	}
 	if err != nil {
 		return "", demoErrorf("lameduck: demo-worker enqueue: %w", err)
 	}
