@@ -103,11 +103,47 @@ func TestVetBrokenFixtures(t *testing.T) {
 		{"testdata/vet/window.yaml", []string{"readiness-window", "readiness-window"}},
 		{"testdata/vet/sidecar.yaml", []string{"pod-grace"}},
 		{"testdata/vet/runner-readiness.yaml", []string{"readiness-path"}},
+		{"testdata/vet/pdb.yaml", []string{"pdb-unhealthy-eviction", "pdb-unhealthy-eviction"}},
 	} {
 		ids, code := vetRules(t, c.path)
 		if code != 1 || !slices.Equal(ids, c.want) {
 			t.Errorf("vet %s: exit %d, rules %v; want exit 1, rules %v", c.path, code, ids, c.want)
 		}
+	}
+}
+
+// TestVetFixedFixtures: each rule's broken fixture reports the rule with
+// its numbers as JSON numbers, and the same manifest with the fix applied
+// (testdata/vet/*-fixed.yaml) is clean.
+func TestVetFixedFixtures(t *testing.T) {
+	for _, c := range []struct {
+		broken, fixed, rule string
+		numbers             []string // keys of values that are JSON numbers in every finding
+	}{
+		{"testdata/vet/pdb.yaml", "testdata/vet/pdb-fixed.yaml", "pdb-unhealthy-eviction", nil},
+	} {
+		rep, code := vetJSON(t, "", c.broken)
+		if code != 1 || len(rep.Findings) == 0 {
+			t.Errorf("vet %s: exit %d, %d finding(s); want exit 1 with %s", c.broken, code, len(rep.Findings), c.rule)
+		}
+		for _, f := range rep.Findings {
+			if f.Rule != c.rule {
+				t.Errorf("%s:%d: %s; want only %s", f.File, f.Line, f.Rule, c.rule)
+			}
+			for _, k := range c.numbers {
+				if _, ok := f.Values[k].(float64); !ok {
+					t.Errorf("%s at %s:%d: values[%q] = %#v; want a number", f.Rule, f.File, f.Line, k, f.Values[k])
+				}
+			}
+		}
+		if ids, code := vetRules(t, c.fixed); code != 0 || len(ids) != 0 {
+			t.Errorf("vet %s: exit %d, findings %v; want clean", c.fixed, code, ids)
+		}
+	}
+	// A budget is a number (or a percentage's text).
+	rep, _ := vetJSON(t, "", "testdata/vet/pdb.yaml")
+	if len(rep.Findings) != 2 || rep.Findings[0].Values["max_unavailable"] != float64(1) || rep.Findings[1].Values["min_available"] != float64(1) {
+		t.Errorf("pdb.yaml: findings %+v; want the budgets as numbers", rep.Findings)
 	}
 }
 
@@ -132,7 +168,7 @@ func TestVetHelpNamesEveryRule(t *testing.T) {
 	out, _, code := vetRun(t, "", "--help")
 	for _, id := range []string{"lameduck-setting", "grace-period", "runner-grace", "pod-grace", "grace-env", "liveness-path",
 		"readiness-path", "probes-identical", "probes-swapped", "probe-port", "readiness-timeout", "readiness-window",
-		"readiness-max-age", "startup-probe", "prestop-sleep", "prestop-hook"} {
+		"readiness-max-age", "startup-probe", "prestop-sleep", "prestop-hook", "pdb-unhealthy-eviction"} {
 		if !strings.Contains(out, id) {
 			t.Errorf("exit %d: --help lacks the rule %s:\n%s", code, id, out)
 		}

@@ -71,7 +71,7 @@ Examples:
 			}
 			rep := vet.Run(objs, opt)
 			findings := rep.Findings
-			sum := vet.Summary{Documents: docs, Workloads: len(objs), Containers: rep.Containers, Skipped: len(rep.Skipped), Findings: len(findings)}
+			sum := vet.Summary{Documents: docs, Workloads: vet.Workloads(objs), Containers: rep.Containers, Skipped: len(rep.Skipped), Findings: len(findings)}
 			out := cmd.OutOrStdout()
 			switch format {
 			case "json":

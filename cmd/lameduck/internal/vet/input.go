@@ -9,12 +9,14 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 
 	yaml3 "go.yaml.in/yaml/v3"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 )
@@ -26,9 +28,29 @@ type Object struct {
 	File                  string // as given on the command line; "-" for stdin
 	Line                  int    // the line where the object begins (its first key), from 1
 	Spec                  corev1.PodSpec
+	// Labels and Annotations are the pod template's (a Pod's own): what a
+	// PodDisruptionBudget selects, and where a service mesh or
+	// cluster-autoscaler reads its settings.
+	Labels, Annotations map[string]string
+	// PDB is the spec of a PodDisruptionBudget (Kind
+	// "PodDisruptionBudget", which has no pod spec); nil for a workload.
+	PDB *policyv1.PodDisruptionBudgetSpec
 	// spec is where the pod spec is in the file, for the lines of
 	// findings; the zero place when unknown (findings then point at Line).
-	spec place
+	// meta is the pod template's metadata (a PDB's spec).
+	spec, meta place
+}
+
+// Workloads counts the objects of objs that hold a pod template: every
+// one but the PodDisruptionBudgets.
+func Workloads(objs []Object) int {
+	n := 0
+	for _, o := range objs {
+		if o.PDB == nil {
+			n++
+		}
+	}
+	return n
 }
 
 // Ref names the object as kubectl does: Kind/name, with the namespace when
@@ -96,8 +118,8 @@ func stripComments(s string) string {
 // ReadInputs reads every path ("-" is stdin; a directory is walked for
 // .yaml, .yml and .json files, hidden entries skipped) and returns the
 // workloads in them: Deployments, StatefulSets, DaemonSets, ReplicaSets,
-// Jobs, CronJobs and Pods, also inside a kind: List. Other kinds are
-// skipped. It returns an error when a path cannot be read or a document is
+// Jobs, CronJobs and Pods, and the PodDisruptionBudgets that may select
+// them, also inside a kind: List. Other kinds are skipped. It returns an error when a path cannot be read or a document is
 // not valid YAML for its kind: the input cannot be checked.
 func ReadInputs(paths []string, stdin io.Reader) (objs []Object, docs int, err error) {
 	for _, p := range paths {
@@ -184,8 +206,12 @@ func decode(d document, at place) ([]Object, error) {
 	if at.n != nil {
 		line = at.line
 	}
-	obj := func(meta metav1.ObjectMeta, spec corev1.PodSpec, path ...any) []Object {
-		return []Object{{Kind: tm.Kind, Namespace: meta.Namespace, Name: meta.Name, File: d.file, Line: line, Spec: spec, spec: at.at(path...)}}
+	// obj builds the object; path leads to the pod spec, whose metadata
+	// (tmeta) is its sibling.
+	obj := func(meta, tmeta metav1.ObjectMeta, spec corev1.PodSpec, path ...any) []Object {
+		mpath := append(slices.Clone(path[:len(path)-1]), "metadata")
+		return []Object{{Kind: tm.Kind, Namespace: meta.Namespace, Name: meta.Name, File: d.file, Line: line, Spec: spec,
+			Labels: tmeta.Labels, Annotations: tmeta.Annotations, spec: at.at(path...), meta: at.at(mpath...)}}
 	}
 	switch tm.Kind {
 	case "Deployment":
@@ -193,43 +219,50 @@ func decode(d document, at place) ([]Object, error) {
 		if err := into(&o); err != nil {
 			return nil, err
 		}
-		return obj(o.ObjectMeta, o.Spec.Template.Spec, "spec", "template", "spec"), nil
+		return obj(o.ObjectMeta, o.Spec.Template.ObjectMeta, o.Spec.Template.Spec, "spec", "template", "spec"), nil
 	case "StatefulSet":
 		var o appsv1.StatefulSet
 		if err := into(&o); err != nil {
 			return nil, err
 		}
-		return obj(o.ObjectMeta, o.Spec.Template.Spec, "spec", "template", "spec"), nil
+		return obj(o.ObjectMeta, o.Spec.Template.ObjectMeta, o.Spec.Template.Spec, "spec", "template", "spec"), nil
 	case "DaemonSet":
 		var o appsv1.DaemonSet
 		if err := into(&o); err != nil {
 			return nil, err
 		}
-		return obj(o.ObjectMeta, o.Spec.Template.Spec, "spec", "template", "spec"), nil
+		return obj(o.ObjectMeta, o.Spec.Template.ObjectMeta, o.Spec.Template.Spec, "spec", "template", "spec"), nil
 	case "ReplicaSet":
 		var o appsv1.ReplicaSet
 		if err := into(&o); err != nil {
 			return nil, err
 		}
-		return obj(o.ObjectMeta, o.Spec.Template.Spec, "spec", "template", "spec"), nil
+		return obj(o.ObjectMeta, o.Spec.Template.ObjectMeta, o.Spec.Template.Spec, "spec", "template", "spec"), nil
 	case "Job":
 		var o batchv1.Job
 		if err := into(&o); err != nil {
 			return nil, err
 		}
-		return obj(o.ObjectMeta, o.Spec.Template.Spec, "spec", "template", "spec"), nil
+		return obj(o.ObjectMeta, o.Spec.Template.ObjectMeta, o.Spec.Template.Spec, "spec", "template", "spec"), nil
 	case "CronJob":
 		var o batchv1.CronJob
 		if err := into(&o); err != nil {
 			return nil, err
 		}
-		return obj(o.ObjectMeta, o.Spec.JobTemplate.Spec.Template.Spec, "spec", "jobTemplate", "spec", "template", "spec"), nil
+		return obj(o.ObjectMeta, o.Spec.JobTemplate.Spec.Template.ObjectMeta, o.Spec.JobTemplate.Spec.Template.Spec, "spec", "jobTemplate", "spec", "template", "spec"), nil
 	case "Pod":
 		var o corev1.Pod
 		if err := into(&o); err != nil {
 			return nil, err
 		}
-		return obj(o.ObjectMeta, o.Spec, "spec"), nil
+		return obj(o.ObjectMeta, o.ObjectMeta, o.Spec, "spec"), nil
+	case "PodDisruptionBudget":
+		var o policyv1.PodDisruptionBudget
+		if err := into(&o); err != nil {
+			return nil, err
+		}
+		return []Object{{Kind: tm.Kind, Namespace: o.Namespace, Name: o.Name, File: d.file, Line: line, Labels: o.Labels,
+			PDB: &o.Spec, spec: at.at("spec"), meta: at.at("spec")}}, nil
 	case "List":
 		var l struct {
 			Items []yamlRaw `json:"items"`

@@ -57,6 +57,8 @@ var Rules = []Rule{
 		"https://kubernetes.io/docs/concepts/containers/container-lifecycle-hooks/#hook-handler-implementations"},
 	{"prestop-hook", "an HTTP preStop hook on /prestop needs LAMEDUCK_PRESTOP (or a token) and the token header", "error",
 		"docs/probes-and-shutdown.md#the-prestop-hook-over-http"},
+	{"pdb-unhealthy-eviction", "a PodDisruptionBudget selecting lameduck pods must set unhealthyPodEvictionPolicy: AlwaysAllow, or a drain blocks while they are not Ready", "error",
+		"https://kubernetes.io/docs/tasks/run-application/configure-pdb/#unhealthy-pod-eviction-policy"},
 }
 
 func rule(id string) Rule {
@@ -167,21 +169,27 @@ func Check(objs []Object, opt Options) (findings []Finding, checked int) {
 // every rule on each and on each pod, and reports the findings, how many
 // containers were judged and which were skipped. Its steps, per object:
 // judge each container (or skip it, saying why), run the container rules
-// on each judged one, then the pod rule on them together; at the end,
-// sort the findings.
+// on each judged one, then the pod rule on them together; then each
+// PodDisruptionBudget against the workloads it selects; at the end, sort
+// the findings.
 func Run(objs []Object, opt Options) Report {
 	var r Report
 	fileOrder := map[string]int{}
+	judgedBy := map[int][]*judged{} // by index in objs
 	for i := range objs {
 		o := &objs[i]
 		if _, ok := fileOrder[o.File]; !ok {
 			fileOrder[o.File] = len(fileOrder)
 		}
 		pod := r.judgeAll(o, opt)
+		judgedBy[i] = pod
 		for _, j := range pod {
 			r.Findings = append(r.Findings, runContainerRules(j)...)
 		}
 		r.Findings = append(r.Findings, checkPodGrace(o, pod)...)
+	}
+	for i := range objs {
+		r.Findings = append(r.Findings, checkPDBEviction(&objs[i], objs, judgedBy)...)
 	}
 	sortFindings(r.Findings, fileOrder)
 	return r
@@ -222,6 +230,11 @@ func sortFindings(fs []Finding, fileOrder map[string]int) {
 			cmp.Compare(ruleIndex(a.Rule), ruleIndex(b.Rule)), cmp.Compare(a.Container, b.Container), cmp.Compare(a.Message, b.Message))
 	})
 }
+
+// objectRules are the rules run once per object rather than per judged
+// container: pod-grace per pod (checkPodGrace), pdb-unhealthy-eviction per
+// PodDisruptionBudget (checkPDBEviction).
+var objectRules = []string{"pod-grace", "pdb-unhealthy-eviction"}
 
 // containerRules are the rules run on each judged container, one function
 // per rule id, in Rules order; pod-grace (checkPodGrace) runs once per pod.
