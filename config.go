@@ -40,6 +40,27 @@ const (
 	DrainIdle = "idle"
 )
 
+// When readiness turns 503 in the shutdown sequence, the values that
+// [Config.NotReadyAt] and LAMEDUCK_NOT_READY_AT accept
+// (docs/probes-and-shutdown.md, "When readiness turns 503").
+const (
+	// NotReadyAtSignal turns /readyz 503 at the signal, for the whole
+	// lame-duck window: what a load balancer that probes the pod itself
+	// needs to stop sending to it (the seeds' readiness drain).
+	NotReadyAtSignal = "signal"
+	// NotReadyAtTeardown keeps /readyz 200 (status "draining") through the
+	// lame-duck window and turns it 503 when the teardown begins. The
+	// EndpointSlice marks a terminating pod's endpoint ready=false whatever
+	// its readiness, so kube-proxy and the ingresses that read endpoints
+	// stop sending to it all the same; readiness only keeps the endpoint
+	// "serving", which is what kube-proxy (KEP-1669, Kubernetes ≥ 1.26)
+	// and Traefik fall back to when a Service has no ready endpoint left:
+	// the pod that is the last endpoint (one replica, maxSurge 0,
+	// Recreate, externalTrafficPolicy: Local) keeps its traffic until a
+	// replacement is ready.
+	NotReadyAtTeardown = "teardown"
+)
+
 // ErrInvalidConfig is wrapped by every error [New] returns for a bad
 // setting, whether it came from a Config field or an environment variable.
 // The error's text names the setting, the value and the fix.
@@ -165,6 +186,18 @@ type Config struct {
 	// (the Kubernetes API server's --shutdown-send-retry-after does the
 	// same: https://kubernetes.io/docs/reference/command-line-tools-reference/kube-apiserver/). Env: SEND_RETRY_AFTER.
 	SendRetryAfter bool
+	// NotReadyAt says when /readyz (and the gRPC and Connect health
+	// services that read it) turns 503 in the shutdown sequence:
+	// NotReadyAtSignal (the default) at the signal, NotReadyAtTeardown when
+	// the lame-duck window ends and the teardown begins, answering 200
+	// {"status":"draining","not_ready_at":"teardown"} in the window. Any
+	// case is accepted; another value is an error. Choose teardown where
+	// the pod may be a Service's last endpoint and nothing probes the pod
+	// but the kubelet; signal where a load balancer probes it directly
+	// (docs/probes-and-shutdown.md, "When readiness turns 503", has the
+	// measured table). A runner's readiness always turns 503 at the signal.
+	// Env: NOT_READY_AT.
+	NotReadyAt string
 
 	// JoinBudget caps, as a time.Duration, the background join: the one wait
 	// for every background task (GoWrite, GoLoop) after the HTTP drain. By

@@ -106,7 +106,8 @@ func (e *Event) fire() bool {
 //	 ▼
 //	ShutdownInitiated ── t = 0: SIGTERM or SIGINT, GET /prestop, BeginShutdown,
 //	 │     Run's ctx cancelled, a server failing, a startup task failing.
-//	 │     Phase draining: /readyz 503 draining (checks no longer run), /healthz 200;
+//	 │     Phase draining: /readyz 503 draining (checks no longer run; 200 draining
+//	 │     until WindowEnded under NotReadyAt "teardown"), /healthz 200;
 //	 │     responses from now on carry Connection: close (HTTP/2: GOAWAY); new
 //	 │     WebSocket upgrades get 503 Retry-After: 1; the contexts of GoLoop and
 //	 │     startup tasks are cancelled, a new GoLoop returns ErrShuttingDown.
@@ -158,7 +159,7 @@ type Events struct {
 	// ShutdownInitiated fires when the sequence starts: the first SIGTERM or
 	// SIGINT, a GET /prestop, a call to Lifecycle.BeginShutdown, the cancellation
 	// of Run's context, or a fatal error. /readyz answers 503 draining from
-	// this instant.
+	// this instant (from WindowEnded under Config.NotReadyAt "teardown").
 	ShutdownInitiated *Event
 	// WindowEnded fires when the lame-duck window has passed and teardown
 	// begins. GET /prestop answers at this instant.

@@ -299,6 +299,9 @@ func (l *Lifecycle) begin(reason string, bySignal bool) bool {
 	// else of the sequence can happen.
 	w := l.window()
 	flip, stays := " — /readyz now 503,", " — /readyz stays 503;"
+	if l.readyInWindow() {
+		flip = " — /readyz stays 200 until the teardown (" + l.cfg.EnvPrefix + "NOT_READY_AT=teardown),"
+	}
 	if l.unprobed.Load() { // nothing serves /readyz: do not claim it answers
 		flip, stays = " —", " —"
 	}

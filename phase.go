@@ -15,6 +15,9 @@ import "strconv"
 //	stopping  200             200       503 draining
 //	stopped   (listeners closed)
 //
+// With Config.NotReadyAt "teardown", /readyz answers 200 draining through
+// the draining phase and turns 503 at stopping.
+//
 // /startupz answers 200 only once startup work has finished; a Lifecycle
 // that is told to shut down before that keeps answering 503 starting.
 type Phase int32
@@ -25,8 +28,9 @@ const (
 	PhaseStarting Phase = iota
 	// PhaseServing: startup finished; readiness passes.
 	PhaseServing
-	// PhaseDraining: the shutdown signal arrived; readiness is 503 and the
-	// lame-duck window is running while the application keeps serving.
+	// PhaseDraining: the shutdown signal arrived; readiness is 503 (200
+	// draining under Config.NotReadyAt "teardown") and the lame-duck
+	// window is running while the application keeps serving.
 	PhaseDraining
 	// PhaseStopping: teardown; servers are shutting down under the teardown
 	// budget.

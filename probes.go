@@ -103,7 +103,10 @@ func (h *probeHandler) isProbePath(p string) bool {
 //     serving, 200 {"status":"ok"}, 200 {"status":"degraded"} when a
 //     non-critical check fails, 503 {"status":"failed"} when a critical
 //     check or a gate fails, with a "checks" map; 503 {"status":"draining"}
-//     from the shutdown signal on, for good, without running any check.
+//     from the shutdown signal on, for good, without running any check
+//     (with Config.NotReadyAt "teardown": 200 {"status":"draining",
+//     "not_ready_at":"teardown"} through the lame-duck window, 503 from
+//     the teardown on).
 //     /readyz/<check> answers for one check; ?verbose gives a text report,
 //     ?exclude=<check> leaves checks out, and Accept:
 //     application/health+json the IETF health-check format.
@@ -215,9 +218,26 @@ func (h *probeHandler) serveReadiness(w http.ResponseWriter, r *http.Request, ch
 		l.checks.ServeReadiness(w, r, h.info, check, servingFields)
 	case PhaseStarting:
 		health.WriteNegotiated(w, r, h.info, l.report(health.StatusStarting))
+	case PhaseDraining:
+		if l.readyInWindow() {
+			health.WriteNegotiated(w, r, h.info, health.Report{Status: health.StatusDraining, Code: http.StatusOK, Fields: windowReadyFields})
+			return
+		}
+		fallthrough
 	default:
 		health.WriteNegotiated(w, r, h.info, l.report(health.StatusDraining))
 	}
+}
+
+// windowReadyFields are the envelope fields of readiness in the window
+// under NotReadyAtTeardown, made once and never changed.
+var windowReadyFields = map[string]any{"phase": PhaseDraining.String(), "not_ready_at": NotReadyAtTeardown}
+
+// readyInWindow reports whether /readyz answers 200 in the lame-duck
+// window: NotReadyAtTeardown, on a server (a runner's readiness turns 503
+// at the signal: it takes no traffic, and says it takes no new job).
+func (l *Lifecycle) readyInWindow() bool {
+	return l.cfg.NotReadyAt == NotReadyAtTeardown && l.cfg.ext == nil
 }
 
 func (l *Lifecycle) report(s health.Status) health.Report {

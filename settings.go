@@ -143,6 +143,9 @@ func settingTable() []setting {
 				fixed(func(c *Config) { c.DrainTimeout = defaultDrainTimeout }, "default")),
 		boolSetting("SEND_RETRY_AFTER", "SendRetryAfter", func(c *Config) *bool { return &c.SendRetryAfter }).
 			with("during teardown keep the listener open and answer new requests 503 with `Retry-After: 1`, for load balancers that ignore readiness", nil),
+		enumSetting("NOT_READY_AT", "NotReadyAt", "", func(c *Config) *string { return &c.NotReadyAt }, NotReadyAtSignal, NotReadyAtTeardown).
+			with("when `/readyz` turns 503 in the shutdown sequence: `signal` (for the whole window) or `teardown` (200 `draining` through the window, so a Service's last endpoint keeps kube-proxy's fallback to terminating endpoints); [which to choose](docs/probes-and-shutdown.md#when-readiness-turns-503)",
+				fixed(func(c *Config) { c.NotReadyAt = NotReadyAtSignal }, "default")),
 		durationSetting("CHECK_TIMEOUT", "CheckTimeout", `a positive Go duration with a unit, such as "1s"`,
 			positiveDuration, func(c *Config) *time.Duration { return &c.CheckTimeout }).
 			with("the deadline of every readiness check that sets none of its own",

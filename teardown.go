@@ -57,7 +57,11 @@ func (l *Lifecycle) teardown(servers []*server, serving *sync.WaitGroup) error {
 	}
 	httpEnd := end.Add(-join - closeReserve)
 	bgRunning, _ := l.bg.count()
-	l.log.Info("lameduck: teardown — closing listeners, draining in-flight requests",
+	msg := "lameduck: teardown — closing listeners, draining in-flight requests"
+	if l.readyInWindow() && !l.skipWindowed() && !l.unprobed.Load() {
+		msg = "lameduck: teardown — /readyz now 503, closing listeners, draining in-flight requests"
+	}
+	l.log.Info(msg,
 		"budget", budget.String(), "in_flight", l.inFlight(), "servers", len(servers),
 		"hooks", len(hooks), "background", bgRunning)
 
