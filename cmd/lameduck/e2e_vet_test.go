@@ -93,7 +93,7 @@ func TestVetBrokenFixtures(t *testing.T) {
 		{"testdata/vet/probes.yaml", []string{"liveness-path", "readiness-path"}},
 		{"testdata/vet/startup.yaml", []string{"startup-probe", "startup-probe"}},
 		{"testdata/vet/prestop.yaml", []string{"grace-period", "prestop-hook", "prestop-sleep"}},
-		{"testdata/vet/runner.yaml", []string{"grace-env", "liveness-path", "runner-grace"}},
+		{"testdata/vet/runner.yaml", []string{"autoscaler-grace", "grace-env", "liveness-path", "runner-grace"}},
 		{"testdata/vet/grpc.yaml", []string{"liveness-path", "probes-swapped", "readiness-timeout"}},
 		{"testdata/vet/sleep.yaml", []string{"grace-period", "grace-period", "grace-period", "prestop-sleep", "prestop-sleep", "prestop-sleep", "prestop-sleep"}},
 		{"testdata/vet/overflow.yaml", []string{"grace-period", "prestop-sleep", "readiness-window"}},
@@ -104,6 +104,7 @@ func TestVetBrokenFixtures(t *testing.T) {
 		{"testdata/vet/sidecar.yaml", []string{"pod-grace"}},
 		{"testdata/vet/runner-readiness.yaml", []string{"readiness-path"}},
 		{"testdata/vet/pdb.yaml", []string{"pdb-unhealthy-eviction", "pdb-unhealthy-eviction"}},
+		{"testdata/vet/autoscaler.yaml", []string{"autoscaler-grace", "autoscaler-grace"}},
 	} {
 		ids, code := vetRules(t, c.path)
 		if code != 1 || !slices.Equal(ids, c.want) {
@@ -121,6 +122,8 @@ func TestVetFixedFixtures(t *testing.T) {
 		numbers             []string // keys of values that are JSON numbers in every finding
 	}{
 		{"testdata/vet/pdb.yaml", "testdata/vet/pdb-fixed.yaml", "pdb-unhealthy-eviction", nil},
+		{"testdata/vet/autoscaler.yaml", "testdata/vet/autoscaler-fixed.yaml", "autoscaler-grace",
+			[]string{"window_seconds", "teardown_seconds", "total_seconds", "cap_seconds", "over_seconds", "grace_seconds", "spot_notice_seconds"}},
 	} {
 		rep, code := vetJSON(t, "", c.broken)
 		if code != 1 || len(rep.Findings) == 0 {
@@ -168,7 +171,7 @@ func TestVetHelpNamesEveryRule(t *testing.T) {
 	out, _, code := vetRun(t, "", "--help")
 	for _, id := range []string{"lameduck-setting", "grace-period", "runner-grace", "pod-grace", "grace-env", "liveness-path",
 		"readiness-path", "probes-identical", "probes-swapped", "probe-port", "readiness-timeout", "readiness-window",
-		"readiness-max-age", "startup-probe", "prestop-sleep", "prestop-hook", "pdb-unhealthy-eviction"} {
+		"readiness-max-age", "startup-probe", "prestop-sleep", "prestop-hook", "pdb-unhealthy-eviction", "autoscaler-grace"} {
 		if !strings.Contains(out, id) {
 			t.Errorf("exit %d: --help lacks the rule %s:\n%s", code, id, out)
 		}

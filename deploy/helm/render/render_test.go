@@ -176,3 +176,17 @@ func TestWorkerQueueArgs(t *testing.T) {
 		}
 	}
 }
+
+// TestWorkerSafeToEvict: the runner's pod opts out of cluster-autoscaler's
+// scale-down by default (its drain bound is longer than the autoscaler's
+// 600s cap on an eviction's grace); worker.safeToEvict: null renders no
+// annotation.
+func TestWorkerSafeToEvict(t *testing.T) {
+	const ann = "cluster-autoscaler.kubernetes.io/safe-to-evict: \"false\"\n"
+	if out := string(render(t, "worker:\n  enabled: true\n")); !strings.Contains(out, ann) {
+		t.Errorf("the runner's pod template lacks %q:\n%s", ann, out)
+	}
+	if out := string(render(t, "worker:\n  enabled: true\n  safeToEvict: null\n")); strings.Contains(out, "safe-to-evict") {
+		t.Errorf("worker.safeToEvict: null still renders the annotation:\n%s", out)
+	}
+}
