@@ -105,6 +105,7 @@ func TestVetBrokenFixtures(t *testing.T) {
 		{"testdata/vet/runner-readiness.yaml", []string{"readiness-path"}},
 		{"testdata/vet/pdb.yaml", []string{"pdb-unhealthy-eviction", "pdb-unhealthy-eviction"}},
 		{"testdata/vet/autoscaler.yaml", []string{"autoscaler-grace", "autoscaler-grace"}},
+		{"testdata/vet/last-endpoint.yaml", []string{"last-endpoint", "last-endpoint", "last-endpoint", "last-endpoint"}},
 	} {
 		ids, code := vetRules(t, c.path)
 		if code != 1 || !slices.Equal(ids, c.want) {
@@ -122,6 +123,7 @@ func TestVetFixedFixtures(t *testing.T) {
 		numbers             []string // keys of values that are JSON numbers in every finding
 	}{
 		{"testdata/vet/pdb.yaml", "testdata/vet/pdb-fixed.yaml", "pdb-unhealthy-eviction", nil},
+		{"testdata/vet/last-endpoint.yaml", "testdata/vet/last-endpoint-fixed.yaml", "last-endpoint", nil},
 		{"testdata/vet/autoscaler.yaml", "testdata/vet/autoscaler-fixed.yaml", "autoscaler-grace",
 			[]string{"window_seconds", "teardown_seconds", "total_seconds", "cap_seconds", "over_seconds", "grace_seconds", "spot_notice_seconds"}},
 	} {
@@ -148,6 +150,13 @@ func TestVetFixedFixtures(t *testing.T) {
 	if len(rep.Findings) != 2 || rep.Findings[0].Values["max_unavailable"] != float64(1) || rep.Findings[1].Values["min_available"] != float64(1) {
 		t.Errorf("pdb.yaml: findings %+v; want the budgets as numbers", rep.Findings)
 	}
+	// The rolling update's budget as the API resolves it, as numbers.
+	rep, _ = vetJSON(t, "", "testdata/vet/last-endpoint.yaml")
+	if len(rep.Findings) != 4 || rep.Findings[1].Values["replicas"] != float64(1) || rep.Findings[1].Values["max_surge"] != float64(0) ||
+		rep.Findings[1].Values["max_unavailable"] != float64(1) || rep.Findings[2].Values["window_seconds"] != float64(5) ||
+		rep.Findings[3].Values["external_traffic_policy"] != "Local" {
+		t.Errorf("last-endpoint.yaml: findings %+v; want the replicas, surge, unavailable and window as numbers", rep.Findings)
+	}
 }
 
 // TestVetGraceFinding: the finding a new user sees after breaking the grace
@@ -171,7 +180,7 @@ func TestVetHelpNamesEveryRule(t *testing.T) {
 	out, _, code := vetRun(t, "", "--help")
 	for _, id := range []string{"lameduck-setting", "grace-period", "runner-grace", "pod-grace", "grace-env", "liveness-path",
 		"readiness-path", "probes-identical", "probes-swapped", "probe-port", "readiness-timeout", "readiness-window",
-		"readiness-max-age", "startup-probe", "prestop-sleep", "prestop-hook", "pdb-unhealthy-eviction", "autoscaler-grace"} {
+		"readiness-max-age", "startup-probe", "prestop-sleep", "prestop-hook", "pdb-unhealthy-eviction", "autoscaler-grace", "last-endpoint"} {
 		if !strings.Contains(out, id) {
 			t.Errorf("exit %d: --help lacks the rule %s:\n%s", code, id, out)
 		}

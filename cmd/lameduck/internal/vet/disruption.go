@@ -42,7 +42,7 @@ func checkPDBEviction(pdb *Object, objs []Object, judgedBy map[int][]*judged) []
 	for i := range objs {
 		o := &objs[i]
 		js := judgedBy[i]
-		if o.PDB != nil || len(js) == 0 || o.Namespace != pdb.Namespace || !sel.Matches(labels.Set(o.Labels)) {
+		if !o.workload() || len(js) == 0 || o.Namespace != pdb.Namespace || !sel.Matches(labels.Set(o.Labels)) {
 			continue
 		}
 		if first == nil {

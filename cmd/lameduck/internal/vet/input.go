@@ -35,10 +35,20 @@ type Object struct {
 	// PDB is the spec of a PodDisruptionBudget (Kind
 	// "PodDisruptionBudget", which has no pod spec); nil for a workload.
 	PDB *policyv1.PodDisruptionBudgetSpec
+	// Service is the spec of a Service (Kind "Service", which has no pod
+	// spec): what it selects and its externalTrafficPolicy; nil otherwise.
+	Service *corev1.ServiceSpec
+	// Replicas and Strategy are a Deployment's (Replicas nil: the API's
+	// default, 1), for whether the pod being stopped can be its Service's
+	// last endpoint; Strategy is nil for other kinds.
+	Replicas *int32
+	Strategy *appsv1.DeploymentStrategy
 	// spec is where the pod spec is in the file, for the lines of
 	// findings; the zero place when unknown (findings then point at Line).
-	// meta is the pod template's metadata (a PDB's spec).
-	spec, meta place
+	// meta is the pod template's metadata (a PDB's spec); top is the
+	// object's own spec (a Deployment's, where its strategy and replicas
+	// are).
+	spec, meta, top place
 }
 
 // Workloads counts the objects of objs that hold a pod template: every
@@ -46,12 +56,16 @@ type Object struct {
 func Workloads(objs []Object) int {
 	n := 0
 	for _, o := range objs {
-		if o.PDB == nil {
+		if o.workload() {
 			n++
 		}
 	}
 	return n
 }
+
+// workload reports whether o holds a pod template (not a
+// PodDisruptionBudget nor a Service).
+func (o *Object) workload() bool { return o.PDB == nil && o.Service == nil }
 
 // Ref names the object as kubectl does: Kind/name, with the namespace when
 // it has one.
@@ -219,7 +233,9 @@ func decode(d document, at place) ([]Object, error) {
 		if err := into(&o); err != nil {
 			return nil, err
 		}
-		return obj(o.ObjectMeta, o.Spec.Template.ObjectMeta, o.Spec.Template.Spec, "spec", "template", "spec"), nil
+		objs := obj(o.ObjectMeta, o.Spec.Template.ObjectMeta, o.Spec.Template.Spec, "spec", "template", "spec")
+		objs[0].Replicas, objs[0].Strategy, objs[0].top = o.Spec.Replicas, &o.Spec.Strategy, at.at("spec")
+		return objs, nil
 	case "StatefulSet":
 		var o appsv1.StatefulSet
 		if err := into(&o); err != nil {
@@ -263,6 +279,13 @@ func decode(d document, at place) ([]Object, error) {
 		}
 		return []Object{{Kind: tm.Kind, Namespace: o.Namespace, Name: o.Name, File: d.file, Line: line, Labels: o.Labels,
 			PDB: &o.Spec, spec: at.at("spec"), meta: at.at("spec")}}, nil
+	case "Service":
+		var o corev1.Service
+		if err := into(&o); err != nil {
+			return nil, err
+		}
+		return []Object{{Kind: tm.Kind, Namespace: o.Namespace, Name: o.Name, File: d.file, Line: line, Labels: o.Labels,
+			Service: &o.Spec, spec: at.at("spec"), meta: at.at("spec"), top: at.at("spec")}}, nil
 	case "List":
 		var l struct {
 			Items []yamlRaw `json:"items"`

@@ -61,6 +61,8 @@ var Rules = []Rule{
 		"docs/probes-and-shutdown.md#the-prestop-hook-over-http"},
 	{"pdb-unhealthy-eviction", "a PodDisruptionBudget selecting lameduck pods must set unhealthyPodEvictionPolicy: AlwaysAllow, or a drain blocks while they are not Ready", "error",
 		"https://kubernetes.io/docs/tasks/run-application/configure-pdb/#unhealthy-pod-eviction-policy"},
+	{"last-endpoint", "where the pod being stopped is its Service's last endpoint (Recreate; one replica without surge; externalTrafficPolicy: Local), readiness must keep it serving through the window", "warning",
+		"https://github.com/kubernetes/enhancements/tree/master/keps/sig-network/1669-proxy-terminating-endpoints"},
 }
 
 func rule(id string) Rule {
@@ -192,6 +194,7 @@ func Run(objs []Object, opt Options) Report {
 	}
 	for i := range objs {
 		r.Findings = append(r.Findings, checkPDBEviction(&objs[i], objs, judgedBy)...)
+		r.Findings = append(r.Findings, checkLastEndpoint(&objs[i], objs, judgedBy, i)...)
 	}
 	sortFindings(r.Findings, fileOrder)
 	return r
@@ -235,8 +238,9 @@ func sortFindings(fs []Finding, fileOrder map[string]int) {
 
 // objectRules are the rules run once per object rather than per judged
 // container: pod-grace per pod (checkPodGrace), pdb-unhealthy-eviction per
-// PodDisruptionBudget (checkPDBEviction).
-var objectRules = []string{"pod-grace", "pdb-unhealthy-eviction"}
+// PodDisruptionBudget (checkPDBEviction), last-endpoint per Deployment or
+// Service (checkLastEndpoint).
+var objectRules = []string{"pod-grace", "pdb-unhealthy-eviction", "last-endpoint"}
 
 // containerRules are the rules run on each judged container, one function
 // per rule id, in Rules order; pod-grace (checkPodGrace) runs once per pod.
