@@ -106,6 +106,7 @@ func TestVetBrokenFixtures(t *testing.T) {
 		{"testdata/vet/pdb.yaml", []string{"pdb-unhealthy-eviction", "pdb-unhealthy-eviction"}},
 		{"testdata/vet/autoscaler.yaml", []string{"autoscaler-grace", "autoscaler-grace"}},
 		{"testdata/vet/mesh.yaml", []string{"mesh-drain", "mesh-drain", "mesh-drain", "mesh-drain"}},
+		{"testdata/vet/liveness-throttle.yaml", []string{"liveness-throttle", "liveness-throttle"}},
 		{"testdata/vet/last-endpoint.yaml", []string{"last-endpoint", "last-endpoint", "last-endpoint", "last-endpoint"}},
 	} {
 		ids, code := vetRules(t, c.path)
@@ -129,6 +130,8 @@ func TestVetFixedFixtures(t *testing.T) {
 			[]string{"window_seconds", "teardown_seconds", "total_seconds", "cap_seconds", "over_seconds", "grace_seconds", "spot_notice_seconds"}},
 		{"testdata/vet/mesh.yaml", "testdata/vet/mesh-fixed.yaml", "mesh-drain",
 			[]string{"proxy_seconds", "prestop_seconds", "window_seconds", "teardown_seconds", "total_seconds", "short_seconds", "want_seconds"}},
+		{"testdata/vet/liveness-throttle.yaml", "testdata/vet/liveness-throttle-fixed.yaml", "liveness-throttle",
+			[]string{"timeout_seconds", "failure_threshold", "tolerance_seconds", "cpu_limit_cores", "work_core_seconds", "want_seconds", "want_timeout_seconds"}},
 	} {
 		rep, code := vetJSON(t, "", c.broken)
 		if code != 1 || len(rep.Findings) == 0 {
@@ -183,7 +186,7 @@ func TestVetHelpNamesEveryRule(t *testing.T) {
 	out, _, code := vetRun(t, "", "--help")
 	for _, id := range []string{"lameduck-setting", "grace-period", "runner-grace", "pod-grace", "grace-env", "liveness-path",
 		"readiness-path", "probes-identical", "probes-swapped", "probe-port", "readiness-timeout", "readiness-window",
-		"readiness-max-age", "startup-probe", "prestop-sleep", "prestop-hook", "pdb-unhealthy-eviction", "autoscaler-grace", "mesh-drain", "last-endpoint"} {
+		"readiness-max-age", "startup-probe", "prestop-sleep", "prestop-hook", "pdb-unhealthy-eviction", "autoscaler-grace", "mesh-drain", "liveness-throttle", "last-endpoint"} {
 		if !strings.Contains(out, id) {
 			t.Errorf("exit %d: --help lacks the rule %s:\n%s", code, id, out)
 		}
