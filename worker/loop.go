@@ -149,7 +149,10 @@ func (l *loop) run() {
 	l.mu.Lock()
 	l.began = w.clock.Now()
 	l.mu.Unlock()
-	for stop.Err() == nil {
+	// The signal cancels stop from a goroutine of its own, so the phase is
+	// asked too: a job handed back because the drain began must be the
+	// loop's last fetch.
+	for stop.Err() == nil && w.lc.Phase() < lameduck.PhaseDraining {
 		if sup, moved := w.supersededNow(); sup {
 			// Superseded: compete for no job, or the old fleet would win
 			// every fetch against the new one and delay each job. The loop
