@@ -46,7 +46,8 @@ const (
 const (
 	// NotReadyAtSignal turns /readyz 503 at the signal, for the whole
 	// lame-duck window: what a load balancer that probes the pod itself
-	// needs to stop sending to it (the seeds' readiness drain).
+	// needs to stop sending to it (the seeds' readiness drain). The
+	// default outside Kubernetes.
 	NotReadyAtSignal = "signal"
 	// NotReadyAtTeardown keeps /readyz 200 (status "draining") through the
 	// lame-duck window and turns it 503 when the teardown begins. The
@@ -57,7 +58,7 @@ const (
 	// and Traefik fall back to when a Service has no ready endpoint left:
 	// the pod that is the last endpoint (one replica, maxSurge 0,
 	// Recreate, externalTrafficPolicy: Local) keeps its traffic until a
-	// replacement is ready.
+	// replacement is ready. The default inside Kubernetes.
 	NotReadyAtTeardown = "teardown"
 )
 
@@ -191,9 +192,12 @@ type Config struct {
 	// NotReadyAtSignal (the default) at the signal, NotReadyAtTeardown when
 	// the lame-duck window ends and the teardown begins, answering 200
 	// {"status":"draining","not_ready_at":"teardown"} in the window. Any
-	// case is accepted; another value is an error. Choose teardown where
-	// the pod may be a Service's last endpoint and nothing probes the pod
-	// but the kubelet; signal where a load balancer probes it directly
+	// case is accepted; another value is an error. Default: teardown
+	// inside Kubernetes (Env), where the EndpointSlice takes a terminating
+	// pod out of routing whatever its readiness and readiness only keeps a
+	// last endpoint serving; signal elsewhere, where readiness is what a
+	// load balancer routes by. Choose signal in Kubernetes when a load
+	// balancer probes the pod itself and routes by that answer alone
 	// (docs/probes-and-shutdown.md, "When readiness turns 503", has the
 	// measured table). A runner's readiness always turns 503 at the signal.
 	// Env: NOT_READY_AT.

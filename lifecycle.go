@@ -683,6 +683,8 @@ func (l *Lifecycle) logBudget() {
 		"join_budget", join, "budget", b.Total.String(), "prestop", c.PreStop}
 	if c.ext != nil && c.ext.LogAttrs != nil {
 		attrs = append(attrs, c.ext.LogAttrs()...)
+	} else {
+		attrs = append(attrs, "not_ready_at", c.NotReadyAt)
 	}
 	if b.PreStop > 0 {
 		attrs = append(attrs, "prestop_delay", b.PreStop.String())

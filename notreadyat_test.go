@@ -148,3 +148,30 @@ func TestNotReadyAtRefusesAnotherValue(t *testing.T) {
 		t.Fatalf("New = %v; want the setting, its value and the accepted values named", err)
 	}
 }
+
+// The default is chosen by what the pod knows: teardown inside Kubernetes
+// (the EndpointSlice takes a terminating pod out whatever its readiness),
+// signal elsewhere (readiness is the balancer's only signal); the
+// environment and the code override it.
+func TestNotReadyAtDefaultFollowsTheEnvironment(t *testing.T) {
+	for _, tc := range []struct {
+		vars map[string]string
+		code string
+		want string
+	}{
+		{map[string]string{"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, "", lameduck.NotReadyAtTeardown},
+		{map[string]string{"LAMEDUCK_ENV": "kubernetes"}, "", lameduck.NotReadyAtTeardown},
+		{nil, "", lameduck.NotReadyAtSignal},
+		{map[string]string{"KUBERNETES_SERVICE_HOST": "10.0.0.1", "LAMEDUCK_NOT_READY_AT": "SIGNAL"}, "", lameduck.NotReadyAtSignal},
+		{map[string]string{"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, lameduck.NotReadyAtSignal, lameduck.NotReadyAtSignal},
+		{nil, lameduck.NotReadyAtTeardown, lameduck.NotReadyAtTeardown},
+	} {
+		lc, err := lameduck.New(lameduck.Config{IgnoreSignals: true, LookupEnv: env(tc.vars), NotReadyAt: tc.code})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := lc.Config().NotReadyAt; got != tc.want {
+			t.Errorf("env %v, code %q: NotReadyAt %q; want %q", tc.vars, tc.code, got, tc.want)
+		}
+	}
+}

@@ -227,6 +227,21 @@ func defaultShutdownDelay(c *Config, _ map[string]string) string {
 	return "default outside Kubernetes: Ctrl-C stops now"
 }
 
+// defaultNotReadyAt keeps readiness through the window inside Kubernetes,
+// where the EndpointSlice takes a terminating pod out of routing whatever
+// its readiness and readiness only keeps a last endpoint serving
+// (KEP-1669), and turns it 503 at the signal elsewhere, where a load
+// balancer's own health check is the only routing signal
+// (docs/probes-and-shutdown.md, "When readiness turns 503").
+func defaultNotReadyAt(c *Config, _ map[string]string) string {
+	if c.Env == EnvKubernetes {
+		c.NotReadyAt = NotReadyAtTeardown
+		return "default in Kubernetes: the EndpointSlice takes the pod out; readiness keeps a last endpoint serving"
+	}
+	c.NotReadyAt = NotReadyAtSignal
+	return "default outside Kubernetes: readiness is the balancer's signal"
+}
+
 // defaultPreStop turns the hook on when a token is set.
 func defaultPreStop(c *Config, _ map[string]string) string {
 	if c.PreStopToken == "" {

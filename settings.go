@@ -96,7 +96,7 @@ func settingTable() []setting {
 			with("`kubernetes` or `local` (any case); picks the defaults below", defaultEnv),
 		durationSetting("SHUTDOWN_DELAY", "ShutdownDelay", `a Go duration with a unit, such as "5s" ("0s" for no window)`,
 			delayDuration, func(c *Config) *time.Duration { return &c.ShutdownDelay }).
-			with("the lame-duck window: serve normally with `/readyz` 503 before teardown. `0s` still flips readiness; negative is an error", defaultShutdownDelay),
+			with("the lame-duck window: serve normally before teardown, `/readyz` 503 or 200 `draining` (`LAMEDUCK_NOT_READY_AT`). `0s` still flips readiness; negative is an error", defaultShutdownDelay),
 		durationSetting("SHUTDOWN_TEARDOWN", "ShutdownTeardown", `a positive Go duration with a unit, such as "30s" (a zero teardown would cut every in-flight request at once)`,
 			positiveDuration, func(c *Config) *time.Duration { return &c.ShutdownTeardown }).
 			with("budget for in-flight requests, hooks, the background join and closers after the window; then the rest is cut, named in the log, exit 1. Must be > 0", defaultTeardown).
@@ -144,8 +144,8 @@ func settingTable() []setting {
 		boolSetting("SEND_RETRY_AFTER", "SendRetryAfter", func(c *Config) *bool { return &c.SendRetryAfter }).
 			with("during teardown keep the listener open and answer new requests 503 with `Retry-After: 1`, for load balancers that ignore readiness", nil),
 		enumSetting("NOT_READY_AT", "NotReadyAt", "", func(c *Config) *string { return &c.NotReadyAt }, NotReadyAtSignal, NotReadyAtTeardown).
-			with("when `/readyz` turns 503 in the shutdown sequence: `signal` (for the whole window) or `teardown` (200 `draining` through the window, so a Service's last endpoint keeps kube-proxy's fallback to terminating endpoints); [which to choose](docs/probes-and-shutdown.md#when-readiness-turns-503)",
-				fixed(func(c *Config) { c.NotReadyAt = NotReadyAtSignal }, "default")),
+			with("when `/readyz` turns 503 in the shutdown sequence: `teardown` (200 `draining` through the window, so a Service's last endpoint keeps kube-proxy's fallback to terminating endpoints; the default in Kubernetes) or `signal` (for the whole window; the default elsewhere); [which to choose](docs/probes-and-shutdown.md#when-readiness-turns-503)",
+				defaultNotReadyAt),
 		durationSetting("CHECK_TIMEOUT", "CheckTimeout", `a positive Go duration with a unit, such as "1s"`,
 			positiveDuration, func(c *Config) *time.Duration { return &c.CheckTimeout }).
 			with("the deadline of every readiness check that sets none of its own",
