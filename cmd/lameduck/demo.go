@@ -43,7 +43,9 @@ func newDemoCommand() *cobra.Command {
 		Short: "Run a demo service that answers the probes and drains on SIGTERM",
 		Long: `Run a demo HTTP service built on lameduck, on net/http or, with
 --server fiber, on a Fiber (gofiber/fiber v2) app driven by the same
-Lifecycle (every route below).
+Lifecycle (every route below), or, with --server connect, on net/http with
+the Connect RPC service lameduck.demo.Demo (Slow, Ticks) and the gRPC health
+service beside the routes, over HTTP/1.1 and h2c (docs/connect.md).
 
 Routes: GET / (a small JSON answer), POST /echo (answers with the size of the
 body it read), GET /metrics (the Lifecycle's Prometheus metrics; with
@@ -68,7 +70,7 @@ LAMEDUCK_SHUTDOWN_TEARDOWN, LAMEDUCK_ENV, LAMEDUCK_TERMINATION_GRACE, ...).`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.addr, "addr", ":8080", "listen address")
-	f.StringVar(&o.server, "server", "http", `the server that serves the routes: "http" (net/http) or "fiber" (gofiber/fiber v2)`)
+	f.StringVar(&o.server, "server", "http", `the server that serves the routes: "http" (net/http), "fiber" (gofiber/fiber v2) or "connect" (net/http with the Connect RPC service lameduck.demo.Demo and grpc.health.v1 on the same port)`)
 	f.DurationVar(&o.startupDelay, "startup-delay", 0, "simulated boot work before the service is ready, such as 2s")
 	f.StringVar(&o.startupDial, "startup-dial", "", "boot work that needs HOST:PORT up (a database, say): a TCP dial, tried again with backoff until it answers or LAMEDUCK_STARTUP_TIMEOUT is spent")
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
@@ -117,8 +119,8 @@ func (o demoOptions) validate(start time.Time, pings pingCounts) (*slog.Logger, 
 	if o.startupDelay < 0 {
 		errs = append(errs, fmt.Errorf("--startup-delay=%s: must not be negative; use 0s for none", o.startupDelay))
 	}
-	if o.server != "http" && o.server != "fiber" {
-		errs = append(errs, fmt.Errorf(`--server=%q: unknown server; use "http" (net/http) or "fiber" (gofiber/fiber v2)`, o.server))
+	if o.server != "http" && o.server != "fiber" && o.server != "connect" {
+		errs = append(errs, fmt.Errorf(`--server=%q: unknown server; use "http" (net/http), "fiber" (gofiber/fiber v2) or "connect" (Connect RPC)`, o.server))
 	}
 	log, err := newLogger(o.logFormat)
 	errs = append(errs, err)
@@ -171,6 +173,8 @@ func runDemo(ctx context.Context, o demoOptions) error {
 		err = d.addHTTP(o.addr)
 	case "fiber":
 		err = d.addFiber(o.addr)
+	case "connect":
+		err = d.addConnect(o.addr)
 	}
 	if err != nil {
 		return err
@@ -324,6 +328,11 @@ func (d *demo) loop(q map[string][]string) (int, any) {
 
 // addHTTP serves the routes on a net/http server.
 func (d *demo) addHTTP(addr string) error {
+	return d.lc.AddServer(demoHTTPServer(addr, d.httpMux()), nil)
+}
+
+// httpMux is the routes on a net/http mux.
+func (d *demo) httpMux() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		code, body := d.root()
@@ -352,17 +361,21 @@ func (d *demo) addHTTP(addr string) error {
 	if d.metrics != nil {
 		mux.Handle("GET /metrics", d.metrics)
 	}
+	return mux
+}
 
+// demoHTTPServer is the demo's net/http server for handler on addr.
+func demoHTTPServer(addr string, handler http.Handler) *http.Server {
 	// Timeouts against slow clients (docs/security.md, "Slow clients"):
 	// headers within 10s, idle keep-alive connections closed after 2m. No
 	// ReadTimeout or WriteTimeout: they would cut /ws, /events and /slow,
 	// which are long on purpose.
-	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second,
+	srv := &http.Server{Addr: addr, Handler: handler, ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10,
 		Protocols: new(http.Protocols)}
 	srv.Protocols.SetHTTP1(true)
 	srv.Protocols.SetUnencryptedHTTP2(true) // h2c, so HTTP/2 clients can try the GOAWAY hand-off
-	return d.lc.AddServer(srv, nil)
+	return srv
 }
 
 func first(q map[string][]string, k string) string {

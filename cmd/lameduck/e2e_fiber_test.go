@@ -6,10 +6,14 @@ import (
 )
 
 // demoServer is the --server a test's demo runs: "fiber" for the cases
-// TestE2EFiber runs again, "http" otherwise.
+// TestE2EFiber runs again, "connect" for those TestE2EConnect runs again,
+// "http" otherwise.
 func demoServer(t *testing.T) string {
-	if strings.HasPrefix(t.Name(), "TestE2EFiber/") {
+	switch {
+	case strings.HasPrefix(t.Name(), "TestE2EFiber/"):
 		return "fiber"
+	case strings.HasPrefix(t.Name(), "TestE2EConnect/"):
+		return "connect"
 	}
 	return "http"
 }

@@ -32,6 +32,7 @@ require (
 )
 
 require (
+	connectrpc.com/grpchealth v1.5.0 // indirect
 	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/davecgh/go-spew v1.1.2-0.20180830191138-d8f796af33cc // indirect
 	github.com/emicklei/go-restful/v3 v3.13.0 // indirect
@@ -66,6 +67,7 @@ require (
 	codeberg.org/go-fonts/liberation v0.5.0 // indirect
 	codeberg.org/go-latex/latex v0.2.0 // indirect
 	codeberg.org/go-pdf/fpdf v0.11.1 // indirect
+	connectrpc.com/connect v1.21.1
 	git.sr.ht/~sbinet/gg v0.7.0 // indirect
 	github.com/ajstarks/svgo v0.0.0-20211024235047-1546f124cd8b // indirect
 	github.com/antithesishq/antithesis-sdk-go v0.9.0-default-no-op // indirect
@@ -83,6 +85,7 @@ require (
 	github.com/json-iterator/go v1.1.12 // indirect
 	github.com/klauspost/compress v1.20.4 // indirect
 	github.com/lameduck/lameduck/contrib/amqp v0.0.0
+	github.com/lameduck/lameduck/contrib/connect v0.0.0
 	github.com/lameduck/lameduck/contrib/fasthttp v0.0.0 // indirect
 	github.com/lameduck/lameduck/contrib/grpc v0.0.0
 	github.com/lameduck/lameduck/contrib/mysql v0.0.0
@@ -148,3 +151,5 @@ replace github.com/lameduck/lameduck/contrib/pgx => ../../contrib/pgx
 replace github.com/lameduck/lameduck/contrib/prometheus => ../../contrib/prometheus
 
 replace github.com/lameduck/lameduck/contrib/redis => ../../contrib/redis
+
+replace github.com/lameduck/lameduck/contrib/connect => ../../contrib/connect
