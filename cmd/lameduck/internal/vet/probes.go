@@ -298,6 +298,12 @@ func checkReadinessWindow(j *judged) []Finding {
 		return nil
 	}
 	rc := j.rc
+	if rc.NotReadyAt == lameduck.NotReadyAtTeardown {
+		// Readiness stays 200 through the window: nothing is meant to
+		// see a flip before the teardown (the EndpointSlice, not
+		// readiness, takes the pod out).
+		return nil
+	}
 	window := max(rc.ShutdownDelay, 0) // lameduck.NoDelay is a zero window
 	detect := readinessDetect(rp)
 	if window >= detect {

@@ -294,7 +294,7 @@ func TestHugeNumbersSaturate(t *testing.T) {
 	if fs, _ := Check([]Object{pod(10000000000, corev1.Container{})}, Options{}); len(fs) != 0 {
 		t.Errorf("terminationGracePeriodSeconds 10000000000: %+v; want none", fs)
 	}
-	long := corev1.Container{Env: []corev1.EnvVar{{Name: "LAMEDUCK_CHECK_MAX_AGE", Value: "1h"}},
+	long := corev1.Container{Env: []corev1.EnvVar{{Name: "LAMEDUCK_CHECK_MAX_AGE", Value: "1h"}, {Name: "LAMEDUCK_NOT_READY_AT", Value: "signal"}},
 		ReadinessProbe: &corev1.Probe{TimeoutSeconds: 3, PeriodSeconds: math.MaxInt32, FailureThreshold: 2,
 			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz"}}}}
 	// No readiness-max-age: the detection time is far above 1h. The
