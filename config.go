@@ -312,6 +312,16 @@ type Config struct {
 	// an error from New; setting both PreStopToken and PreStopTokenFile is
 	// too. Env: PRESTOP_TOKEN_FILE.
 	PreStopTokenFile string
+	// Maintenance serves the maintenance switch: POST /maintenance/on takes
+	// the pod out of rotation (readiness answers 503 "maintenance", checks
+	// not run) without draining anything, POST /maintenance/off brings it
+	// back, GET /maintenance says which; /healthz is never affected
+	// (docs/probes-and-shutdown.md, "The maintenance switch"). It follows
+	// PreStop's rules: with PreStopToken set, every call needs it in the
+	// X-Lameduck-Token header (401 otherwise); without a token it is served
+	// on the ProbeAddr listener only, and New refuses it when ProbeAddr is
+	// unset too. Default false. Env: MAINTENANCE.
+	Maintenance bool
 	// ExitOnSecondSignal makes a second SIGTERM or SIGINT, after a first
 	// signal started the sequence, exit the process at once with code 128 +
 	// the signal's number, for people at a terminal. By default a second

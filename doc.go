@@ -49,6 +49,7 @@
 //	budget.go        Resolve, Budget: the grace-period arithmetic (lameduck vet shares it)
 //	phase.go         Phase and what the probes answer in each
 //	probes.go        the probe handlers and GET /prestop; probeconfig.go their settings
+//	maintenance.go   the maintenance switch: /readyz 503 "maintenance" on demand, no drain
 //	checks.go        AddCheck, AddGate: readiness checks (engine in package health)
 //	startup.go       Retry: startup tasks tried again
 //	window.go        the lame-duck window, delay and idle modes

@@ -69,6 +69,7 @@ type Lifecycle struct {
 	tokenSum     [32]byte     // its SHA-256 digest; the token itself is never compared
 	refused      atomic.Int64 // /prestop calls refused since the last log line
 	refusedLogAt atomic.Int64 // clock time (UnixNano) of that line; 0 before the first
+	maint        maintenance  // the maintenance switch's state (maintenance.go)
 
 	mu         sync.Mutex
 	servers    []*server     // guarded by mu

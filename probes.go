@@ -46,8 +46,11 @@ type probeHandler struct {
 	l       *Lifecycle
 	info    *health.Info // HideDetails set on a shared listener (CheckDetailsAuto)
 	prestop bool         // serves the hook here
-	live    http.Handler
-	startup http.Handler
+	// maintenance serves the maintenance switch here: on the same rules
+	// as the hook (maintenance.go).
+	maintenance bool
+	live        http.Handler
+	startup     http.Handler
 }
 
 func (l *Lifecycle) newProbeHandler(shared bool) *probeHandler {
@@ -59,7 +62,8 @@ func (l *Lifecycle) newProbeHandler(shared bool) *probeHandler {
 		info: info,
 		// On a shared listener only with a token; New refuses the hook
 		// without one unless ProbeAddr gives it a listener of its own.
-		prestop: c.PreStop && (!shared || c.PreStopToken != ""),
+		prestop:     c.PreStop && (!shared || c.PreStopToken != ""),
+		maintenance: c.Maintenance && (!shared || c.PreStopToken != ""),
 	}
 	h.live = health.Handler(info, func(*http.Request) health.Report {
 		if rep, ok := l.answered(PathLiveness); ok {
@@ -85,6 +89,8 @@ func (h *probeHandler) isProbePath(p string) bool {
 		return true
 	case p == c.PreStopPath:
 		return h.prestop
+	case h.maintenance && isMaintenancePath(p):
+		return true
 	case len(p) > len(c.ReadinessPath) && p[len(c.ReadinessPath)] == '/' && strings.HasPrefix(p, c.ReadinessPath):
 		return true
 	}
@@ -118,6 +124,10 @@ func (h *probeHandler) isProbePath(p string) bool {
 //     without the right X-Lameduck-Token header, draining nothing. Without
 //     PreStop, or without a token (the hook is then served on the
 //     ProbeAddr listener alone), the path is not a probe path.
+//   - POST /maintenance/on and /maintenance/off, GET /maintenance, when
+//     Config.Maintenance is set, on the same rules as /prestop: the
+//     maintenance switch (see [Lifecycle.Maintenance]); while it is on,
+//     /readyz answers 503 {"status":"maintenance"} and nothing drains.
 //
 // Every body but a refused /prestop's (a bare {"status":"unauthorized"})
 // also carries "version", "commit", "phase" and Config.Fields. Methods
@@ -154,6 +164,8 @@ func (h *probeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.startup.ServeHTTP(w, r)
 	case p == c.PreStopPath && h.prestop:
 		h.servePreStop(w, r)
+	case h.maintenance && isMaintenancePath(p):
+		h.serveMaintenance(w, r)
 	default:
 		health.Write(w, r, h.info, health.Report{Status: "not found", Code: http.StatusNotFound})
 	}
@@ -215,6 +227,13 @@ func (h *probeHandler) serveReadiness(w http.ResponseWriter, r *http.Request, ch
 	}
 	switch p := l.Phase(); p {
 	case PhaseServing:
+		if on, since := l.Maintenance(); on {
+			// The switch holds the pod out of rotation: no check runs.
+			rep := l.report(health.StatusMaintenance)
+			rep.Fields["since"] = since.UTC().Format(time.RFC3339Nano)
+			health.WriteNegotiated(w, r, h.info, rep)
+			return
+		}
 		l.checks.ServeReadiness(w, r, h.info, check, servingFields)
 	case PhaseStarting:
 		health.WriteNegotiated(w, r, h.info, l.report(health.StatusStarting))

@@ -289,6 +289,7 @@ type crossCheck func(c *Config, src map[string]string) []error
 // the window, then the teardown.
 var crossChecks = []crossCheck{
 	checkPreStopIsGuarded,
+	checkMaintenanceIsGuarded,
 	checkProbePaths,
 	checkDrainModeFitsProcess,
 	checkIdleBoundCoversDelay,

@@ -109,6 +109,8 @@ func settingTable() []setting {
 			with("the length of a preStop `sleep` hook, which runs before SIGTERM and counts against the grace period; used only in that arithmetic", nil),
 		boolSetting("PRESTOP", "PreStop", func(c *Config) *bool { return &c.PreStop }).
 			with("serve `GET /prestop`: starts the drain and answers 200 when the window has passed. On the application's port it needs a token: without one (or `LAMEDUCK_PROBE_ADDR`) the process refuses to start", defaultPreStop),
+		boolSetting("MAINTENANCE", "Maintenance", func(c *Config) *bool { return &c.Maintenance }).
+			with("serve the maintenance switch: `POST /maintenance/on` turns `/readyz` 503 `maintenance` (nothing drains, `/healthz` stays 200), `POST /maintenance/off` brings it back. It needs the preStop token, or `LAMEDUCK_PROBE_ADDR`, as `/prestop` does", nil),
 		secretSetting(stringSetting("PRESTOP_TOKEN", "PreStopToken", "a secret of printable ASCII, also set in the preStop hook's httpHeaders", func(c *Config) *string { return &c.PreStopToken })).
 			with("require this value in the `X-Lameduck-Token` header of `GET /prestop` (implies `LAMEDUCK_PRESTOP=true`); printable ASCII, never logged", nil),
 		stringSetting("PRESTOP_TOKEN_FILE", "PreStopTokenFile", "the path of a readable, non-empty file holding the token, such as a mounted Secret", func(c *Config) *string { return &c.PreStopTokenFile }).

@@ -28,6 +28,11 @@ const (
 	// StatusSuperseded means a newer rollout epoch exists: the runner takes
 	// no new job and readiness is 503 (docs/runners.md). HTTP 503.
 	StatusSuperseded Status = "superseded"
+	// StatusMaintenance means an operator took the pod out of rotation
+	// with the maintenance switch: readiness is 503 until the switch is
+	// turned off; nothing drains (docs/probes-and-shutdown.md, "The
+	// maintenance switch"). HTTP 503.
+	StatusMaintenance Status = "maintenance"
 )
 
 // Code returns the HTTP status code a probe answers with this status:

@@ -35,6 +35,7 @@
 //	lameduck.server.requests.cut                                   counter, {request}: requests closed by force at the teardown budget
 //	lameduck.join.overruns                                         counter, {join}: background joins that ran out of budget
 //	lameduck.background.tasks.abandoned                            counter, {task}: tasks still running when a join ran out
+//	lameduck.maintenance                                           gauge, 1: 1 while the maintenance switch is on (after Watch)
 package ldotel
 
 import (
@@ -93,6 +94,7 @@ type Metrics struct {
 
 	phase     metric.Int64ObservableGauge
 	inFlight  metric.Int64ObservableUpDownCounter
+	maint     metric.Int64ObservableGauge
 	status    metric.Int64ObservableGauge
 	results   metric.Int64Counter
 	durations metric.Float64Histogram
@@ -120,6 +122,8 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 	add(err)
 	m.inFlight, err = meter.Int64ObservableUpDownCounter(measure.InFlight.OTel, metric.WithUnit(measure.InFlight.Unit), metric.WithDescription(measure.InFlight.Help))
 	add(err)
+	m.maint, err = meter.Int64ObservableGauge(measure.Maintenance.OTel, metric.WithUnit(measure.Maintenance.Unit), metric.WithDescription(measure.Maintenance.Help))
+	add(err)
 	m.status, err = meter.Int64ObservableGauge(measure.CheckStatus.OTel, metric.WithUnit(measure.CheckStatus.Unit), metric.WithDescription(measure.CheckStatus.Help))
 	add(err)
 	m.results, err = counter(meter, measure.CheckResults)
@@ -141,7 +145,7 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 		return nil, fmt.Errorf("lameduck: ldotel.NewMetrics: %w", err)
 	}
 	m.tr = measure.NewTracker(sink{m})
-	m.reg, err = meter.RegisterCallback(m.collect, m.phase, m.inFlight, m.status)
+	m.reg, err = meter.RegisterCallback(m.collect, m.phase, m.inFlight, m.maint, m.status)
 	if err != nil {
 		return nil, fmt.Errorf("lameduck: ldotel.NewMetrics: %w", err)
 	}
@@ -177,6 +181,9 @@ func (m *Metrics) collect(_ context.Context, o metric.Observer) error {
 	}
 	if n, ok := m.tr.InFlight(); ok {
 		o.ObserveInt64(m.inFlight, int64(n))
+	}
+	if v, ok := m.tr.Maintenance(); ok {
+		o.ObserveInt64(m.maint, int64(v))
 	}
 	for name, st := range m.tr.Checks() {
 		for _, oc := range measure.Outcomes {

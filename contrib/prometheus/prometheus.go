@@ -30,6 +30,7 @@
 //	lameduck_requests_cut_total                           requests closed by force at the teardown budget
 //	lameduck_join_overruns_total                          background joins that ran out of budget
 //	lameduck_background_tasks_abandoned_total             tasks still running when a join ran out
+//	lameduck_maintenance                                  1 while the maintenance switch is on (after Watch)
 package ldprometheus
 
 import (
@@ -97,6 +98,7 @@ type Collector struct {
 
 	phaseDesc *prometheus.Desc
 	inFlight  *prometheus.Desc
+	maintD    *prometheus.Desc
 	statusD   *prometheus.Desc
 
 	results   *prometheus.CounterVec
@@ -137,6 +139,7 @@ func NewCollector() *Collector {
 	c := &Collector{
 		phaseDesc: desc(measure.Phase),
 		inFlight:  desc(measure.InFlight),
+		maintD:    desc(measure.Maintenance),
 		statusD:   desc(measure.CheckStatus),
 		results:   counterVec(measure.CheckResults),
 		durations: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: measure.CheckDuration.Prom,
@@ -188,6 +191,7 @@ func (s sink) Abandoned(n int) { s.c.overruns.Inc(); s.c.abandoned.Add(float64(n
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.phaseDesc
 	ch <- c.inFlight
+	ch <- c.maintD
 	ch <- c.statusD
 	for _, m := range c.metrics() {
 		m.Describe(ch)
@@ -204,6 +208,9 @@ func (c *Collector) metrics() []prometheus.Collector {
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	if n, ok := c.tr.InFlight(); ok {
 		ch <- prometheus.MustNewConstMetric(c.inFlight, prometheus.GaugeValue, float64(n))
+	}
+	if v, ok := c.tr.Maintenance(); ok {
+		ch <- prometheus.MustNewConstMetric(c.maintD, prometheus.GaugeValue, float64(v))
 	}
 	cur := c.tr.Phase()
 	for _, p := range measure.Phases {

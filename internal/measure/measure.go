@@ -100,13 +100,15 @@ var (
 		"In-flight requests closed by force when the teardown budget ran out.", nil}
 	JoinOverruns = Metric{"lameduck_join_overruns_total", "lameduck.join.overruns", "{join}", Counter,
 		"Background joins that ran out of budget with tasks still running.", nil}
+	Maintenance = Metric{"lameduck_maintenance", "lameduck.maintenance", "1", Gauge,
+		"1 while the maintenance switch holds the pod out of rotation (readiness 503 maintenance, nothing drained), 0 otherwise; reported once the Lifecycle is watched.", nil}
 	TasksAbandoned = Metric{"lameduck_background_tasks_abandoned_total", "lameduck.background.tasks.abandoned", "{task}", Counter,
 		"Background tasks still running when the join ran out of budget, abandoned at exit.", nil}
 )
 
 // All is every metric, each exported by both integrations.
 var All = []Metric{Phase, InFlight, CheckStatus, CheckResults, CheckDuration, ProbeAnswers, StepDuration,
-	RequestsCut, JoinOverruns, TasksAbandoned}
+	RequestsCut, JoinOverruns, TasksAbandoned, Maintenance}
 
 // Buckets are the bounds of CheckDuration, in seconds: a readiness check's
 // deadline is 1s by default, so they are finest below it and end a little
@@ -201,6 +203,18 @@ func (t *Tracker) Phase() lameduck.Phase {
 func (t *Tracker) InFlight() (int, bool) {
 	if lc := t.lc.Load(); lc != nil {
 		return len(lc.InFlight()), true
+	}
+	return 0, false
+}
+
+// Maintenance returns 1 while the watched Lifecycle's maintenance switch
+// is on, 0 while it is off, and false before Watch.
+func (t *Tracker) Maintenance() (int, bool) {
+	if lc := t.lc.Load(); lc != nil {
+		if on, _ := lc.Maintenance(); on {
+			return 1, true
+		}
+		return 0, true
 	}
 	return 0, false
 }
