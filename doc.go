@@ -53,6 +53,7 @@
 //	checks.go        AddCheck, AddGate: readiness checks (engine in package health)
 //	startup.go       Retry: startup tasks tried again
 //	window.go        the lame-duck window, delay and idle modes
+//	late.go          the log line naming a router still sending at the window's end
 //	teardown.go      the teardown: hooks beside the HTTP drain, join, closers
 //	hooks.go         AddTeardownHook, AddCloser
 //	background.go    GoWrite, GoLoop and the join

@@ -295,6 +295,7 @@ func (l *Lifecycle) begin(reason string, bySignal bool) bool {
 	// and a POST it cannot replay would fail (Server.SetKeepAlivesEnabled's
 	// race). They close at the end of the window, when routing has moved on.
 	l.state.Store(stateDraining)
+	l.armLate(skip)
 	l.track.stampEnds.Store(true)
 	// Readiness is 503 from here on; the log line comes before anything
 	// else of the sequence can happen.
@@ -432,6 +433,7 @@ func (l *Lifecycle) Run(ctx context.Context) error {
 	// HTTPDrained, Joined), Stopped.
 	start := l.sequenceStart()
 	l.lameDuckWindow(start)
+	l.logLateArrivals(start)
 	l.beginTeardown()
 	err = l.teardown(servers, serving)
 	for len(serveErrs) > 0 { // a server that failed during the sequence (step 4 had returned)

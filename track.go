@@ -54,6 +54,13 @@ type tracker struct {
 	lastMove  atomic.Int64 // offset of the latest arrival (or, once stamping, completion); 0 if none
 	_         [64]byte
 
+	// Late arrivals (late.go): from the signal on, an arrival at or after
+	// lateFrom (an offset; 0 until the signal arms it) is counted, for the
+	// log line that names a router still sending to a terminating pod.
+	lateFrom atomic.Int64
+	lateN    atomic.Int64 // arrivals counted as late
+	lateLast atomic.Int64 // offset of the latest of them
+
 	touched  atomic.Int64  // offset of the last KeepAlive; 0 if none
 	hijacked sync.Map      // net.Conn → struct{}: connections hijacked and not yet ended
 	fresh    sync.Map      // net.Conn → struct{}: accepted, no request read yet (StateNew)
@@ -217,6 +224,9 @@ func (t *tracker) arrival() time.Duration {
 			}
 			t.tickMu.Unlock()
 		}
+	}
+	if t.stampEnds.Load() {
+		t.noteLate(now)
 	}
 	// Both written at most once per coarse tick while serving: a write per
 	// request would cost as much as the rest of the tracking.
