@@ -528,3 +528,120 @@ func TestAddServerRefusesNil(t *testing.T) {
 		t.Fatalf("AddServer(nil): %v", err)
 	}
 }
+
+// In reject mode (Config.SendRetryAfter, in the teardown while a call is
+// still in flight) a new call is refused with Unavailable in its own
+// protocol and Retry-After: 1, while the health service still answers.
+func TestRejectModeRefusesInTheProtocol(t *testing.T) {
+	logs := &testsupport.LogBuffer{}
+	lc, clk := lameducktest.New(t, lameduck.Config{ShutdownDelay: 5 * time.Second, ShutdownTeardown: 10 * time.Second,
+		SendRetryAfter: true, Logger: testLogger(t, logs)})
+	srv := ldconnect.New(lc)
+	svc := &service{release: make(chan struct{}), streamRelease: make(chan struct{})}
+	hs := &http.Server{Handler: svc.mux(srv.HandlerOptions()), ReadHeaderTimeout: 10 * time.Second}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.AddServer(hs, ln); err != nil {
+		t.Fatal(err)
+	}
+	wait := lameducktest.Start(t, lc)
+	release := sync.OnceFunc(func() { close(svc.release) })
+	defer release()
+	c := newClient(t, "connect", true)
+	held := make(chan error, 1)
+	go func() {
+		_, err := unary(c, "http://"+ln.Addr().String()).CallUnary(testsupport.Context(t, 30*time.Second), connect.NewRequest(wrapperspb.String("wait")))
+		held <- err
+	}()
+	inFlight(t, lc, 1)
+	lameducktest.EndWindow(t, lc, clk)
+	// The teardown turns reject mode on as it begins, just after the
+	// window's end.
+	for deadline := time.Now().Add(testsupport.Guard); ; time.Sleep(5 * time.Millisecond) {
+		rec := newRecorder()
+		hs.Handler.ServeHTTP(rec, httptestRequest(t, procSlow, "application/json", `"now"`))
+		if rec.code == http.StatusServiceUnavailable {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no reject mode in the teardown: %d %s", rec.code, rec.body.String())
+		}
+	}
+
+	// The server's handler, called as net/http calls it: a new call.
+	for _, tc := range []struct{ name, path, ctype, body string }{
+		{"connect", procSlow, "application/json", `"now"`},
+		{"grpc", procSlow, "application/grpc", "\x00\x00\x00\x00\x00"},
+	} {
+		req := httptestRequest(t, tc.path, tc.ctype, tc.body)
+		rec := newRecorder()
+		hs.Handler.ServeHTTP(rec, req)
+		if rec.hdr.Get("Retry-After") != lameduck.RetryAfterSeconds {
+			t.Errorf("%s: refused without Retry-After: %v", tc.name, rec.hdr)
+		}
+		switch tc.name {
+		case "connect":
+			if rec.code != http.StatusServiceUnavailable || !strings.Contains(rec.body.String(), `"code":"unavailable"`) {
+				t.Errorf("connect: %d %s, want 503 and a Connect error with code unavailable", rec.code, rec.body.String())
+			}
+		case "grpc":
+			if got := rec.hdr.Get("Grpc-Status"); got != "14" { // codes.Unavailable
+				t.Errorf("grpc: grpc-status %q (headers %v), want 14 (Unavailable)", got, rec.hdr)
+			}
+		}
+	}
+	// The health service still answers.
+	req := httptestRequest(t, "/grpc.health.v1.Health/Check", "application/json", `{"service":"liveness"}`)
+	rec := newRecorder()
+	hs.Handler.ServeHTTP(rec, req)
+	if rec.code != http.StatusOK || !strings.Contains(rec.body.String(), "SERVING_STATUS_SERVING") {
+		t.Errorf("health in reject mode: %d %s, want 200 SERVING", rec.code, rec.body.String())
+	}
+	release()
+	if err := testsupport.Recv(t, held, "the held call's answer"); err != nil {
+		t.Errorf("the call in flight: %v", err)
+	}
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func httptestRequest(t *testing.T, path, ctype, body string) *http.Request {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, "http://example"+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", ctype)
+	if strings.HasPrefix(ctype, "application/grpc") {
+		req.ProtoMajor, req.ProtoMinor, req.Proto = 2, 0, "HTTP/2.0"
+		req.Header.Set("Te", "trailers")
+	}
+	return req
+}
+
+// recorder is an http.ResponseWriter that keeps what it is given, trailers
+// folded into the headers as net/http sends them after the body.
+type recorder struct {
+	hdr  http.Header
+	code int
+	body strings.Builder
+}
+
+func newRecorder() *recorder { return &recorder{hdr: http.Header{}} }
+
+func (r *recorder) Header() http.Header { return r.hdr }
+func (r *recorder) Write(b []byte) (int, error) {
+	if r.code == 0 {
+		r.code = http.StatusOK
+	}
+	return r.body.Write(b)
+}
+func (r *recorder) WriteHeader(code int) {
+	if r.code == 0 {
+		r.code = code
+	}
+}
+func (r *recorder) Flush() {}
