@@ -187,6 +187,22 @@ type Config struct {
 	// (the Kubernetes API server's --shutdown-send-retry-after does the
 	// same: https://kubernetes.io/docs/reference/command-line-tools-reference/kube-apiserver/). Env: SEND_RETRY_AFTER.
 	SendRetryAfter bool
+	// MaxConnectionAge, when positive, closes a client connection of the
+	// servers registered with AddServer once it is that old (give or take
+	// 10%, at random per connection, as grpc-go's MaxConnectionAge does):
+	// the first response after that carries Connection: close, so an
+	// HTTP/1 connection closes after it and an HTTP/2 one gets GOAWAY and
+	// ends when its streams have. Clients then reconnect, and a new
+	// connection lands wherever the Service sends it: after a rollout,
+	// long-lived HTTP/2 connections otherwise stay on the pods that came up
+	// first (docs/probes-and-shutdown.md, "Connection age"). The request
+	// that finds the connection old is served in full; an idle connection is
+	// left to the server's IdleTimeout. It costs each client a new
+	// connection (and TLS handshake) per age. Zero (the default) turns it
+	// off; negative is an error. The gRPC path is contrib/grpc's
+	// ServerOptions (grpc-go's keepalive.ServerParameters). Env:
+	// MAX_CONNECTION_AGE.
+	MaxConnectionAge time.Duration
 	// NotReadyAt says when /readyz (and the gRPC and Connect health
 	// services that read it) turns 503 in the shutdown sequence:
 	// NotReadyAtSignal (the default) at the signal, NotReadyAtTeardown when

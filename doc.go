@@ -54,6 +54,7 @@
 //	startup.go       Retry: startup tasks tried again
 //	window.go        the lame-duck window, delay and idle modes
 //	late.go          the log line naming a router still sending at the window's end
+//	connage.go       MaxConnectionAge: Connection: close (HTTP/2 GOAWAY) on old connections
 //	teardown.go      the teardown: hooks beside the HTTP drain, join, closers
 //	hooks.go         AddTeardownHook, AddCloser
 //	background.go    GoWrite, GoLoop and the join

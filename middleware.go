@@ -30,7 +30,11 @@ func (l *Lifecycle) instrument(srv *http.Server) {
 		if userCtx != nil {
 			ctx = userCtx(ctx, c)
 		}
-		return connContext(ctx, c)
+		ctx = connContext(ctx, c)
+		if l.cfg.MaxConnectionAge > 0 {
+			ctx = l.connDeadline(ctx)
+		}
+		return ctx
 	}
 }
 
@@ -71,6 +75,11 @@ func (l *Lifecycle) wrap(app http.Handler) http.Handler {
 		}
 		rec, gen := l.track.begin(r.Method, r.URL.Path, r)
 		defer l.track.end(rec, gen)
+		if l.cfg.MaxConnectionAge > 0 && !v.Close && connAged(r, rec.start) {
+			// Config.MaxConnectionAge: as at the signal, HTTP/1 closes
+			// after this response, HTTP/2 gets GOAWAY.
+			w.Header().Set("Connection", "close")
+		}
 		app.ServeHTTP(w, r)
 	})
 }

@@ -143,6 +143,9 @@ func settingTable() []setting {
 			positiveDuration, func(c *Config) *time.Duration { return &c.DrainTimeout }).
 			with("idle mode: the longest the window may last after the signal; must be ≥ `SHUTDOWN_DELAY`. A runner: the bound on the job in flight, which is then cancelled, named with its age and handed back, and the process exits 1",
 				fixed(func(c *Config) { c.DrainTimeout = defaultDrainTimeout }, "default")),
+		durationSetting("MAX_CONNECTION_AGE", "MaxConnectionAge", `a Go duration with a unit, such as "10m" ("0s" for no limit)`,
+			nonNegativeDuration, func(c *Config) *time.Duration { return &c.MaxConnectionAge }).
+			with("close a client connection once it is this old (±10%): the next response carries `Connection: close` (HTTP/2: GOAWAY), so long-lived connections spread over new pods after a rollout. `0s` is off; negative is an error", nil),
 		boolSetting("SEND_RETRY_AFTER", "SendRetryAfter", func(c *Config) *bool { return &c.SendRetryAfter }).
 			with("during teardown keep the listener open and answer new requests 503 with `Retry-After: 1`, for load balancers that ignore readiness", nil),
 		enumSetting("NOT_READY_AT", "NotReadyAt", "", func(c *Config) *string { return &c.NotReadyAt }, NotReadyAtSignal, NotReadyAtTeardown).

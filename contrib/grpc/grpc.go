@@ -43,6 +43,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 )
 
@@ -79,11 +80,22 @@ func (s *Server) Health() *Health { return s.health }
 // grpc.NewServer:
 //
 //	gs := grpc.NewServer(append(srv.ServerOptions(), yourOptions...)...)
+//
+// With the Lifecycle's Config.MaxConnectionAge set (LAMEDUCK_MAX_CONNECTION_AGE),
+// they also set grpc-go's keepalive.ServerParameters.MaxConnectionAge to it:
+// gRPC sends GOAWAY to a connection that old (grpc-go adds its own ±10%
+// jitter), and the RPCs on it run to their end (MaxConnectionAgeGrace is
+// left infinite). A grpc.KeepaliveParams of your own, later in the list,
+// replaces this one: set MaxConnectionAge in it then.
 func (s *Server) ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{
+	opts := []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(s.unary),
 		grpc.ChainStreamInterceptor(s.stream),
 	}
+	if age := s.lc.Config().MaxConnectionAge; age > 0 {
+		opts = append(opts, grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: age}))
+	}
+	return opts
 }
 
 // AddServer registers gs with the Lifecycle, to be bound, served and
