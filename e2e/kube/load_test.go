@@ -29,7 +29,8 @@ type load struct {
 	failed   int
 	kinds    map[string]int
 	examples []string
-	dials    sync.Map // request id -> *atomic.Int32: connections it took
+	failedAt []time.Time // when each failed request was sent
+	dials    sync.Map    // request id -> *atomic.Int32: connections it took
 	resent   atomic.Int64
 }
 
@@ -96,6 +97,7 @@ func (l *load) record(res *vegeta.Result) {
 		return
 	}
 	l.failed++
+	l.failedAt = append(l.failedAt, res.Timestamp)
 	kind := classify(res)
 	l.kinds[kind]++
 	if len(l.examples) < 5 {
@@ -129,6 +131,8 @@ type loadResult struct {
 	Repicked int
 	Kinds    map[string]int
 	Examples []string
+	// FailedAt is when each failed request was sent, in order of answer.
+	FailedAt []time.Time
 }
 
 func (l *load) finish() loadResult {
@@ -136,7 +140,7 @@ func (l *load) finish() loadResult {
 	<-l.done
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return loadResult{Total: l.total, Failed: l.failed, Resent: int(l.resent.Load()), Kinds: l.kinds, Examples: slices.Clone(l.examples)}
+	return loadResult{Total: l.total, Failed: l.failed, Resent: int(l.resent.Load()), Kinds: l.kinds, Examples: slices.Clone(l.examples), FailedAt: slices.Clone(l.failedAt)}
 }
 
 func (r loadResult) String() string {

@@ -142,9 +142,31 @@ func logLives(t *testing.T, lives []podLife) {
 // 2s), so only the server differs.
 func (e *env) deployNaive(name string) {
 	e.t.Helper()
-	labels := map[string]string{"app": name}
-	three, grace := int32(3), int64(30)
 	one, zero := intstr.FromInt32(1), intstr.FromInt32(0)
+	e.deployNaiveAs(name, naiveShape{Replicas: 3, Strategy: appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType,
+		RollingUpdate: &appsv1.RollingUpdateDeployment{MaxSurge: &one, MaxUnavailable: &zero}}})
+}
+
+// naiveShape is how a control Deployment differs from the chart's shape.
+type naiveShape struct {
+	Replicas int32
+	Strategy appsv1.DeploymentStrategy
+	// PreStopSleep, when positive, is a native preStop sleep action
+	// (lifecycle.preStop.sleep, Kubernetes ≥ 1.30) of that many seconds:
+	// what users add to a server that handles no signal.
+	PreStopSleep int64
+}
+
+// deployNaiveAs makes a Deployment and Service of the naive server shaped
+// by s, readiness every 2s as the chart's.
+func (e *env) deployNaiveAs(name string, s naiveShape) {
+	e.t.Helper()
+	labels := map[string]string{"app": name}
+	replicas, grace := s.Replicas, int64(30)
+	var lifecycle *corev1.Lifecycle
+	if s.PreStopSleep > 0 {
+		lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: s.PreStopSleep}}}
+	}
 	probe := func(path string, period int32) *corev1.Probe {
 		return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromString("http")}},
 			PeriodSeconds: period, FailureThreshold: 2, TimeoutSeconds: 3}
@@ -152,10 +174,9 @@ func (e *env) deployNaive(name string) {
 	d := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: appsv1.DeploymentSpec{
-			Replicas: &three,
+			Replicas: &replicas,
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType,
-				RollingUpdate: &appsv1.RollingUpdateDeployment{MaxSurge: &one, MaxUnavailable: &zero}},
+			Strategy: s.Strategy,
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{
@@ -166,6 +187,7 @@ func (e *env) deployNaive(name string) {
 						Ports:          []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
 						ReadinessProbe: probe("/readyz", 2),
 						LivenessProbe:  probe("/healthz", 10),
+						Lifecycle:      lifecycle,
 					}},
 				},
 			},
