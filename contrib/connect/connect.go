@@ -20,8 +20,9 @@
 //  1. starting: the health service answers NOT_SERVING for every service
 //     but "liveness"; calls are served;
 //  2. serving: SERVING, with "readiness" and "" following /readyz;
-//  3. the signal: NOT_SERVING for every service but "liveness", for good;
-//     calls are still served through the lame-duck window, for clients that
+//  3. the signal: NOT_SERVING for every service but "liveness", for good,
+//     from when /readyz turns 503 (at the signal, or at the window's end
+//     under lameduck.Config.NotReadyAt "teardown"); calls are still served through the lame-duck window, for clients that
 //     have not yet learned of the endpoint's removal; every response from
 //     now on carries Connection: close, which net/http turns into a GOAWAY
 //     on an HTTP/2 connection, so each client moves to a fresh connection,

@@ -40,8 +40,9 @@ const watchEvery = 2 * time.Second
 //   - "liveness": /healthz's answer (200 → SERVING).
 //   - "", "readiness" and every service named by SetServing: /readyz's
 //     answer — NOT_SERVING while starting, SERVING while serving unless a
-//     critical check or gate fails, NOT_SERVING from the shutdown signal
-//     on, for good; a service marked with SetServing false answers
+//     critical check or gate fails, NOT_SERVING from when /readyz turns
+//     503 in the shutdown sequence (lameduck.Config.NotReadyAt: the signal
+//     or the teardown) on, for good; a service marked with SetServing false answers
 //     NOT_SERVING while it is so marked.
 //   - any other name: connect.CodeNotFound, as the protocol asks
 //     (https://github.com/grpc/grpc/blob/master/doc/health-checking.md).
@@ -67,8 +68,8 @@ func newHealth(lc *lameduck.Lifecycle) *Health {
 // SetServing names service (such as "acme.ping.v1.PingService") to the
 // health service and marks it serving or not, and tells the Watch streams.
 // A service marked serving still answers NOT_SERVING whenever readiness
-// fails; from the shutdown signal on every service but "liveness" answers
-// NOT_SERVING, whatever SetServing says later (the rule of grpc-go's
+// fails; once /readyz has turned 503 in the shutdown sequence every service
+// but "liveness" answers NOT_SERVING, whatever SetServing says later (the rule of grpc-go's
 // health.Server.Shutdown). Marking "liveness" has no effect on its answer.
 func (h *Health) SetServing(service string, serving bool) {
 	h.mu.Lock()
