@@ -645,3 +645,48 @@ func (r *recorder) WriteHeader(code int) {
 	}
 }
 func (r *recorder) Flush() {}
+
+// The health calls are probes: a Watch open and Checks made in the window
+// are not in flight and do not hold the idle drain, whose window ends at
+// its minimum; the Watch still ends at the window's end.
+func TestHealthCallsAreNotApplicationTraffic(t *testing.T) {
+	logs := &testsupport.LogBuffer{}
+	lc, clk := lameducktest.New(t, lameduck.Config{DrainMode: lameduck.DrainIdle, ShutdownDelay: time.Second,
+		IdleWindow: 2 * time.Second, DrainTimeout: 20 * time.Second, ShutdownTeardown: 5 * time.Second,
+		Logger: testLogger(t, logs)})
+	s := serve(t, lc)
+	s.wait = lameducktest.Start(t, lc)
+	cs := clients(t)
+	hc := grpchealth.NewClient(cs[2].http, s.url, cs[2].opts...) // gRPC over h2c
+	watch := hc.Watch(testsupport.Context(t, 30*time.Second), &grpchealth.CheckRequest{Service: ldconnect.ServiceReadiness})
+	if ev := testsupport.Recv(t, watch, "the Watch's first answer"); ev.Err != nil || ev.Response.Status != serving {
+		t.Fatalf("the Watch's first answer: %+v", ev)
+	}
+	wantStatus(t, cs, s.url, "serving", map[string]grpchealth.Status{ldconnect.ServiceLiveness: serving, "": serving})
+	inFlight(t, lc, 0)
+	// Off the clock's first instant, which the idle drain could not tell
+	// from no traffic at all: a Check counted as traffic would show.
+	clk.Advance(100 * time.Millisecond)
+	lc.BeginShutdown("SIGTERM")
+	if ev := testsupport.Recv(t, watch, "the Watch at the signal"); ev.Err != nil || ev.Response.Status != notServing {
+		t.Fatalf("the Watch at the signal: %+v", ev)
+	}
+	wantStatus(t, cs, s.url, "in the window", map[string]grpchealth.Status{ldconnect.ServiceLiveness: serving, "": notServing})
+	testsupport.Timers(t, clk, 1) // the window's
+	clk.Advance(time.Second)
+	testsupport.Await(t, lc.Events().WindowEnded)
+	if a, _ := lc.Events().ShutdownInitiated.At(); !a.Add(time.Second).Equal(clk.Now()) {
+		t.Fatalf("the window did not end at its 1s minimum")
+	}
+	for ev := range watch {
+		if ev.Err != nil {
+			if connect.CodeOf(ev.Err) != connect.CodeUnavailable {
+				t.Fatalf("the Watch ended with %v at the window's end, want Unavailable", ev.Err)
+			}
+			break
+		}
+	}
+	if err := s.wait(); err != nil {
+		t.Fatal(err)
+	}
+}
