@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/lameduck/lameduck"
+	ldkube "github.com/lameduck/lameduck/contrib/kube"
 	ldpgx "github.com/lameduck/lameduck/contrib/pgx"
 	"github.com/lameduck/lameduck/health"
 	"github.com/lameduck/lameduck/worker"
@@ -75,6 +76,7 @@ type workerOptions struct {
 	epochPoll    time.Duration
 	stallAfter   int
 	livenessFlr  time.Duration
+	deletionCost bool // set the pod's deletion cost while a job runs (contrib/kube)
 }
 
 func newDemoWorkerCommand() *cobra.Command {
@@ -143,6 +145,7 @@ LAMEDUCK_FETCH_WAIT, LAMEDUCK_TERMINATION_GRACE, ...).`,
 	lf.StringVar(&o.epochSource, "epoch-source", "", `where the fleet's newest LAMEDUCK_EPOCH is read: "kv" (--queue nats: a JetStream key-value bucket), "table" (--queue postgres: a table), each runner publishing its own, or "static" (never superseded); empty: kv, table, or static for amqp`)
 	lf.DurationVar(&o.epochPoll, "epoch-poll", worker.DefaultEpochPoll, "how often the epoch source is asked")
 	lf.IntVar(&o.stallAfter, "simulate-stall-after", 0, "stop fetching after this many fetches, as a wedged consumer would (0: never)")
+	lf.BoolVar(&o.deletionCost, "deletion-cost", false, "in a pod: set its controller.kubernetes.io/pod-deletion-cost while a job runs, so a scale-in deletes idle runners first (needs POD_NAME and POD_NAMESPACE from the downward API, and get and patch on pods; docs/runners.md)")
 	lf.DurationVar(&o.livenessFlr, "liveness-floor", worker.DefaultLivenessFloor, "the least an idle loop may go without cycling before liveness says stalled (lower it only to try a stall quickly)")
 	_ = lf.MarkHidden("simulate-stall-after")
 	_ = lf.MarkHidden("liveness-floor")
@@ -326,6 +329,13 @@ func runDemoWorker(ctx context.Context, o workerOptions) error {
 		return exitError{err}
 	}
 	lc := wk.Lifecycle()
+	var dc *ldkube.DeletionCost // before the queue: a runner that cannot mark itself busy says so at once
+	if o.deletionCost {
+		if dc, err = podDeletionCost(log); err != nil {
+			log.Error(err.Error())
+			return exitError{err}
+		}
+	}
 
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -348,12 +358,16 @@ func runDemoWorker(ctx context.Context, o workerOptions) error {
 		"epoch", wk.Epoch(), "epoch_source", o.epochSource, "drain_mode", lc.Config().DrainMode)...)
 
 	loopSrc := &demoSource{q: q, stallAfter: o.stallAfter, metrics: metrics}
+	handle := demoHandler(log, metrics)
+	if dc != nil {
+		handle = dc.Handle(handle)
+	}
 	for i := 1; i <= o.loops; i++ {
 		name := "jobs"
 		if o.loops > 1 {
 			name = fmt.Sprintf("jobs-%d", i)
 		}
-		if err := wk.AddLoop(worker.Loop{Name: name, Source: loopSrc, Handle: demoHandler(log, metrics)}); err != nil {
+		if err := wk.AddLoop(worker.Loop{Name: name, Source: loopSrc, Handle: handle}); err != nil {
 			return err
 		}
 	}

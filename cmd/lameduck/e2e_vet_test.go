@@ -67,7 +67,7 @@ func vetRules(t *testing.T, paths ...string) ([]string, int) {
 func TestVetCleanManifests(t *testing.T) {
 	for _, p := range []string{"../../deploy/k8s", "../../deploy/helm/rendered/default.yaml",
 		"../../deploy/helm/rendered/idle.yaml", "../../deploy/helm/rendered/prestop-http.yaml",
-		"../../deploy/helm/rendered/worker.yaml"} {
+		"../../deploy/helm/rendered/worker.yaml", "../../deploy/helm/rendered/worker-deletion-cost.yaml"} {
 		if ids, code := vetRules(t, p); code != 0 || len(ids) != 0 {
 			t.Errorf("vet %s: exit %d, findings %v; want clean", p, code, ids)
 		}
@@ -457,7 +457,7 @@ func TestVetOrderAndNumbers(t *testing.T) {
 // clean is clean (deploy/helm/render keeps the renderings identical to
 // helm template).
 func TestVetChartRenderingsOnStdin(t *testing.T) {
-	for _, name := range []string{"default", "idle", "prestop-http", "worker"} {
+	for _, name := range []string{"default", "idle", "prestop-http", "worker", "worker-deletion-cost"} {
 		out, _, code := vetRun(t, mustRead(t, "../../deploy/helm/rendered/"+name+".yaml"), "-")
 		if code != 0 || !strings.Contains(out, "lameduck vet: clean in") {
 			t.Errorf("helm template (%s) | lameduck vet -: exit %d\n%s", name, code, out)

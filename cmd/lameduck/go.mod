@@ -88,6 +88,7 @@ require (
 	github.com/lameduck/lameduck/contrib/connect v0.0.0
 	github.com/lameduck/lameduck/contrib/fasthttp v0.0.0 // indirect
 	github.com/lameduck/lameduck/contrib/grpc v0.0.0
+	github.com/lameduck/lameduck/contrib/kube v0.0.0
 	github.com/lameduck/lameduck/contrib/mysql v0.0.0
 	github.com/lameduck/lameduck/contrib/nats v0.0.0
 	github.com/lameduck/lameduck/contrib/pgx v0.0.0
@@ -141,6 +142,8 @@ replace github.com/lameduck/lameduck/contrib/fasthttp => ../../contrib/fasthttp
 replace github.com/lameduck/lameduck/contrib/amqp => ../../contrib/amqp
 
 replace github.com/lameduck/lameduck/contrib/grpc => ../../contrib/grpc
+
+replace github.com/lameduck/lameduck/contrib/kube => ../../contrib/kube
 
 replace github.com/lameduck/lameduck/contrib/mysql => ../../contrib/mysql
 

@@ -32,6 +32,7 @@ var cases = []struct {
 	{"prestop-http", "preStop:\n  mode: http\n  http:\n    token: change-me-per-release\n"},
 	{"idle", "shutdown:\n  drainMode: idle\n"},
 	{"worker", "worker:\n  enabled: true\n"},
+	{"worker-deletion-cost", "worker:\n  enabled: true\n  deletionCost: true\n"},
 	{"broken-grace", "terminationGracePeriodSeconds: 20\n"},
 	{"broken-prestop-sleep", "preStop:\n  mode: sleep\n  sleepSeconds: 5\n"},
 	{"broken-probes", "probes:\n  readiness:\n    timeoutSeconds: 1\n"},
@@ -188,5 +189,22 @@ func TestWorkerSafeToEvict(t *testing.T) {
 	}
 	if out := string(render(t, "worker:\n  enabled: true\n  safeToEvict: null\n")); strings.Contains(out, "safe-to-evict") {
 		t.Errorf("worker.safeToEvict: null still renders the annotation:\n%s", out)
+	}
+}
+
+// TestWorkerDeletionCost: worker.deletionCost passes --deletion-cost, the
+// pod's name and namespace from the downward API, and a ServiceAccount
+// bound to a Role with get and patch on pods, in the release's namespace
+// only; without it none of them renders.
+func TestWorkerDeletionCost(t *testing.T) {
+	out := string(render(t, "worker:\n  enabled: true\n  deletionCost: true\n"))
+	for _, w := range []string{"- --deletion-cost\n", "serviceAccountName: lameduck-demo-worker\n", "fieldPath: metadata.name",
+		"fieldPath: metadata.namespace", "kind: Role\n", "verbs: [get, patch]", "kind: RoleBinding\n", "namespace: default\n"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("worker.deletionCost: the rendering lacks %q:\n%s", w, out)
+		}
+	}
+	if out := string(render(t, "worker:\n  enabled: true\n")); strings.Contains(out, "deletion-cost") || strings.Contains(out, "kind: Role") {
+		t.Errorf("without worker.deletionCost the rendering has its flag or Role:\n%s", out)
 	}
 }
