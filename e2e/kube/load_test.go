@@ -30,6 +30,7 @@ type load struct {
 	kinds    map[string]int
 	examples []string
 	failedAt []time.Time // when each failed request was sent
+	failedAs []string    // and how it failed (classify), in the same order
 	dials    sync.Map    // request id -> *atomic.Int32: connections it took
 	resent   atomic.Int64
 }
@@ -99,6 +100,7 @@ func (l *load) record(res *vegeta.Result) {
 	l.failed++
 	l.failedAt = append(l.failedAt, res.Timestamp)
 	kind := classify(res)
+	l.failedAs = append(l.failedAs, kind+" "+res.Error)
 	l.kinds[kind]++
 	if len(l.examples) < 5 {
 		l.examples = append(l.examples, fmt.Sprintf("%s %s at %s: %s", res.Method, res.URL, res.Timestamp.Format("15:04:05.000"), strings.TrimSpace(kind+" "+res.Error)))
@@ -131,8 +133,10 @@ type loadResult struct {
 	Repicked int
 	Kinds    map[string]int
 	Examples []string
-	// FailedAt is when each failed request was sent, in order of answer.
+	// FailedAt is when each failed request was sent, in order of answer;
+	// FailedAs how it failed (its kind and error), in the same order.
 	FailedAt []time.Time
+	FailedAs []string
 }
 
 func (l *load) finish() loadResult {
@@ -140,7 +144,7 @@ func (l *load) finish() loadResult {
 	<-l.done
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return loadResult{Total: l.total, Failed: l.failed, Resent: int(l.resent.Load()), Kinds: l.kinds, Examples: slices.Clone(l.examples), FailedAt: slices.Clone(l.failedAt)}
+	return loadResult{Total: l.total, Failed: l.failed, Resent: int(l.resent.Load()), Kinds: l.kinds, Examples: slices.Clone(l.examples), FailedAt: slices.Clone(l.failedAt), FailedAs: slices.Clone(l.failedAs)}
 }
 
 func (r loadResult) String() string {
