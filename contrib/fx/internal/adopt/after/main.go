@@ -5,6 +5,7 @@ package main
 
 import (
 	"net/http"
+	"time"
 
 	"github.com/lameduck/lameduck"
 	ldfx "github.com/lameduck/lameduck/contrib/fx"
@@ -14,7 +15,7 @@ import (
 func NewServeMux() *http.ServeMux { return http.NewServeMux() }
 
 func NewHTTPServer(lc *lameduck.Lifecycle, mux *http.ServeMux) (*http.Server, error) {
-	srv := &http.Server{Addr: ":8080", Handler: mux}
+	srv := &http.Server{Addr: ":8080", Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	return srv, lc.AddServer(srv, nil)
 }
 

@@ -7,6 +7,7 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"time"
 
 	"go.uber.org/fx"
 )
@@ -14,7 +15,7 @@ import (
 func NewServeMux() *http.ServeMux { return http.NewServeMux() }
 
 func NewHTTPServer(lc fx.Lifecycle, mux *http.ServeMux) *http.Server {
-	srv := &http.Server{Addr: ":8080", Handler: mux}
+	srv := &http.Server{Addr: ":8080", Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	lc.Append(fx.Hook{
 		OnStart: func(ctx context.Context) error {
 			ln, err := net.Listen("tcp", srv.Addr)
