@@ -65,8 +65,12 @@ func checkLastEndpoint(o *Object, objs []Object, judgedBy map[int][]*judged, i i
 		signal = fmt.Sprintf("; and %sNOT_READY_AT=signal turns readiness 503 for the whole window, which switches off kube-proxy's fallback to the terminating pod, so the Service refuses connections from the signal on", c.EnvPrefix)
 	}
 	if o.Strategy.Type == appsv1.RecreateDeploymentStrategyType {
-		fix := "use strategy RollingUpdate with maxSurge: 1, so a replacement is Ready before the old pod stops; if two versions cannot run at once, the gap stays: keep " +
-			c.EnvPrefix + "NOT_READY_AT=teardown so the old pod serves until its teardown"
+		verb := "keep"
+		if c.NotReadyAt != lameduck.NotReadyAtTeardown {
+			verb = "set"
+		}
+		fix := "use strategy RollingUpdate with maxSurge: 1, so a replacement is Ready before the old pod stops; if two versions cannot run at once, the gap stays: " +
+			verb + " " + c.EnvPrefix + "NOT_READY_AT=teardown so the old pod serves until its teardown"
 		return f(fmt.Sprintf("strategy Recreate stops every old pod before it creates a new one: from the old pod's exit until a new one is Ready (its start and startup probe) no pod serves the Service, whatever the server does%s", signal), fix)
 	}
 	surge, unavailable, err := rollingBudget(o.Strategy.RollingUpdate, replicas)
