@@ -281,3 +281,25 @@ func (h *harness) advanceUntilWindowEnds(step, limit time.Duration, each func())
 		h.clock.Advance(step)
 	}
 }
+
+// addFakeServer registers on lc a server that accepts on an in-memory
+// listener and serves nothing: Run binds a listener, so the probes count
+// as served (the log may speak of /readyz), with no socket, inside a
+// synctest bubble too.
+func addFakeServer(t *testing.T, lc *lameduck.Lifecycle) {
+	t.Helper()
+	err := lc.AddServerFuncs(lameduck.ServerFuncs{
+		Name: "fake",
+		Serve: func(ln net.Listener) error {
+			for {
+				if _, err := ln.Accept(); err != nil {
+					return err
+				}
+			}
+		},
+		Shutdown: func(context.Context) error { return nil },
+	}, newChanListener())
+	if err != nil {
+		t.Fatal(err)
+	}
+}

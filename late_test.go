@@ -3,7 +3,6 @@ package lameduck_test
 import (
 	"context"
 	"log/slog"
-	"net"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -46,19 +45,7 @@ func TestLateArrivalsNameTheRouter(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if err := lc.AddServerFuncs(lameduck.ServerFuncs{
-					Name: "fake",
-					Serve: func(ln net.Listener) error {
-						for {
-							if _, err := ln.Accept(); err != nil {
-								return err
-							}
-						}
-					},
-					Shutdown: func(context.Context) error { return nil },
-				}, newChanListener()); err != nil {
-					t.Fatal(err)
-				}
+				addFakeServer(t, lc)
 				done := make(chan error, 1)
 				go func() { done <- lc.Run(context.Background()) }()
 				<-lc.Events().StartupDone.Done()

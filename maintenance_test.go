@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -65,19 +64,7 @@ func TestMaintenanceSwitch(t *testing.T) {
 				t.Logf("logs:\n%s", logs)
 			}
 		}()
-		if err := lc.AddServerFuncs(lameduck.ServerFuncs{
-			Name: "fake",
-			Serve: func(ln net.Listener) error {
-				for {
-					if _, err := ln.Accept(); err != nil {
-						return err
-					}
-				}
-			},
-			Shutdown: func(context.Context) error { return nil },
-		}, newChanListener()); err != nil {
-			t.Fatal(err)
-		}
+		addFakeServer(t, lc)
 		done := make(chan error, 1)
 		go func() { done <- lc.Run(context.Background()) }()
 		<-lc.Events().StartupDone.Done()

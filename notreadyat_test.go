@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -81,19 +80,7 @@ func TestNotReadyAtSaysWhenReadinessTurns503(t *testing.T) {
 				}
 				// A listener, so the probes are served and the log may
 				// speak of /readyz.
-				if err := lc.AddServerFuncs(lameduck.ServerFuncs{
-					Name: "fake",
-					Serve: func(ln net.Listener) error {
-						for {
-							if _, err := ln.Accept(); err != nil {
-								return err
-							}
-						}
-					},
-					Shutdown: func(context.Context) error { return nil },
-				}, newChanListener()); err != nil {
-					t.Fatal(err)
-				}
+				addFakeServer(t, lc)
 				done := make(chan error, 1)
 				go func() { done <- lc.Run(context.Background()) }()
 				<-lc.Events().StartupDone.Done()
