@@ -698,7 +698,7 @@ func TestReadmeRunnerBlock(t *testing.T) {
 		switch c = strings.TrimSpace(c); {
 		case strings.HasPrefix(c, "curl -s localhost:9090/"):
 			p.want(strings.TrimPrefix(c, "curl -s localhost:9090"), 200, "ok")
-		case c == "kill -TERM $(pgrep -n -x lameduck)":
+		case c == `kill -TERM $(pgrep -n -x -u "$(id -u)" lameduck)`:
 			p.signal(syscall.SIGTERM)
 		default:
 			t.Fatalf("the third line runs %q, which this test does not know", c)

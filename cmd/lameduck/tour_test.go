@@ -351,7 +351,7 @@ func TestReadmeTour(t *testing.T) {
 					cmd = strings.TrimSpace(rest)
 				}
 				cmd = strings.ReplaceAll(cmd, "localhost:8080", addr)
-				cmd = strings.ReplaceAll(cmd, "$(pgrep -n -x lameduck)", fmt.Sprint(demo.cmd.Process.Pid))
+				cmd = strings.ReplaceAll(cmd, `$(pgrep -n -x -u "$(id -u)" lameduck)`, fmt.Sprint(demo.cmd.Process.Pid))
 				if strings.HasPrefix(cmd, "curl ") {
 					cmd = "curl --noproxy '*' -m 30 " + strings.TrimPrefix(cmd, "curl ")
 					if !strings.Contains(cmd, " -w ") && !strings.Contains(cmd, " -i ") {
