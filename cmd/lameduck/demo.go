@@ -34,6 +34,7 @@ type demoOptions struct {
 	contrib      contribFlags
 	grpcAddr     string
 	metricsAddr  string
+	auditDSN     string
 }
 
 func newDemoCommand() *cobra.Command {
@@ -61,6 +62,11 @@ X-Lameduck-Token header, or on the probe port of LAMEDUCK_PROBE_ADDR). Send SIGT
 /readyz turns 503 at once, the lame-duck window passes, in-flight requests
 finish, and the process exits 0.
 
+With --audit-postgres, each 2xx answer to GET / and POST /echo starts a
+background write of a row (request_id from X-Request-Id, pod, method, path,
+at) into the table ` + auditTable + ` of that PostgreSQL, created at start; the
+writes are joined at shutdown, so every answered request has its row.
+
 Every LAMEDUCK_* environment variable applies (LAMEDUCK_SHUTDOWN_DELAY,
 LAMEDUCK_SHUTDOWN_TEARDOWN, LAMEDUCK_ENV, LAMEDUCK_TERMINATION_GRACE, ...).`,
 		Args: cobra.NoArgs,
@@ -85,6 +91,7 @@ LAMEDUCK_SHUTDOWN_TEARDOWN, LAMEDUCK_ENV, LAMEDUCK_TERMINATION_GRACE, ...).`,
 	f.StringArrayVar(&o.contrib.nats, "check-nats", nil, "a NATS readiness check NAME=URL[,critical] (repeatable)")
 	f.StringArrayVar(&o.contrib.amqp, "check-amqp", nil, "a RabbitMQ readiness check NAME=URL[,critical] (repeatable)")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve GET /metrics on this address (such as :9091) instead of --addr: a listener of its own, open from before the service starts until the process exits, so a scrape reads every step of the shutdown, the join and the closers included, after --addr has closed")
+	f.StringVar(&o.auditDSN, "audit-postgres", "", "record an audit row in the table "+auditTable+" of this PostgreSQL (a URL such as postgres://user@host:5432/db) for every 2xx answer to GET / and POST /echo, through a background write joined at shutdown; the row is named by the request's X-Request-Id header (not with --server fiber)")
 	f.StringVar(&o.grpcAddr, "grpc-addr", "", "also serve gRPC on this address (such as :9000): the grpc.health.v1 service and lameduck.demo.Demo (Slow, Ticks), drained with the HTTP server")
 	return cmd
 }
@@ -121,6 +128,9 @@ func (o demoOptions) validate(start time.Time, pings pingCounts) (*slog.Logger, 
 	}
 	if o.server != "http" && o.server != "fiber" && o.server != "connect" {
 		errs = append(errs, fmt.Errorf(`--server=%q: unknown server; use "http" (net/http), "fiber" (gofiber/fiber v2) or "connect" (Connect RPC)`, o.server))
+	}
+	if o.auditDSN != "" && o.server == "fiber" {
+		errs = append(errs, errors.New(`--audit-postgres with --server=fiber: the audit rows are written by the net/http routes only; use --server=http or --server=connect`))
 	}
 	log, err := newLogger(o.logFormat)
 	errs = append(errs, err)
@@ -167,6 +177,11 @@ func runDemo(ctx context.Context, o demoOptions) error {
 		}
 		defer stop() // after Run has returned: the last scrape sees "stopped"
 		d.metrics = nil
+	}
+	if o.auditDSN != "" {
+		if d.audit, err = newAudit(lc, o.auditDSN); err != nil {
+			return err
+		}
 	}
 	switch o.server {
 	case "http":
@@ -243,6 +258,7 @@ type demo struct {
 	lc      *lameduck.Lifecycle
 	log     *slog.Logger
 	metrics http.Handler // GET /metrics: the Lifecycle's Prometheus metrics
+	audit   *audit       // --audit-postgres: a row behind each 2xx answer; nil without
 }
 
 // root answers GET /.
@@ -336,10 +352,12 @@ func (d *demo) httpMux() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		code, body := d.root()
+		code, body = d.audit.record(r, code, body)
 		writeJSON(w, code, body)
 	})
 	mux.HandleFunc("POST /echo", func(w http.ResponseWriter, r *http.Request) {
 		code, body := d.echo(r.Body)
+		code, body = d.audit.record(r, code, body)
 		writeJSON(w, code, body)
 	})
 	mux.HandleFunc("GET /slow", func(w http.ResponseWriter, r *http.Request) {
