@@ -12,21 +12,6 @@ import (
 	"time"
 )
 
-// ErrShuttingDown is returned by what the shutdown sequence, once started,
-// no longer takes: GoLoop (a loop would run on an already-cancelled
-// context, so its caller should record the work as deferred, to its
-// reconciliation sweep say: docs/probes-and-shutdown.md, "Teardown: hooks,
-// HTTP drain, background join, closers"), AddTeardownHook and
-// AddCloser (the sequence has already read its steps). What may only be
-// registered before Run (AddServer, AddServerFuncs, AddStartupTask) returns
-// ErrAlreadyRunning instead.
-var ErrShuttingDown = errors.New("lameduck: shutting down: the shutdown sequence has started")
-
-// ErrJoined is returned by GoWrite and GoLoop once the background join is
-// over: nobody is left to wait for the work, so it is refused and logged
-// rather than started.
-var ErrJoined = errors.New("lameduck: the background join is over: no new work")
-
 // registry counts the background tasks of one Lifecycle by name, so the join
 // can wait for them under one budget and name the ones that overran.
 type registry struct {

@@ -13,60 +13,6 @@ import (
 // Config.TerminationGrace is unknown.
 const DefaultTerminationGrace = 30 * time.Second
 
-// Resolved is a configuration resolved by [Resolve]: every field filled,
-// and the rule that chose each value.
-type Resolved struct {
-	// Config has every field filled from the code, the environment or the
-	// defaults, as Lifecycle.Config returns it. A refused value is left at
-	// its default.
-	Config Config
-	// Sources maps a setting's name after the prefix ("SHUTDOWN_TEARDOWN")
-	// to the rule that chose its value: the Config field
-	// ("Config.ShutdownTeardown"), the variable ("LAMEDUCK_SHUTDOWN_TEARDOWN"),
-	// or a default and its arithmetic ("default: Kubernetes' default
-	// terminationGracePeriodSeconds 30s − preStop 0s − window 5s − margin 3s").
-	// A setting left unset with no default (PROBE_ADDR, say) has no entry.
-	Sources map[string]string
-}
-
-// Resolve fills every unset field of cfg from the environment and the
-// defaults and checks the result exactly as [New] does — the same table of
-// settings, the same parsers, the same defaults and the same errors — but
-// binds nothing, starts nothing and logs nothing. lameduck vet resolves a
-// container's environment from a manifest with it; set cfg.LookupEnv and
-// cfg.Environ with [EnvList] to read a list of variables instead of the
-// process's own.
-//
-// It returns every problem, not just the first: one [*ConfigError] per
-// refused setting (each wraps [ErrInvalidConfig]), settings in the order of
-// the table, then the checks across settings. New returns the same errors
-// joined. Even with errors, Resolved is filled: a refused value counts as
-// unset, so the budget arithmetic of the rest can still be reported.
-//
-// It is safe for concurrent use when cfg's LookupEnv and Environ are.
-func Resolve(cfg Config) (Resolved, []error) {
-	c, src, errs := cfg.resolve()
-	return Resolved{Config: c, Sources: src}, errs
-}
-
-// EnvList returns a LookupEnv and an Environ for [Config] that read only kv:
-// "KEY=value" strings, as os.Environ returns them and as a container's env
-// lists them. When a key appears twice, the later entry wins, as in a pod
-// spec. An entry without "=" is a key with an empty value (unset, for
-// lameduck). To resolve as inside a pod, include KUBERNETES_SERVICE_HOST,
-// which the kubelet sets in every container. Both functions are safe for
-// concurrent use.
-func EnvList(kv []string) (lookup func(key string) (string, bool), environ func() []string) {
-	m := make(map[string]string, len(kv))
-	for _, e := range kv {
-		k, v, _ := strings.Cut(e, "=")
-		m[k] = v
-	}
-	list := append([]string(nil), kv...)
-	return func(key string) (string, bool) { v, ok := m[key]; return v, ok },
-		func() []string { return append([]string(nil), list...) }
-}
-
 // Budget is the grace-period arithmetic of a resolved configuration
 // (docs/probes-and-shutdown.md, "Sizing terminationGracePeriodSeconds"):
 //
@@ -85,9 +31,7 @@ type Budget struct {
 	// PreStop is the preStop sleep before SIGTERM (Config.PreStopDelay).
 	PreStop time.Duration
 	// Window is the longest the lame-duck window can last: ShutdownDelay,
-	// or DrainTimeout in DrainIdle mode and for a runner (package worker),
-	// whose window is its drain bound, the longest a job in flight may
-	// take.
+	// or DrainTimeout in DrainIdle mode.
 	Window time.Duration
 	// WindowSetting names the setting that bounds Window, after the prefix:
 	// "SHUTDOWN_DELAY" or "DRAIN_TIMEOUT".
@@ -195,8 +139,7 @@ func (b Budget) total() time.Duration {
 
 // Sum returns the addition, such as
 // "preStop 0s + delay 5s + teardown 22s = 27s" (the window is "idle drain
-// bound" in DrainIdle mode, "runner drain bound" for a runner; preStop is
-// left out when zero).
+// bound" in DrainIdle mode; preStop is left out when zero).
 func (b Budget) Sum() string {
 	var s strings.Builder
 	if b.PreStop > 0 {
@@ -245,4 +188,43 @@ func (b Budget) Fix() string {
 		lower = "the preStop sleep, " + b.EnvPrefix + b.WindowSetting + " or " + b.EnvPrefix + "SHUTDOWN_TEARDOWN"
 	}
 	return fmt.Sprintf("lower %s, or raise terminationGracePeriodSeconds to at least %s", lower, b.Total)
+}
+
+// logBudget logs the resolved settings and the grace-period arithmetic
+// (docs/probes-and-shutdown.md, "Sizing terminationGracePeriodSeconds"),
+// made by Resolved.Budget, the function lameduck vet uses: the preStop
+// sleep, the longest window (the delay, or the idle drain's bound) and the
+// teardown budget must fit terminationGracePeriodSeconds, or the kubelet
+// SIGKILLs the pod mid-drain. Each number comes with the rule that chose it.
+func (l *Lifecycle) logBudget() {
+	c, b := &l.cfg, l.budget
+	join := "what the teardown leaves"
+	if c.JoinBudget > 0 {
+		join = c.JoinBudget.String()
+	}
+	attrs := []any{"env", c.Env, "drain_mode", c.DrainMode, "window", b.Window.String(), "teardown", b.Teardown.String(),
+		"join_budget", join, "budget", b.Total.String(), "prestop", c.PreStop}
+	if c.Extension != nil && c.Extension.LogAttrs != nil {
+		attrs = append(attrs, c.Extension.LogAttrs()...)
+	} else {
+		attrs = append(attrs, "not_ready_at", c.NotReadyAt)
+	}
+	if b.PreStop > 0 {
+		attrs = append(attrs, "prestop_delay", b.PreStop.String())
+	}
+	if b.Grace > 0 {
+		attrs = append(attrs, "termination_grace", b.Grace.String(), "margin", b.Margin.String())
+	}
+	for _, r := range []struct{ key, setting string }{
+		{"window_rule", b.WindowSetting}, {"teardown_rule", "SHUTDOWN_TEARDOWN"}, {"grace_rule", "TERMINATION_GRACE"},
+	} {
+		if s, ok := b.Sources[r.setting]; ok {
+			attrs = append(attrs, r.key, s)
+		}
+	}
+	if b.Fits {
+		l.log.Info("lameduck: "+b.String(), attrs...)
+	} else {
+		l.log.Warn("lameduck: "+b.String(), attrs...)
+	}
 }

@@ -1,6 +1,10 @@
 package lameduck
 
-import "github.com/lameduck/lameduck/health"
+import (
+	"time"
+
+	"github.com/lameduck/lameduck/health"
+)
 
 // AddCheck registers a readiness check: a dependency pinged by every
 // /readyz probe while the pod serves, concurrently with the others, under
@@ -43,3 +47,60 @@ func (l *Lifecycle) AddCheck(ch health.Check) error {
 // probe while the pod serves, in the probe's goroutine, so it must only read
 // memory. It returns an error for a bad or duplicate name or a nil Func.
 func (l *Lifecycle) AddGate(g health.Gate) error { return l.checks.AddGate(g) }
+
+// startRefresh runs Checker.RunRefresh, which pings the checks with
+// Refresh on their own schedule, from the moment the pod serves until the
+// shutdown signal (the loops' context), once such a check exists: it is
+// called when the phase becomes serving and by AddCheck for each check with
+// Refresh, so one added while serving is refreshed too. It is a goroutine
+// of the Lifecycle's own, not background work: the teardown keeps no share
+// of its budget for it. RunRefresh returns when it finds nothing to
+// refresh; a check added meanwhile makes it look again.
+func (l *Lifecycle) startRefresh() {
+	if !l.refreshChecks.Load() {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.initiated || l.Phase() != PhaseServing:
+		return
+	case l.refreshing:
+		l.refreshAll = true // RunRefresh is woken too (Checker.AddCheck); this covers its return
+		return
+	}
+	l.refreshing = true
+	l.refreshWG.Go(func() {
+		for {
+			l.checks.RunRefresh(l.loopCtx)
+			l.mu.Lock()
+			again := l.refreshAll && l.loopCtx.Err() == nil
+			l.refreshAll, l.refreshing = false, again
+			l.mu.Unlock()
+			if !again {
+				return
+			}
+		}
+	})
+}
+
+// awaitRefresh waits for the refresh goroutine, which returns as soon as
+// the signal has cancelled its context (a ping still running is left to
+// the probes' rules), up to the end of the overall bound.
+func (l *Lifecycle) awaitRefresh(start time.Time) {
+	l.mu.Lock()
+	running := l.refreshing // false: it never ran, or it is returning
+	l.mu.Unlock()
+	if !running {
+		return
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); l.refreshWG.Wait() }()
+	t := l.clock.NewTimer(max(start.Add(l.cfg.maxWindow()+l.cfg.ShutdownTeardown).Sub(l.clock.Now()), 0))
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C():
+		l.log.Warn("lameduck: the readiness refresh is still running at exit")
+	}
+}

@@ -1,11 +1,12 @@
 package lameduck
 
 import (
-	"errors"
 	"log/slog"
 	"net/http"
 	"os"
 	"time"
+
+	"github.com/lameduck/lameduck/internal/extend"
 )
 
 // DefaultEnvPrefix is the prefix of the environment variables lameduck reads
@@ -62,11 +63,6 @@ const (
 	NotReadyAtTeardown = "teardown"
 )
 
-// ErrInvalidConfig is wrapped by every error [New] returns for a bad
-// setting, whether it came from a Config field or an environment variable.
-// The error's text names the setting, the value and the fix.
-var ErrInvalidConfig = errors.New("invalid configuration")
-
 // Config configures a [Lifecycle]. Every setting is a field; the environment
 // (variables named EnvPrefix + the name given below) fills only the fields
 // the code left at their zero value, and a built-in default fills the rest.
@@ -110,8 +106,7 @@ type Config struct {
 	// already 503, so that endpoint removal can reach kube-proxy, ingresses
 	// and load balancers before the listener closes. Zero means unset; use
 	// NoDelay for a zero window. Negative values other than NoDelay are an
-	// error. Env: SHUTDOWN_DELAY. Default 5s in Kubernetes, 0 elsewhere and
-	// for a runner.
+	// error. Env: SHUTDOWN_DELAY. Default 5s in Kubernetes, 0 elsewhere.
 	ShutdownDelay time.Duration
 	// ShutdownTeardown is the budget, a time.Duration, for everything after
 	// the window: the HTTP drain (http.Server.Shutdown of every server and a
@@ -131,11 +126,8 @@ type Config struct {
 	// (PreStopDelay), the longest window (ShutdownDelay, or DrainTimeout in
 	// DrainIdle mode) and a margin of a tenth of the grace period (at least
 	// 2s, at most 10s), never below 1s: 22s for the 30s default grace and a
-	// 5s delay. For a runner whose DrainTimeout is unset too, with a known
-	// grace period: a third of what the grace leaves after the preStop
-	// sleep and the margin, at most 30s (9s of a 30s grace), the drain
-	// bound then taking the rest. Elsewhere 60s. Kubernetes sends SIGKILL when the grace period
-	// ends (kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle,
+	// 5s delay. Elsewhere 60s. Kubernetes sends SIGKILL when the grace
+	// period ends (kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle,
 	// "Termination of Pods").
 	ShutdownTeardown time.Duration
 	// TerminationGrace is the pod's terminationGracePeriodSeconds, as a
@@ -156,9 +148,7 @@ type Config struct {
 	PreStopDelay time.Duration
 
 	// DrainMode is DrainDelay (the default) or DrainIdle and decides how the
-	// lame-duck window ends. A runner (package worker) has modes of its own,
-	// worker.DrainComplete and worker.DrainInterrupt, which decide what
-	// happens to the job in flight. Any case is accepted. Env: DRAIN_MODE.
+	// lame-duck window ends. Any case is accepted. Env: DRAIN_MODE.
 	DrainMode string
 	// IdleWindow, a time.Duration, is how long traffic must have been idle
 	// for the idle drain to end: nothing in flight (WebSockets and other
@@ -169,16 +159,10 @@ type Config struct {
 	IdleWindow time.Duration
 	// DrainTimeout, a time.Duration, bounds the idle drain's wait after the
 	// signal, so a steady trickle of traffic cannot hold the pod past its
-	// grace period. In DrainIdle mode it must be at least ShutdownDelay. For
-	// a runner it bounds the wait for the jobs in flight: at the bound their
-	// contexts are cancelled and each is named in the log with its age.
-	// Zero means unset. Env: DRAIN_TIMEOUT. Default 30s. For a runner with
-	// a known grace period (TerminationGrace), what the grace leaves after
-	// the preStop sleep, the teardown and the margin (a tenth of the grace,
-	// 2s to 10s), never below 1s: 18s for a 30s grace, whose runner
-	// teardown defaults to 9s; 8h for a runner whose grace is unknown
-	// (docs/runners.md, "Sizing"). A value longer than the grace allows is
-	// a startup warning with both numbers and the fix.
+	// grace period. In DrainIdle mode it must be at least ShutdownDelay.
+	// Zero means unset. Env: DRAIN_TIMEOUT. Default 30s. A value longer
+	// than the grace allows is a startup warning with both numbers and the
+	// fix.
 	DrainTimeout time.Duration
 	// SendRetryAfter keeps the listeners open during teardown, until the
 	// in-flight requests have drained, and answers every new request with
@@ -215,8 +199,7 @@ type Config struct {
 	// load balancer routes by. Choose signal in Kubernetes when a load
 	// balancer probes the pod itself and routes by that answer alone
 	// (docs/probes-and-shutdown.md, "When readiness turns 503", has the
-	// measured table). A runner's readiness always turns 503 at the signal.
-	// Env: NOT_READY_AT.
+	// measured table). Env: NOT_READY_AT.
 	NotReadyAt string
 
 	// JoinBudget caps, as a time.Duration, the background join: the one wait
@@ -403,9 +386,9 @@ type Config struct {
 	// context or a fatal error.
 	IgnoreSignals bool
 
-	// ext is what a package built on the Lifecycle (worker) attached
-	// (internal/extend); nil for a server.
-	ext *extension
+	// Extension is set by package worker; nil for a server. Its type is
+	// internal to this module: other modules cannot build one.
+	Extension *extend.Extension
 }
 
 // window returns the resolved lame-duck window (NoDelay becomes 0).

@@ -88,7 +88,10 @@ func (e *Event) fire() bool {
 	return fired
 }
 
-// Events are the one-shot events of one Lifecycle, in the order they fire.
+// Events are the one-shot events of one Lifecycle, listed in the order they
+// fire, but for HooksDone and HTTPDrained: the teardown hooks and the HTTP
+// drain run side by side from WindowEnded, so those two fire in either
+// order, both after WindowEnded and before Joined.
 // This comment defines the shutdown sequence's timeline; the operations
 // guide (docs/probes-and-shutdown.md), the package overview and every other
 // doc comment link here rather than repeat it. An event fires once, when
@@ -114,7 +117,6 @@ func (e *Event) fire() bool {
 //	 │  the lame-duck window W: the service serves as usual (new GoWrite accepted)
 //	 │     delay mode: W = ShutdownDelay
 //	 │     idle mode:  until no traffic for IdleWindow, in [ShutdownDelay, DrainTimeout]
-//	 │     a runner:   until its jobs in flight end, at most DrainTimeout
 //	 │     never ready (phase starting at t = 0): W = 0
 //	 ▼
 //	WindowEnded ── t = W: Lifecycle.WindowEnded's channel closes (WebSockets
@@ -144,7 +146,7 @@ func (e *Event) fire() bool {
 //	           or background work was abandoned
 //
 // From ShutdownInitiated to Stopped takes at most the window's bound
-// (ShutdownDelay; DrainTimeout in idle mode and for a runner) plus
+// (ShutdownDelay; DrainTimeout in idle mode) plus
 // ShutdownTeardown. The tail is kept for the join and the closers only
 // when they are used (docs/probes-and-shutdown.md, "Teardown: hooks, HTTP
 // drain, background join, closers", gives its arithmetic).

@@ -5,8 +5,8 @@ package lameduck
 // runner busy with a job does not log in_flight=0.
 func (l *Lifecycle) inFlight() int64 {
 	n := l.track.inflight()
-	if l.cfg.ext != nil && l.cfg.ext.InFlight != nil {
-		n += int64(l.cfg.ext.InFlight())
+	if l.cfg.Extension != nil && l.cfg.Extension.InFlight != nil {
+		n += int64(l.cfg.Extension.InFlight())
 	}
 	return n
 }

@@ -6,10 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,20 +15,6 @@ import (
 
 	"github.com/lameduck/lameduck/health"
 )
-
-// ErrStartupFailed is wrapped by the error Run returns when a startup task
-// fails. The process never reported ready.
-var ErrStartupFailed = errors.New("startup failed")
-
-// errInterrupted is runStartup's answer when the shutdown sequence started
-// before the boot finished: not a failure, but not a finished boot either.
-var errInterrupted = errors.New("lameduck: startup interrupted by shutdown")
-
-// ErrAlreadyRunning is returned by a second call to Run, and by what may
-// only be registered before Run (AddServer, AddServerFuncs, AddStartupTask)
-// once Run has started. Registrations refused
-// because the shutdown sequence has started return ErrShuttingDown.
-var ErrAlreadyRunning = errors.New("lameduck: the Lifecycle is already running")
 
 // Lifecycle takes a Go service through its life in Kubernetes: it binds the
 // registered servers, answers the liveness, readiness and startup probes
@@ -89,15 +73,6 @@ type Lifecycle struct {
 	strayStartup *strayTask
 }
 
-type server struct {
-	srv    *http.Server // nil for a ServerFuncs
-	ext    *ServerFuncs // nil for an *http.Server
-	extLn  *extListener // what ext.Serve serves on; set by Run
-	ln     net.Listener
-	probes bool // the Config.ProbeAddr listener: shut down last
-	tls    bool // served with ServeTLS; decided before any Serve runs
-}
-
 // New returns a Lifecycle configured by cfg, filled from the environment and
 // the defaults as [Config] describes.
 //
@@ -142,8 +117,8 @@ func New(cfg Config) (*Lifecycle, error) {
 			}
 		},
 	})
-	if cfg.ext != nil {
-		for _, w := range cfg.ext.Waits {
+	if cfg.Extension != nil {
+		for _, w := range cfg.Extension.Waits {
 			l.waits = append(l.waits, namedFunc{w.Name, w.Fn})
 		}
 	}
@@ -169,87 +144,6 @@ func (l *Lifecycle) Phase() Phase { return Phase(l.phase.Load()) }
 // Events returns the Lifecycle's one-shot events, for handlers and tests to
 // wait on.
 func (l *Lifecycle) Events() *Events { return l.events }
-
-// InFlight returns the application requests in flight on the registered
-// servers, oldest first. Probe and /prestop requests are not counted.
-func (l *Lifecycle) InFlight() []InFlightRequest { return l.track.snapshot() }
-
-// AddServer registers srv to be served by Run and shut down by the sequence.
-// Every server integration in contrib uses the same verb and order
-// (ldfiber.AddServer(lc, app, addr, ln), ldfasthttp.AddServer(lc, srv,
-// addr, ln)); here the address is srv.Addr, which an http.Server carries.
-//
-// If ln is nil, Run binds srv.Addr (":http" when empty) over TCP; a bind
-// failure makes Run return at once. When srv.TLSConfig is set, Run serves
-// TLS (ServeTLS with the certificates in TLSConfig: Certificates or
-// GetCertificate), HTTP/2 included; ln must then be a plain TCP listener. At Run, srv.Handler (or
-// http.DefaultServeMux when nil) is wrapped: requests to /healthz, /readyz,
-// /startupz and, when enabled, /prestop are answered by the probes (unless
-// Config.ProbeAddr moves them to their own listener), and every other
-// request is tracked as in flight. Do not call srv's Serve, Shutdown or
-// Close yourself.
-//
-// AddServer returns ErrAlreadyRunning once Run has started.
-func (l *Lifecycle) AddServer(srv *http.Server, ln net.Listener) error {
-	if srv == nil {
-		return errors.New("lameduck: AddServer: nil *http.Server")
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.running {
-		return ErrAlreadyRunning
-	}
-	l.servers = append(l.servers, &server{srv: srv, ln: ln})
-	return nil
-}
-
-// AddStartupTask registers boot work (migrations, cache warm-up) that runs
-// after the listeners are bound, so the probes answer while it runs:
-// /startupz and /readyz 503 starting, /healthz 200. Tasks run one after the
-// other in the order they were added; when all have returned nil the phase
-// becomes serving. ctx is cancelled when the shutdown sequence starts, and
-// when Config.StartupTimeout, the boot's budget, is spent. A task should
-// return when ctx ends: at the budget, one that has not returned 100ms
-// later fails the boot without being waited for (as below, the error says
-// it was still running), and is left running; at the shutdown signal, Run
-// waits for it within the sequence's bound.
-//
-// With a [Retry] (at most one), a task that fails is tried again after an
-// exponential backoff with jitter, for a dependency that is not up yet:
-// each failed try is logged once, with its error and the wait before the
-// next. Without one, the first error is final.
-//
-// A task's final failure stops the boot: the phase never becomes serving,
-// one error line names the task, its tries, the time spent and its last
-// error, the servers are shut down without a lame-duck window (the pod was
-// never ready, so no endpoint routes to it), and Run returns an error
-// wrapping ErrStartupFailed. A panic counts as a failed try.
-//
-// AddStartupTask returns ErrAlreadyRunning once Run has started, and an
-// error for a nil fn, more than one Retry or a negative field in one.
-func (l *Lifecycle) AddStartupTask(name string, fn func(ctx context.Context) error, retry ...Retry) error {
-	if fn == nil {
-		return fmt.Errorf("lameduck: AddStartupTask(%q): nil function", name)
-	}
-	t := startupTask{name: name, fn: fn}
-	switch {
-	case len(retry) > 1:
-		return fmt.Errorf("lameduck: AddStartupTask(%q): %d Retry values; pass at most one", name, len(retry))
-	case len(retry) == 1:
-		r, err := retry[0].resolve(name)
-		if err != nil {
-			return err
-		}
-		t.retry = &r
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.running {
-		return ErrAlreadyRunning
-	}
-	l.startup = append(l.startup, t)
-	return nil
-}
 
 // BeginShutdown starts the shutdown sequence, as SIGTERM would, and returns
 // at once; Run carries the sequence out. reason is written in the log.
@@ -309,11 +203,11 @@ func (l *Lifecycle) begin(reason string, bySignal bool) bool {
 	}
 	msg := fmt.Sprintf("lameduck: draining%s waiting %s for endpoint removal", flip, w)
 	switch {
-	case l.cfg.ext != nil && l.cfg.ext.Draining != nil:
+	case l.cfg.Extension != nil && l.cfg.Extension.Draining != nil:
 		// A runner's window is held open by its jobs, up to its bound: the
 		// bound is the window, as the startup budget line says.
 		w = l.cfg.maxWindow()
-		msg = l.cfg.ext.Draining(flip, w)
+		msg = l.cfg.Extension.Draining(flip, w)
 	case skip:
 		msg = "lameduck: draining" + stays + " the pod never became ready, so no lame-duck window"
 	case l.cfg.DrainMode == DrainIdle:
@@ -325,43 +219,6 @@ func (l *Lifecycle) begin(reason string, bySignal bool) bool {
 	l.events.ShutdownInitiated.fire()
 	l.cancel()
 	return true
-}
-
-// onSignal handles every signal after Run installed its handler.
-func (l *Lifecycle) onSignal(sig os.Signal) {
-	if l.begin("signal "+sigName(sig), true) {
-		return
-	}
-	l.mu.Lock()
-	bySignal, reason := l.bySignal, l.reason
-	l.bySignal = true // any later signal is a second signal
-	l.mu.Unlock()
-	switch {
-	case !bySignal && reason == reasonPreStop:
-		l.log.Info("lameduck: "+sigName(sig)+" after the preStop hook: the sequence is already running; no second window",
-			"phase", l.Phase().String())
-	case bySignal && l.cfg.ExitOnSecondSignal:
-		l.log.Error("lameduck: second "+sigName(sig)+": exiting now without finishing the drain",
-			"setting", l.cfg.EnvPrefix+"EXIT_ON_SECOND_SIGNAL=true", "in_flight", l.track.inflight())
-		l.exit(exitCode(sig))
-	default:
-		l.log.Warn("lameduck: "+sigName(sig)+" ignored: the shutdown sequence runs to completion",
-			"phase", l.Phase().String(), "started_by", reason,
-			"hint", "set "+l.cfg.EnvPrefix+"EXIT_ON_SECOND_SIGNAL=true to exit on a second signal")
-	}
-}
-
-func sigName(sig os.Signal) string {
-	if s, ok := sig.(interface{ String() string }); ok {
-		switch s.String() {
-		case "terminated":
-			return "SIGTERM"
-		case "interrupt":
-			return "SIGINT"
-		}
-		return s.String()
-	}
-	return fmt.Sprint(sig)
 }
 
 // Run serves until the shutdown sequence has finished. Its steps, in order:
@@ -456,145 +313,6 @@ func (l *Lifecycle) claimRun() ([]*server, []startupTask, error) {
 	return append([]*server(nil), l.servers...), append([]startupTask(nil), l.startup...), nil
 }
 
-// watchSignals hands Config.Signals to onSignal until the returned stop is
-// called, which waits for the goroutine doing it. It is installed before
-// anything is bound: a SIGTERM that comes the instant the port answers must
-// start the sequence, not kill the process.
-func (l *Lifecycle) watchSignals() (stop func()) {
-	var wg sync.WaitGroup
-	stopSignals := make(chan struct{})
-	if !l.cfg.IgnoreSignals {
-		sigs := make(chan os.Signal, 4)
-		signal.Notify(sigs, l.cfg.Signals...)
-		wg.Go(func() {
-			defer signal.Stop(sigs)
-			for {
-				select {
-				case sig := <-sigs:
-					l.onSignal(sig)
-				case <-stopSignals:
-					return
-				}
-			}
-		})
-	}
-	return func() { close(stopSignals); wg.Wait() }
-}
-
-// bind listens on the address of every server registered without a
-// listener. If one cannot bind, it closes every other listener (AddServer
-// handed them over) and returns the error, logged, before any request is
-// served.
-func (l *Lifecycle) bind(servers []*server) error {
-	for i, s := range servers {
-		if s.ln != nil {
-			continue
-		}
-		var addr string
-		if s.ext != nil {
-			addr = s.ext.Addr
-		} else if addr = s.srv.Addr; addr == "" {
-			addr = ":http"
-		}
-		ln, err := net.Listen("tcp", addr)
-		if err != nil {
-			for j, b := range servers {
-				if j != i && b.ln != nil {
-					_ = b.ln.Close()
-				}
-			}
-			err = fmt.Errorf("lameduck: listen on %s: %w", addr, err)
-			l.log.Error(err.Error())
-			return err
-		}
-		s.ln = ln
-	}
-	return nil
-}
-
-// prepareServers readies the bound servers to serve, and logs each
-// listener: an *http.Server's handler is wrapped (the probes, request
-// tracking) and its TLS decided, a ServerFuncs gets its tracked listener.
-// It warns when no listener serves the probes, and when a server has no
-// ReadHeaderTimeout.
-func (l *Lifecycle) prepareServers(servers []*server) {
-	if len(servers) == 0 {
-		l.unprobed.Store(true)
-		l.log.Warn("lameduck: no listener serves the probes: nothing answers " + strings.Join(l.cfg.LivenessPaths, ", ") + ", " + l.cfg.ReadinessPath + " or " + l.cfg.StartupPath +
-			"; register a server with AddServer, or set " + l.cfg.EnvPrefix + "PROBE_ADDR (such as \":9090\")")
-	}
-	// One *http.Server may be registered on several listeners (IPv4 and
-	// IPv6, say): instrument it once, and decide TLS before any Serve runs
-	// (net/http's HTTP/2 setup writes TLSConfig).
-	instrumented := map[*http.Server]bool{}
-	for _, s := range servers {
-		if s.ext != nil {
-			s.extLn = newExtListener(s.ln, l.track)
-			l.log.Info("lameduck: listening", "addr", s.ln.Addr().String(), "server", s.ext.Name, "probes", l.cfg.ProbeAddr == "")
-			continue
-		}
-		s.tls = s.srv.TLSConfig != nil
-		if !s.probes && !instrumented[s.srv] {
-			instrumented[s.srv] = true
-			l.instrument(s.srv)
-			if s.srv.ReadHeaderTimeout <= 0 && s.srv.ReadTimeout <= 0 {
-				l.log.Warn("lameduck: the server on "+s.ln.Addr().String()+" has no ReadHeaderTimeout: a client that sends its "+
-					"headers slowly (slowloris) holds its connection, and the drain, until the teardown budget is spent; "+
-					"set http.Server.ReadHeaderTimeout, such as 10s (docs/security.md)", "addr", s.ln.Addr().String())
-			}
-		}
-		l.log.Info("lameduck: listening", "addr", s.ln.Addr().String(), "tls", s.tls, "probes", s.probes || l.cfg.ProbeAddr == "")
-	}
-}
-
-// serve runs every server's Serve on its own goroutine, which serving
-// counts until it returns (the HTTP drain waits for it). A server that
-// stops with an error, other than after the teardown closed it, sends
-// that error, logged, on errs (buffered for every server).
-func (l *Lifecycle) serve(servers []*server) (serving *sync.WaitGroup, errs <-chan error) {
-	serveErrs := make(chan error, len(servers))
-	serving = &sync.WaitGroup{}
-	for _, s := range servers {
-		serving.Go(func() {
-			var serve func(net.Listener) error
-			switch {
-			case s.ext != nil:
-				serve = func(net.Listener) error { return s.ext.Serve(s.extLn) }
-			case s.tls:
-				// Certificates come from TLSConfig (Certificates or
-				// GetCertificate); HTTP/2 is negotiated as ServeTLS does.
-				serve = func(ln net.Listener) error { return s.srv.ServeTLS(ln, "", "") }
-			default:
-				serve = s.srv.Serve
-			}
-			if err := serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) && !l.closing.Load() {
-				err = fmt.Errorf("lameduck: serve on %s: %w", s.ln.Addr(), err)
-				l.log.Error(err.Error())
-				serveErrs <- err
-			}
-		})
-	}
-	return serving, serveErrs
-}
-
-// bootRun is the startup tasks' run, as Run follows it.
-type bootRun struct {
-	result  chan error    // runStartup's answer, sent once
-	running chan struct{} // closed when runStartup has returned
-	over    bool          // Run has read result; only Run's goroutine touches it
-}
-
-// startBoot runs the startup tasks on a goroutine of their own, while the
-// servers serve and the probes answer 503 starting.
-func (l *Lifecycle) startBoot(tasks []startupTask) *bootRun {
-	b := &bootRun{result: make(chan error, 1), running: make(chan struct{})}
-	go func() {
-		defer close(b.running)
-		b.result <- l.runStartup(tasks)
-	}()
-	return b
-}
-
 // awaitShutdownInitiated waits until the sequence starts: a signal, GET
 // /prestop, BeginShutdown or Run's ctx begin it elsewhere; a failed boot or
 // a server that stops with an error begins it here, and is returned as the
@@ -668,115 +386,6 @@ func (l *Lifecycle) awaitOwnWork(boot *bootRun, start time.Time) {
 	}
 	l.awaitRefresh(start)
 	l.warnStrayStartup()
-}
-
-// logBudget logs the resolved settings and the grace-period arithmetic
-// (docs/probes-and-shutdown.md, "Sizing terminationGracePeriodSeconds"),
-// made by Resolved.Budget, the function lameduck vet uses: the preStop
-// sleep, the longest window (the delay, or the idle drain's bound) and the
-// teardown budget must fit terminationGracePeriodSeconds, or the kubelet
-// SIGKILLs the pod mid-drain. Each number comes with the rule that chose it.
-func (l *Lifecycle) logBudget() {
-	c, b := &l.cfg, l.budget
-	join := "what the teardown leaves"
-	if c.JoinBudget > 0 {
-		join = c.JoinBudget.String()
-	}
-	attrs := []any{"env", c.Env, "drain_mode", c.DrainMode, "window", b.Window.String(), "teardown", b.Teardown.String(),
-		"join_budget", join, "budget", b.Total.String(), "prestop", c.PreStop}
-	if c.ext != nil && c.ext.LogAttrs != nil {
-		attrs = append(attrs, c.ext.LogAttrs()...)
-	} else {
-		attrs = append(attrs, "not_ready_at", c.NotReadyAt)
-	}
-	if b.PreStop > 0 {
-		attrs = append(attrs, "prestop_delay", b.PreStop.String())
-	}
-	if b.Grace > 0 {
-		attrs = append(attrs, "termination_grace", b.Grace.String(), "margin", b.Margin.String())
-	}
-	for _, r := range []struct{ key, setting string }{
-		{"window_rule", b.WindowSetting}, {"teardown_rule", "SHUTDOWN_TEARDOWN"}, {"grace_rule", "TERMINATION_GRACE"},
-	} {
-		if s, ok := b.Sources[r.setting]; ok {
-			attrs = append(attrs, r.key, s)
-		}
-	}
-	if b.Fits {
-		l.log.Info("lameduck: "+b.String(), attrs...)
-	} else {
-		l.log.Warn("lameduck: "+b.String(), attrs...)
-	}
-}
-
-// awaitStartup waits for startup tasks that are still running after the
-// teardown, up to the end of the overall bound.
-func (l *Lifecycle) awaitStartup(done <-chan struct{}, start time.Time) {
-	left := start.Add(l.cfg.maxWindow() + l.cfg.ShutdownTeardown).Sub(l.clock.Now())
-	t := l.clock.NewTimer(left)
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C():
-		l.log.Warn("lameduck: a startup task is still running at exit; it ignored its context")
-	}
-}
-
-// startRefresh runs Checker.RunRefresh, which pings the checks with
-// Refresh on their own schedule, from the moment the pod serves until the
-// shutdown signal (the loops' context), once such a check exists: it is
-// called when the phase becomes serving and by AddCheck for each check with
-// Refresh, so one added while serving is refreshed too. It is a goroutine
-// of the Lifecycle's own, not background work: the teardown keeps no share
-// of its budget for it. RunRefresh returns when it finds nothing to
-// refresh; a check added meanwhile makes it look again.
-func (l *Lifecycle) startRefresh() {
-	if !l.refreshChecks.Load() {
-		return
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	switch {
-	case l.initiated || l.Phase() != PhaseServing:
-		return
-	case l.refreshing:
-		l.refreshAll = true // RunRefresh is woken too (Checker.AddCheck); this covers its return
-		return
-	}
-	l.refreshing = true
-	l.refreshWG.Go(func() {
-		for {
-			l.checks.RunRefresh(l.loopCtx)
-			l.mu.Lock()
-			again := l.refreshAll && l.loopCtx.Err() == nil
-			l.refreshAll, l.refreshing = false, again
-			l.mu.Unlock()
-			if !again {
-				return
-			}
-		}
-	})
-}
-
-// awaitRefresh waits for the refresh goroutine, which returns as soon as
-// the signal has cancelled its context (a ping still running is left to
-// the probes' rules), up to the end of the overall bound.
-func (l *Lifecycle) awaitRefresh(start time.Time) {
-	l.mu.Lock()
-	running := l.refreshing // false: it never ran, or it is returning
-	l.mu.Unlock()
-	if !running {
-		return
-	}
-	done := make(chan struct{})
-	go func() { defer close(done); l.refreshWG.Wait() }()
-	t := l.clock.NewTimer(max(start.Add(l.cfg.maxWindow()+l.cfg.ShutdownTeardown).Sub(l.clock.Now()), 0))
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C():
-		l.log.Warn("lameduck: the readiness refresh is still running at exit")
-	}
 }
 
 // finish fires Stopped and logs the end of the sequence.

@@ -1,10 +1,7 @@
 package lameduck
 
 import (
-	"crypto/sha256"
-	"crypto/subtle"
 	"fmt"
-	"io"
 	"net/http"
 	"sync"
 	"time"
@@ -56,18 +53,8 @@ func isMaintenancePath(p string) bool {
 // green again once the drain has begun. Any other method gets 405.
 func (h *probeHandler) serveMaintenance(w http.ResponseWriter, r *http.Request) {
 	l := h.l
-	if l.tokenSet {
-		got := sha256.Sum256([]byte(r.Header.Get(PreStopTokenHeader)))
-		if subtle.ConstantTimeCompare(got[:], l.tokenSum[:]) != 1 {
-			l.refusedMaintenance(r)
-			hd := w.Header()
-			hd.Set("Content-Type", "application/json")
-			hd.Set("Cache-Control", "no-store")
-			hd.Set("WWW-Authenticate", PreStopTokenHeader)
-			w.WriteHeader(http.StatusUnauthorized)
-			_, _ = io.WriteString(w, unauthorized)
-			return
-		}
+	if l.refuseToken(w, r, l.refusedMaintenance) {
+		return
 	}
 	p := r.URL.Path
 	switch {

@@ -44,8 +44,10 @@ func (l *Lifecycle) instrument(srv *http.Server) {
 // have their own listener) and tracks every other request as in flight,
 // deciding each request as [Lifecycle.TrackRequest] does.
 //
-// While serving, its cost is one atomic load of a coarse arrival clock and
-// two uncontended lock pairs per request, and no allocation (BenchmarkHandler). From the signal on it
+// While serving, it takes no lock, and its cost per request is one atomic
+// load of a coarse arrival clock, three atomic writes (one that publishes
+// the request as in flight, two at its end: see TrackRequest) and no
+// allocation (BenchmarkHandler). From the signal on it
 // also refuses new upgrades (WebSockets) with 503, so the client retries
 // elsewhere, and marks the response to every request that arrives from then
 // on Connection: close: an HTTP/1 connection closes after it, and net/http
@@ -164,10 +166,11 @@ func (l *Lifecycle) admit(path string, upgrade bool) Verdict {
 // (Phase() >= PhaseDraining), so a caller may pass false before then and
 // save the header lookup.
 //
-// TrackRequest allocates nothing and costs, while serving, one atomic load
-// of a coarse arrival clock (no clock read) and one uncontended lock pair
-// (BenchmarkTrackRequest); End another lock pair. It
-// is safe for concurrent use.
+// TrackRequest allocates nothing, takes no lock and costs, while serving,
+// one atomic load of a coarse arrival clock (no clock read) and one atomic
+// write, which publishes the request as in flight (BenchmarkTrackRequest);
+// End makes two more, one that takes the request back and one that frees
+// its record. It is safe for concurrent use.
 func (l *Lifecycle) TrackRequest(method, path string, upgrade bool) (Tracked, Verdict) {
 	v := l.admit(path, upgrade)
 	if v.Probe || v.Refuse != "" {

@@ -129,11 +129,11 @@ func (h *probeHandler) isProbePath(p string) bool {
 //     maintenance switch (see [Lifecycle.Maintenance]); while it is on,
 //     /readyz answers 503 {"status":"maintenance"} and nothing drains.
 //
-// Every body but a refused /prestop's (a bare {"status":"unauthorized"})
-// also carries "version", "commit", "phase" and Config.Fields. Methods
-// other than GET and HEAD get 405. Other paths get 404. Servers
-// registered with AddServer already serve these paths; ProbeHandler is for
-// mounting them elsewhere.
+// Every body but a refused /prestop or /maintenance call's (a bare
+// {"status":"unauthorized"}) also carries "version", "commit", "phase" and
+// Config.Fields. Methods other than GET and HEAD get 405. Other paths get
+// 404. Servers registered with AddServer already serve these paths;
+// ProbeHandler is for mounting them elsewhere.
 //
 // The handler is the one of a listener that also serves the application:
 // unless Config.CheckDetails is "show", bodies carry check names and
@@ -191,11 +191,11 @@ func (l *Lifecycle) probeListenerHandler(ph *probeHandler) http.Handler {
 // answered asks the extension's probe answerer (a runner's), if any: it
 // answers first on every liveness and readiness probe.
 func (l *Lifecycle) answered(probe string) (health.Report, bool) {
-	if l.cfg.ext == nil || l.cfg.ext.Answer == nil {
+	if l.cfg.Extension == nil || l.cfg.Extension.Answer == nil {
 		return health.Report{}, false
 	}
 	p := l.Phase()
-	rep, ok := l.cfg.ext.Answer(probe, p)
+	rep, ok := l.cfg.Extension.Answer(probe, int32(p))
 	if ok {
 		if rep.Fields == nil {
 			rep.Fields = map[string]any{}
@@ -256,16 +256,38 @@ var windowReadyFields = map[string]any{"phase": PhaseDraining.String(), "not_rea
 // window: NotReadyAtTeardown, on a server (a runner's readiness turns 503
 // at the signal: it takes no traffic, and says it takes no new job).
 func (l *Lifecycle) readyInWindow() bool {
-	return l.cfg.NotReadyAt == NotReadyAtTeardown && l.cfg.ext == nil
+	return l.cfg.NotReadyAt == NotReadyAtTeardown && l.cfg.Extension == nil
 }
 
 func (l *Lifecycle) report(s health.Status) health.Report {
 	return health.Report{Status: s, Fields: map[string]any{"phase": l.Phase().String()}}
 }
 
-// unauthorized is the whole answer to a refused /prestop: no build, no
-// fields, nothing computed per call.
+// unauthorized is the whole answer to a refused /prestop or /maintenance
+// call: no build, no fields, nothing computed per call.
 const unauthorized = `{"status":"unauthorized"}` + "\n"
+
+// refuseToken checks r's PreStopTokenHeader when a token is set. A call
+// without the token is logged by refused and answered 401, bare, and
+// refuseToken reports true: the caller changes nothing and returns.
+func (l *Lifecycle) refuseToken(w http.ResponseWriter, r *http.Request, refused func(*http.Request)) bool {
+	if !l.tokenSet {
+		return false
+	}
+	// Compare digests: constant time, whatever the lengths.
+	got := sha256.Sum256([]byte(r.Header.Get(PreStopTokenHeader)))
+	if subtle.ConstantTimeCompare(got[:], l.tokenSum[:]) == 1 {
+		return false
+	}
+	refused(r)
+	hd := w.Header()
+	hd.Set("Content-Type", "application/json")
+	hd.Set("Cache-Control", "no-store")
+	hd.Set("WWW-Authenticate", PreStopTokenHeader)
+	w.WriteHeader(http.StatusUnauthorized)
+	_, _ = io.WriteString(w, unauthorized)
+	return true
+}
 
 // servePreStop is the preStop hook over HTTP (docs/probes-and-shutdown.md,
 // "The preStop hook over HTTP"; hooks:
@@ -281,19 +303,8 @@ func (h *probeHandler) servePreStop(w http.ResponseWriter, r *http.Request) {
 		health.Write(w, r, h.info, health.Report{Status: "method not allowed", Code: http.StatusMethodNotAllowed})
 		return
 	}
-	if l.tokenSet {
-		// Compare digests: constant time, whatever the lengths.
-		got := sha256.Sum256([]byte(r.Header.Get(PreStopTokenHeader)))
-		if subtle.ConstantTimeCompare(got[:], l.tokenSum[:]) != 1 {
-			l.refusedPreStop(r)
-			hd := w.Header()
-			hd.Set("Content-Type", "application/json")
-			hd.Set("Cache-Control", "no-store")
-			hd.Set("WWW-Authenticate", PreStopTokenHeader)
-			w.WriteHeader(http.StatusUnauthorized)
-			_, _ = io.WriteString(w, unauthorized)
-			return
-		}
+	if l.refuseToken(w, r, l.refusedPreStop) {
+		return
 	}
 	l.begin(reasonPreStop, false)
 	select {
@@ -340,7 +351,8 @@ const (
 )
 
 // newProbeServer returns the server of the probe-only listener, with every
-// timeout set (docs/security.md, "Slow clients").
+// timeout set (docs/security.md, "Slow clients on the servers you hand
+// in").
 func (l *Lifecycle) newProbeServer() *http.Server {
 	answer := l.cfg.maxWindow() + probeAnswerSlack
 	return &http.Server{

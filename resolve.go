@@ -103,7 +103,7 @@ func (c *Config) unknownVariables(table []setting) []error {
 		if isServiceLink(k, v, c.LookupEnv) {
 			continue // a Service's link variable, injected by the kubelet (servicelinks.go)
 		}
-		if slices.Contains(extend.RunnerSettings, name) {
+		if slices.Contains(extend.RunnerSettings(), name) {
 			errs = append(errs, &ConfigError{Setting: k, Value: v,
 				Problem: "a runner's setting (package worker, docs/runners.md): this process is not a runner, so it would do nothing",
 				Fix:     "unset it for this container; set it only where a worker.Worker runs"})
@@ -189,12 +189,10 @@ func (c *Config) chooseDefault(s setting, src map[string]string) {
 	if !s.unset(c) {
 		return
 	}
-	if c.ext != nil {
-		if rule, ok := c.ext.Rules[s.name]; ok {
-			if why := rule(c, src); why != "" {
-				src[s.name] = why
-				return
-			}
+	if rule := c.extensionDefault(s.name); rule != nil {
+		if why := rule(c.extensionFields(src)); why != "" {
+			src[s.name] = why
+			return
 		}
 	}
 	if s.byDefault == nil {
@@ -300,10 +298,10 @@ var crossChecks = []crossCheck{
 // not accept (a server's mode on a runner), and falls back to the default.
 // A server's row accepts no other mode than its own.
 func checkDrainModeFitsProcess(c *Config, src map[string]string) []error {
-	if c.ext == nil || len(c.ext.DrainModes) == 0 || slices.Contains(c.ext.DrainModes, c.DrainMode) {
+	if c.Extension == nil || len(c.Extension.DrainModes) == 0 || slices.Contains(c.Extension.DrainModes, c.DrainMode) {
 		return nil
 	}
-	err := &ConfigError{Setting: named(c, src, "DRAIN_MODE"), Value: c.DrainMode, Problem: c.ext.ModesProblem,
+	err := &ConfigError{Setting: named(c, src, "DRAIN_MODE"), Value: c.DrainMode, Problem: c.Extension.ModesProblem,
 		Fix: "set one of them, or unset it"}
 	c.DrainMode = ""
 	c.chooseDefault(drainModeSetting(), src)
@@ -341,4 +339,58 @@ func named(c *Config, src map[string]string, name string) string {
 		return s
 	}
 	return c.EnvPrefix + name
+}
+
+// Resolve fills every unset field of cfg from the environment and the
+// defaults and checks the result exactly as [New] does — the same table of
+// settings, the same parsers, the same defaults and the same errors — but
+// binds nothing, starts nothing and logs nothing. lameduck vet resolves a
+// container's environment from a manifest with it; set cfg.LookupEnv and
+// cfg.Environ with [EnvList] to read a list of variables instead of the
+// process's own.
+//
+// It returns every problem, not just the first: one [*ConfigError] per
+// refused setting (each wraps [ErrInvalidConfig]), settings in the order of
+// the table, then the checks across settings. New returns the same errors
+// joined. Even with errors, Resolved is filled: a refused value counts as
+// unset, so the budget arithmetic of the rest can still be reported.
+//
+// It is safe for concurrent use when cfg's LookupEnv and Environ are.
+func Resolve(cfg Config) (Resolved, []error) {
+	c, src, errs := cfg.resolve()
+	return Resolved{Config: c, Sources: src}, errs
+}
+
+// EnvList returns a LookupEnv and an Environ for [Config] that read only kv:
+// "KEY=value" strings, as os.Environ returns them and as a container's env
+// lists them. When a key appears twice, the later entry wins, as in a pod
+// spec. An entry without "=" is a key with an empty value (unset, for
+// lameduck). To resolve as inside a pod, include KUBERNETES_SERVICE_HOST,
+// which the kubelet sets in every container. Both functions are safe for
+// concurrent use.
+func EnvList(kv []string) (lookup func(key string) (string, bool), environ func() []string) {
+	m := make(map[string]string, len(kv))
+	for _, e := range kv {
+		k, v, _ := strings.Cut(e, "=")
+		m[k] = v
+	}
+	list := append([]string(nil), kv...)
+	return func(key string) (string, bool) { v, ok := m[key]; return v, ok },
+		func() []string { return append([]string(nil), list...) }
+}
+
+// Resolved is a configuration resolved by [Resolve]: every field filled,
+// and the rule that chose each value.
+type Resolved struct {
+	// Config has every field filled from the code, the environment or the
+	// defaults, as Lifecycle.Config returns it. A refused value is left at
+	// its default.
+	Config Config
+	// Sources maps a setting's name after the prefix ("SHUTDOWN_TEARDOWN")
+	// to the rule that chose its value: the Config field
+	// ("Config.ShutdownTeardown"), the variable ("LAMEDUCK_SHUTDOWN_TEARDOWN"),
+	// or a default and its arithmetic ("default: Kubernetes' default
+	// terminationGracePeriodSeconds 30s − preStop 0s − window 5s − margin 3s").
+	// A setting left unset with no default (PROBE_ADDR, say) has no entry.
+	Sources map[string]string
 }

@@ -184,15 +184,15 @@ func drainModeSetting(extra ...string) setting {
 // extension attached to c adds (its drain modes, its own rows last).
 func (c *Config) rows() []setting {
 	table := settingTable()
-	if c.ext == nil {
+	if c.Extension == nil {
 		return table
 	}
 	for i := range table {
 		if table[i].name == "DRAIN_MODE" {
-			table[i] = drainModeSetting(c.ext.DrainModes...)
+			table[i] = drainModeSetting(c.Extension.DrainModes...)
 		}
 	}
-	for _, r := range c.ext.Rows {
+	for _, r := range c.Extension.Rows {
 		var s setting
 		switch {
 		case r.Duration != nil:

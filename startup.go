@@ -244,3 +244,82 @@ func (l *Lifecycle) warnStrayStartup() {
 		l.log.Warn("lameduck: startup task "+st.name+" is still running at exit; it ignored its context", "task", st.name)
 	}
 }
+
+// AddStartupTask registers boot work (migrations, cache warm-up) that runs
+// after the listeners are bound, so the probes answer while it runs:
+// /startupz and /readyz 503 starting, /healthz 200. Tasks run one after the
+// other in the order they were added; when all have returned nil the phase
+// becomes serving. ctx is cancelled when the shutdown sequence starts, and
+// when Config.StartupTimeout, the boot's budget, is spent. A task should
+// return when ctx ends: at the budget, one that has not returned 100ms
+// later fails the boot without being waited for (as below, the error says
+// it was still running), and is left running; at the shutdown signal, Run
+// waits for it within the sequence's bound.
+//
+// With a [Retry] (at most one), a task that fails is tried again after an
+// exponential backoff with jitter, for a dependency that is not up yet:
+// each failed try is logged once, with its error and the wait before the
+// next. Without one, the first error is final.
+//
+// A task's final failure stops the boot: the phase never becomes serving,
+// one error line names the task, its tries, the time spent and its last
+// error, the servers are shut down without a lame-duck window (the pod was
+// never ready, so no endpoint routes to it), and Run returns an error
+// wrapping ErrStartupFailed. A panic counts as a failed try.
+//
+// AddStartupTask returns ErrAlreadyRunning once Run has started, and an
+// error for a nil fn, more than one Retry or a negative field in one.
+func (l *Lifecycle) AddStartupTask(name string, fn func(ctx context.Context) error, retry ...Retry) error {
+	if fn == nil {
+		return fmt.Errorf("lameduck: AddStartupTask(%q): nil function", name)
+	}
+	t := startupTask{name: name, fn: fn}
+	switch {
+	case len(retry) > 1:
+		return fmt.Errorf("lameduck: AddStartupTask(%q): %d Retry values; pass at most one", name, len(retry))
+	case len(retry) == 1:
+		r, err := retry[0].resolve(name)
+		if err != nil {
+			return err
+		}
+		t.retry = &r
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.running {
+		return ErrAlreadyRunning
+	}
+	l.startup = append(l.startup, t)
+	return nil
+}
+
+// bootRun is the startup tasks' run, as Run follows it.
+type bootRun struct {
+	result  chan error    // runStartup's answer, sent once
+	running chan struct{} // closed when runStartup has returned
+	over    bool          // Run has read result; only Run's goroutine touches it
+}
+
+// startBoot runs the startup tasks on a goroutine of their own, while the
+// servers serve and the probes answer 503 starting.
+func (l *Lifecycle) startBoot(tasks []startupTask) *bootRun {
+	b := &bootRun{result: make(chan error, 1), running: make(chan struct{})}
+	go func() {
+		defer close(b.running)
+		b.result <- l.runStartup(tasks)
+	}()
+	return b
+}
+
+// awaitStartup waits for startup tasks that are still running after the
+// teardown, up to the end of the overall bound.
+func (l *Lifecycle) awaitStartup(done <-chan struct{}, start time.Time) {
+	left := start.Add(l.cfg.maxWindow() + l.cfg.ShutdownTeardown).Sub(l.clock.Now())
+	t := l.clock.NewTimer(left)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C():
+		l.log.Warn("lameduck: a startup task is still running at exit; it ignored its context")
+	}
+}

@@ -488,3 +488,7 @@ func (t *tracker) activity() (busy int, last time.Time) {
 	}
 	return busy, t.base.Add(off)
 }
+
+// InFlight returns the application requests in flight on the registered
+// servers, oldest first. Probe and /prestop requests are not counted.
+func (l *Lifecycle) InFlight() []InFlightRequest { return l.track.snapshot() }

@@ -42,7 +42,8 @@
 //
 // # Hand-backs
 //
-// [Job.HandBack] learns from [HandBackCause] whether the job failed (nil:
+// A hand-back is a runner returning an unfinished job to its queue, for
+// another replica to run. [Job.HandBack] learns from [HandBackCause] whether the job failed (nil:
 // it should count against the queue's delivery limit) or the runner gives
 // it back for its own reason (it must stay deliverable, whatever the
 // limit); docs/runners.md, "Hand-backs and delivery limits".
@@ -63,9 +64,12 @@
 // failed on its own); one that returns nil is acknowledged.
 // A handler that ignores its cancelled context has its job handed back at
 // the end of the teardown's hook share while it still runs, so no job
-// waits for the queue's ack deadline. The pod's
+// waits for the queue's ack deadline. In the Lifecycle's shutdown timeline
+// (lameduck.Events) the lame-duck window is this drain: it lasts until
+// the jobs in flight end, at most DrainTimeout. The pod's
 // terminationGracePeriodSeconds must cover the drain bound plus the
-// teardown (the checkpoint margin); the startup log does that sum.
+// teardown (the checkpoint margin); the startup log does that sum, naming
+// the window "runner drain bound".
 //
 // Whether a job is in flight never depends on its ID: a job with an empty
 // ID (or one whose ID panics) is named <loop>#<n> in logs, n its delivery's

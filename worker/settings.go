@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/lameduck/lameduck"
+	"github.com/lameduck/lameduck/health"
 	"github.com/lameduck/lameduck/internal/extend"
 )
 
@@ -22,7 +23,7 @@ const (
 	DrainInterrupt = "interrupt"
 )
 
-// A runner's defaults (docs/runners.md, "Sizing").
+// A runner's defaults (docs/runners.md, "Configuration").
 const (
 	// DefaultProbeAddr is where a runner serves its probes when
 	// Lifecycle.ProbeAddr and LAMEDUCK_PROBE_ADDR are unset: the metrics
@@ -81,7 +82,7 @@ type Resolved struct {
 func Resolve(cfg Config) (Resolved, []error) {
 	set := cfg.settings()
 	lcfg := cfg.Lifecycle
-	extend.Attach(&lcfg, set.extension(nil))
+	lcfg.Extension = set.extension(nil)
 	res, errs := lameduck.Resolve(lcfg)
 	errs = append(errs, cfg.checkOwn()...)
 	errs = append(errs, set.check(cfg.Lifecycle.EnvPrefix)...)
@@ -134,8 +135,8 @@ func (s *settings) check(prefix string) []error {
 // (EPOCH, EPOCH_MISMATCH_DELAY, FETCH_WAIT), its default rules and drain
 // modes, and, with w, the worker's probe answers, its jobs in flight and
 // the drain wait that holds the window until they end.
-func (s *settings) extension(w *Worker) *extend.Extension[lameduck.Config, lameduck.Phase] {
-	e := &extend.Extension[lameduck.Config, lameduck.Phase]{
+func (s *settings) extension(w *Worker) *extend.Extension {
+	e := &extend.Extension{
 		Rows: []extend.Row{
 			{Name: "EPOCH", Field: "Epoch", Form: `a non-negative integer, such as "3"`, Uint: &s.Epoch,
 				Doc: "a runner's rollout epoch, a non-negative integer; an older one than the fleet's newest is superseded ([runners](docs/runners.md#rollout-epochs))"},
@@ -152,21 +153,21 @@ func (s *settings) extension(w *Worker) *extend.Extension[lameduck.Config, lamed
 				Doc:     "the longest a failed job's redelivery is delayed",
 				Default: func() string { s.FailureBackoffMax = DefaultFailureBackoffMax; return "default" }},
 		},
-		Rules: map[string]func(*lameduck.Config, map[string]string) string{
-			"PROBE_ADDR": func(c *lameduck.Config, _ map[string]string) string {
-				c.ProbeAddr = DefaultProbeAddr
+		Defaults: extend.Defaults{
+			ProbeAddr: func(f extend.Fields) string {
+				*f.ProbeAddr = DefaultProbeAddr
 				return "default for a runner"
 			},
-			"DRAIN_MODE": func(c *lameduck.Config, _ map[string]string) string {
-				c.DrainMode = DrainComplete
+			DrainMode: func(f extend.Fields) string {
+				*f.DrainMode = DrainComplete
 				return "default for a runner"
 			},
-			"SHUTDOWN_DELAY": func(c *lameduck.Config, _ map[string]string) string {
-				c.ShutdownDelay = lameduck.NoDelay
+			ShutdownDelay: func(f extend.Fields) string {
+				*f.ShutdownDelay = lameduck.NoDelay
 				return "default for a runner: no Service routes to it"
 			},
-			"DRAIN_TIMEOUT":     drainTimeoutRule,
-			"SHUTDOWN_TEARDOWN": teardownRule,
+			DrainTimeout:     drainTimeoutRule,
+			ShutdownTeardown: teardownRule,
 		},
 		DrainModes: []string{DrainComplete, DrainInterrupt},
 		ModesProblem: fmt.Sprintf("a runner drains in mode %q (finish the job in flight) or %q (cancel it and hand it back)",
@@ -178,7 +179,7 @@ func (s *settings) extension(w *Worker) *extend.Extension[lameduck.Config, lamed
 		LogAttrs: func() []any { return []any{"runner", true, "epoch", s.Epoch} },
 	}
 	if w != nil {
-		e.Answer = w.answer
+		e.Answer = func(probe string, phase int32) (health.Report, bool) { return w.answer(probe, lameduck.Phase(phase)) }
 		e.InFlight = w.jobsInFlight
 		e.Waits = []extend.Wait{{Name: "consume loops", Fn: w.drain}}
 	}
@@ -191,26 +192,26 @@ func (s *settings) extension(w *Worker) *extend.Extension[lameduck.Config, lamed
 // The teardown, when unset too, is chosen first: a third of what the grace
 // leaves after the preStop sleep and the margin, at least 1s and at most
 // 30s. With the grace unknown, DefaultDrainTimeout (docs/runners.md,
-// "Sizing").
-func drainTimeoutRule(c *lameduck.Config, src map[string]string) string {
-	grace := c.TerminationGrace
+// "Sizing terminationGracePeriodSeconds").
+func drainTimeoutRule(f extend.Fields) string {
+	grace := f.TerminationGrace
 	if grace == 0 {
-		c.DrainTimeout = DefaultDrainTimeout
-		return "default for a runner whose grace period is unknown; set " + c.EnvPrefix + "TERMINATION_GRACE to derive it"
+		*f.DrainTimeout = DefaultDrainTimeout
+		return "default for a runner whose grace period is unknown; set " + f.EnvPrefix + "TERMINATION_GRACE to derive it"
 	}
 	margin := extend.GraceMargin(grace)
-	room := grace - c.PreStopDelay - margin
-	if c.ShutdownTeardown == 0 {
-		c.ShutdownTeardown = min(defaultTeardown, max(room/3, extend.MinDefaultTeardown))
-		src["SHUTDOWN_TEARDOWN"] = fmt.Sprintf("default for a runner: a third of terminationGracePeriodSeconds %s − preStop %s − margin %s, at most %s",
-			grace, c.PreStopDelay, margin, defaultTeardown)
+	room := grace - f.PreStopDelay - margin
+	if *f.ShutdownTeardown == 0 {
+		*f.ShutdownTeardown = min(defaultTeardown, max(room/3, extend.MinDefaultTeardown))
+		f.Sources["SHUTDOWN_TEARDOWN"] = fmt.Sprintf("default for a runner: a third of terminationGracePeriodSeconds %s − preStop %s − margin %s, at most %s",
+			grace, f.PreStopDelay, margin, defaultTeardown)
 	}
-	d := room - c.ShutdownTeardown
-	rule := fmt.Sprintf("default for a runner: terminationGracePeriodSeconds %s − preStop %s − teardown %s − margin %s", grace, c.PreStopDelay, c.ShutdownTeardown, margin)
+	d := room - *f.ShutdownTeardown
+	rule := fmt.Sprintf("default for a runner: terminationGracePeriodSeconds %s − preStop %s − teardown %s − margin %s", grace, f.PreStopDelay, *f.ShutdownTeardown, margin)
 	if d < extend.MinDefaultTeardown {
 		d, rule = extend.MinDefaultTeardown, rule+fmt.Sprintf(" = %s, raised to the %s minimum", d, extend.MinDefaultTeardown)
 	}
-	c.DrainTimeout = d
+	*f.DrainTimeout = d
 	return rule
 }
 
@@ -218,10 +219,10 @@ func drainTimeoutRule(c *lameduck.Config, src map[string]string) string {
 // period unknown: 30s, since a runner's grace period is sized to its drain
 // bound (hours), never Kubernetes' default. Otherwise the Lifecycle's own
 // rule applies.
-func teardownRule(c *lameduck.Config, _ map[string]string) string {
-	if c.TerminationGrace != 0 || c.Env != lameduck.EnvKubernetes {
+func teardownRule(f extend.Fields) string {
+	if f.TerminationGrace != 0 || f.Env != lameduck.EnvKubernetes {
 		return ""
 	}
-	c.ShutdownTeardown = defaultTeardown
-	return "default for a runner whose grace period is unknown; set " + c.EnvPrefix + "TERMINATION_GRACE to derive it"
+	*f.ShutdownTeardown = defaultTeardown
+	return "default for a runner whose grace period is unknown; set " + f.EnvPrefix + "TERMINATION_GRACE to derive it"
 }

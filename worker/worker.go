@@ -11,14 +11,13 @@ import (
 	"time"
 
 	"github.com/lameduck/lameduck"
-	"github.com/lameduck/lameduck/internal/extend"
 )
 
 // DefaultLivenessFloor is the least time an idle loop may go without
 // cycling before liveness calls it stalled, whatever its fetch wait: the
 // threshold is max(DefaultLivenessFloor, 20 × the fetch wait), so raising
 // the fetch cadence never turns a healthy long poll into a restart
-// (docs/runners.md, "Liveness").
+// (docs/runners.md, "Why liveness is not a TCP check").
 const DefaultLivenessFloor = 2 * time.Minute
 
 // stallFactor is how many fetch waits an idle loop may go without cycling.
@@ -28,15 +27,20 @@ const stallFactor = 20
 type Config struct {
 	// Lifecycle configures the Lifecycle the worker runs on, with a
 	// runner's defaults where the code and the LAMEDUCK_* variables left
-	// it unset (docs/runners.md, "Sizing"): probes on ProbeAddr
+	// it unset (docs/runners.md, "Configuration"): probes on ProbeAddr
 	// (DefaultProbeAddr, ":9090"); DrainMode DrainComplete (or
 	// DrainInterrupt; a server's modes are refused); DrainTimeout, the
 	// drain's bound, what LAMEDUCK_TERMINATION_GRACE leaves after the
-	// teardown and a margin (DefaultDrainTimeout, 8h, when the grace is
-	// unknown), the teardown then being a third of the grace at most 30s
-	// (30s inside Kubernetes with the grace unknown); ShutdownDelay 0 (no
-	// Service routes to a runner, so there is no endpoint removal to wait
-	// for).
+	// preStop sleep, the teardown and a margin (a tenth of the grace, 2s
+	// to 10s), never below 1s (DefaultDrainTimeout, 8h, when the grace is
+	// unknown; docs/runners.md, "Sizing terminationGracePeriodSeconds");
+	// ShutdownTeardown, when unset too, a third of what the grace leaves
+	// after the preStop sleep and the margin, at most 30s (30s inside
+	// Kubernetes with the grace unknown): a 30s grace gives a 9s teardown
+	// and an 18s drain bound; ShutdownDelay 0 (no Service routes to a
+	// runner, so there is no endpoint removal to wait for). Whatever
+	// NotReadyAt says, a runner's readiness turns 503 at the signal. Its
+	// Extension is the worker's own, set by New and Resolve.
 	Lifecycle lameduck.Config
 	// Epoch is the runner's rollout epoch, a monotonic generation rendered
 	// literally into the pod template; a runner whose epoch is older than
@@ -239,7 +243,7 @@ func New(cfg Config) (*Worker, error) {
 		epochMoved: make(chan struct{}),
 	}
 	lcfg := cfg.Lifecycle
-	extend.Attach(&lcfg, w.set.extension(w)) // w's hooks are called from Run on
+	lcfg.Extension = w.set.extension(w) // w's hooks are called from Run on
 	lc, err := lameduck.New(lcfg)
 	if err != nil {
 		return nil, err
