@@ -19,8 +19,7 @@ func started(t *testing.T, cfg lameduck.Config) *harness {
 	t.Helper()
 	h := newHarness(t, cfg)
 	h.serve(http.NotFoundHandler())
-	h.run()
-	await(t, h.lc.Events().StartupDone)
+	h.start(t)
 	return h
 }
 
@@ -53,15 +52,11 @@ func TestWriteDuringTheWindowIsJoined(t *testing.T) {
 		t.Fatal("the join ended with a write still running")
 	}
 	close(release)
-	if err := h.wait(); err != nil {
-		t.Fatal(err)
-	}
+	h.waitOK(t)
 	if !wrote.Load() {
 		t.Fatal("Run returned before the write finished")
 	}
-	if !strings.Contains(h.logs.String(), "join done — every background task finished (1 joined)") {
-		t.Fatalf("join not logged:\n%s", h.logs)
-	}
+	h.logged(t, "join done — every background task finished (1 joined)", "join not logged")
 }
 
 func TestJoinBudgetNamesEachOverrunOnce(t *testing.T) {
@@ -113,10 +108,8 @@ func TestJoinBudgetNamesEachOverrunOnce(t *testing.T) {
 	if !strings.Contains(logs, "after the cap LAMEDUCK_JOIN_BUDGET; raise or unset LAMEDUCK_JOIN_BUDGET") || !strings.Contains(logs, "setting=LAMEDUCK_JOIN_BUDGET") {
 		t.Fatalf("the warning does not name the setting that widens the join:\n%s", logs)
 	}
-	s, _ := h.lc.Events().ShutdownInitiated.At()
-	e, _ := h.lc.Events().Stopped.At()
-	if e.Sub(s) > 11*time.Second {
-		t.Fatalf("the sequence took %s, more than delay + teardown", e.Sub(s))
+	if d := sequenceLength(t, h.lc); d > 11*time.Second {
+		t.Fatalf("the sequence took %s, more than delay + teardown", d)
 	}
 }
 
@@ -136,9 +129,7 @@ func TestWriteAskedForByAJoinedTaskIsJoined(t *testing.T) {
 	h.endWindow(time.Second)
 	await(t, h.lc.Events().HTTPDrained)
 	close(release)
-	if err := h.wait(); err != nil {
-		t.Fatal(err)
-	}
+	h.waitOK(t)
 	if !last.Load() {
 		t.Fatalf("the last write was not joined:\n%s", h.logs)
 	}
@@ -160,9 +151,7 @@ func TestLoopsAreCancelledAtTheSignalAndRefusedAfter(t *testing.T) {
 	}
 	h.timers(1)
 	h.clock.Advance(time.Second)
-	if err := h.wait(); err != nil {
-		t.Fatal(err)
-	}
+	h.waitOK(t)
 	if strings.Contains(h.logs.String(), "background loop failed") {
 		t.Fatalf("a loop ending with its cancelled context was logged as a failure:\n%s", h.logs)
 	}
@@ -171,18 +160,14 @@ func TestLoopsAreCancelledAtTheSignalAndRefusedAfter(t *testing.T) {
 func TestWorkAfterTheJoinIsRefusedAndLogged(t *testing.T) {
 	h := started(t, lameduck.Config{ShutdownDelay: time.Second})
 	h.endWindow(time.Second)
-	if err := h.wait(); err != nil {
-		t.Fatal(err)
-	}
+	h.waitOK(t)
 	if err := h.lc.GoWrite("too-late", 0, func(context.Context) error { t.Error("ran"); return nil }); !errors.Is(err, lameduck.ErrJoined) {
 		t.Fatalf("GoWrite after the join = %v, want ErrJoined", err)
 	}
 	if err := h.lc.GoLoop("too-late-loop", func(context.Context) error { t.Error("ran"); return nil }); !errors.Is(err, lameduck.ErrJoined) {
 		t.Fatalf("GoLoop after the join = %v, want ErrJoined", err)
 	}
-	if !strings.Contains(h.logs.String(), `refused: lameduck: the background join is over: no new work" task=too-late`) {
-		t.Fatalf("refusal not logged:\n%s", h.logs)
-	}
+	h.logged(t, `refused: lameduck: the background join is over: no new work" task=too-late`, "refusal not logged")
 }
 
 // store is a stand-in for a database pool: writing to it once closed is the
@@ -234,9 +219,7 @@ func TestClosersRunAfterTheJoinInReverseOrder(t *testing.T) {
 	h.clock.Advance(time.Second)
 	await(t, h.lc.Events().HTTPDrained)
 	close(release)
-	if err := h.wait(); err != nil {
-		t.Fatal(err)
-	}
+	h.waitOK(t)
 	if err, _ := writeErr.Load().(error); err != nil {
 		t.Fatal(err)
 	}
@@ -279,9 +262,7 @@ func TestTeardownHooksRunInOrderWithinTheirShare(t *testing.T) {
 	if !slices.Equal(order, []string{"dispatcher", "run-console"}) {
 		t.Fatalf("hooks ran %v", order)
 	}
-	if !strings.Contains(h.logs.String(), `teardown hook \"run-console\" overran the hooks' share 20s of the teardown budget" hook=run-console not_run=never`) {
-		t.Fatalf("overrun not named:\n%s", h.logs)
-	}
+	h.logged(t, `teardown hook \"run-console\" overran the hooks' share 20s of the teardown budget" hook=run-console not_run=never`, "overrun not named")
 }
 
 func TestBackgroundPanicsAreRecoveredAndReported(t *testing.T) {
@@ -299,15 +280,11 @@ func TestBackgroundPanicsAreRecoveredAndReported(t *testing.T) {
 	})
 	recv(t, joined, "joined")
 	h.endWindow(time.Second)
-	if err := h.wait(); err != nil {
-		t.Fatal(err)
-	}
+	h.waitOK(t)
 	if s, _ := got.Load().(string); s != "write audit-row: nil map" {
 		t.Fatalf("OnPanic got %q", s)
 	}
-	if !strings.Contains(h.logs.String(), "panic in write audit-row: nil map") {
-		t.Fatalf("panic not logged:\n%s", h.logs)
-	}
+	h.logged(t, "panic in write audit-row: nil map", "panic not logged")
 }
 
 func TestWriteHasItsOwnDeadline(t *testing.T) {
@@ -324,12 +301,8 @@ func TestWriteHasItsOwnDeadline(t *testing.T) {
 		t.Fatalf("the write's context ended with %v", err)
 	}
 	h.endWindow(time.Second)
-	if err := h.wait(); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(h.logs.String(), "background write failed") {
-		t.Fatalf("the write's error was not logged:\n%s", h.logs)
-	}
+	h.waitOK(t)
+	h.logged(t, "background write failed", "the write's error was not logged")
 }
 
 func TestBadTasksAreRefused(t *testing.T) {
@@ -392,16 +365,9 @@ func TestWriteStartedDuringTheDrainIsJoined(t *testing.T) {
 		<-answer
 		h.lc.GoWrite("audit-row", 0, func(context.Context) error { <-release; wrote.Store(true); return nil })
 	}))
-	h.run()
-	await(t, h.lc.Events().StartupDone)
+	h.start(t)
 	c := client(t)
-	posted := make(chan struct{})
-	go func() {
-		defer close(posted)
-		if resp, err := c.Post(base+"/orders", "text/plain", nil); err == nil {
-			resp.Body.Close()
-		}
-	}()
+	posted := sendAsync(c, "POST", base+"/orders")
 	defer func() { recv(t, posted, "the request's end") }()
 	recv(t, entered, "entered")
 	h.endWindow(time.Second)
@@ -409,9 +375,7 @@ func TestWriteStartedDuringTheDrainIsJoined(t *testing.T) {
 	await(t, h.lc.Events().HTTPDrained)
 	h.timers(1) // the join, with its whole budget
 	close(release)
-	if err := h.wait(); err != nil {
-		t.Fatal(err)
-	}
+	h.waitOK(t)
 	if !wrote.Load() || !strings.Contains(h.logs.String(), "(1 joined)") {
 		t.Fatalf("the write was not joined:\n%s", h.logs)
 	}
@@ -435,16 +399,12 @@ func TestJoinUsesWhatTheTeardownLeaves(t *testing.T) {
 		t.Fatalf("the join gave up before the teardown's end (%d timer(s) fired)", n)
 	}
 	close(release)
-	if err := h.wait(); err != nil {
-		t.Fatal(err)
-	}
+	h.waitOK(t)
 	if !wrote.Load() {
 		t.Fatal("the write was cut")
 	}
-	s, _ := h.lc.Events().ShutdownInitiated.At()
-	e, _ := h.lc.Events().Stopped.At()
-	if e.Sub(s) > 11*time.Second {
-		t.Fatalf("the sequence took %s, more than delay + teardown", e.Sub(s))
+	if d := sequenceLength(t, h.lc); d > 11*time.Second {
+		t.Fatalf("the sequence took %s, more than delay + teardown", d)
 	}
 }
 
@@ -470,10 +430,8 @@ func TestJoinAbandonedAtTheTeardownsEnd(t *testing.T) {
 			t.Fatalf("the warning lacks %q:\n%s", want, logs)
 		}
 	}
-	s, _ := h.lc.Events().ShutdownInitiated.At()
-	e, _ := h.lc.Events().Stopped.At()
-	if e.Sub(s) != 11*time.Second {
-		t.Fatalf("the sequence took %s, want delay + teardown = 11s", e.Sub(s))
+	if d := sequenceLength(t, h.lc); d != 11*time.Second {
+		t.Fatalf("the sequence took %s, want delay + teardown = 11s", d)
 	}
 }
 

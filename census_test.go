@@ -94,11 +94,7 @@ func TestCensus(t *testing.T) {
 	await(t, h.lc.Events().StartupDone)
 	look() // serving: the refresh loop runs
 	c := client(t)
-	go func() {
-		if resp, err := c.Get(base + "/"); err == nil {
-			resp.Body.Close()
-		}
-	}()
+	sendAsync(c, "GET", base+"/")
 	recv(t, inReq, "inReq")
 	h.lc.BeginShutdown("test")
 	h.timers(2) // the write's own deadline and the window
@@ -115,9 +111,7 @@ func TestCensus(t *testing.T) {
 	look()
 	close(req)
 	close(write)
-	if err := h.wait(); err != nil {
-		t.Fatal(err)
-	}
+	h.waitOK(t)
 
 	for s := range seen {
 		if _, ok := census[s]; !ok {

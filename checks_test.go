@@ -86,9 +86,7 @@ func TestReadinessRunsChecksOnlyWhileServing(t *testing.T) {
 	}
 	h.timers(1)
 	h.clock.Advance(time.Second)
-	if err := h.wait(); err != nil {
-		t.Fatal(err)
-	}
+	h.waitOK(t)
 }
 
 // Liveness runs no dependency check in any phase: starting, serving (where
@@ -108,8 +106,7 @@ func TestLivenessNeverRunsChecks(t *testing.T) {
 		t.Fatalf("/healthz while starting ran the check %d time(s)", n)
 	}
 	h.serve(http.NotFoundHandler())
-	h.run()
-	await(t, h.lc.Events().StartupDone)
+	h.start(t)
 	for range 3 {
 		probeOf(t, h.lc, "/healthz").status(t, 200, "ok")
 	}
@@ -122,9 +119,7 @@ func TestLivenessNeverRunsChecks(t *testing.T) {
 	}
 	h.endWindow(time.Second)
 	probeOf(t, h.lc, "/healthz").status(t, 200, "ok")
-	if err := h.wait(); err != nil {
-		t.Fatal(err)
-	}
+	h.waitOK(t)
 	if n := pings.Load(); n != 1 {
 		t.Fatalf("the check ran %d time(s) in all; want only readiness's 1", n)
 	}
@@ -144,9 +139,7 @@ func TestCheckPanicReachesOnPanic(t *testing.T) {
 		t.Fatalf("OnPanic got %q", w)
 	}
 	h2.endWindow(time.Second)
-	if err := h2.wait(); err != nil {
-		t.Fatal(err)
-	}
+	h2.waitOK(t)
 }
 
 // A check with Refresh is pinged on its own schedule from the moment the
@@ -163,23 +156,27 @@ func TestRefreshLoopRunsWhileServingAndIsJoined(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.serve(http.NotFoundHandler())
-	h.run()
-	await(t, h.lc.Events().StartupDone)
+	h.start(t)
+	refreshedThenJoined(t, h, &pings, "a check with MaxAge 20ms")
+}
+
+// refreshedThenJoined waits, with seconds of slack, until pings has counted
+// three refreshes of the check named by what, ends h's window, waits for
+// Run, and checks that no refresh follows. Sound either way the host
+// schedules: the join waited for the loop before Run returned, so a correct
+// loop can never ping after this point, and the check cannot fail falsely.
+// A loop left running pings every 20ms, so 100ms gives it five chances to be
+// seen here (a host that starves it for all five hides it from this check,
+// not from goleak, which TestMain runs on the whole package).
+func refreshedThenJoined(t *testing.T, h *harness, pings *atomic.Int32, what string) {
+	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); pings.Load() < 3; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d refreshes in 5s with MaxAge 20ms and no probe", pings.Load())
+			t.Fatalf("%d refreshes in 5s of %s, and no probe", pings.Load(), what)
 		}
 	}
 	h.endWindow(time.Second)
-	if err := h.wait(); err != nil {
-		t.Fatal(err)
-	}
-	// Sound either way the host schedules: the join waited for the loop
-	// before Run returned, so a correct loop can never ping after this
-	// point, and the check cannot fail falsely. A loop left running pings
-	// every 20ms, so 100ms gives it five chances to be seen here (a host
-	// that starves it for all five hides it from this check, not from
-	// goleak, which TestMain runs on the whole package).
+	h.waitOK(t)
 	n := pings.Load()
 	time.Sleep(100 * time.Millisecond)
 	if got := pings.Load(); got != n {
@@ -204,27 +201,13 @@ func TestRefreshCheckAddedWhileServingIsRefreshed(t *testing.T) {
 				}
 			}
 			h.serve(http.NotFoundHandler())
-			h.run()
-			await(t, h.lc.Events().StartupDone)
+			h.start(t)
 			var pings atomic.Int32
 			if err := h.lc.AddCheck(health.Check{Name: "db", MaxAge: 20 * time.Millisecond, Refresh: true,
 				Func: func(context.Context) error { pings.Add(1); return nil }}); err != nil {
 				t.Fatal(err)
 			}
-			for deadline := time.Now().Add(5 * time.Second); pings.Load() < 3; time.Sleep(5 * time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatalf("%d refreshes in 5s of a check with MaxAge 20ms added while serving, and no probe", pings.Load())
-				}
-			}
-			h.endWindow(time.Second)
-			if err := h.wait(); err != nil {
-				t.Fatal(err)
-			}
-			n := pings.Load() // as in TestRefreshLoopRunsWhileServingAndIsJoined
-			time.Sleep(100 * time.Millisecond)
-			if got := pings.Load(); got != n {
-				t.Fatalf("%d refreshes after Run returned", got-n)
-			}
+			refreshedThenJoined(t, h, &pings, "a check with MaxAge 20ms added while serving")
 		})
 	}
 }

@@ -158,9 +158,7 @@ func TestBudgetLogSaysWhichRuleChoseEachNumber(t *testing.T) {
 	h := newHarness(t, lameduck.Config{Env: lameduck.EnvKubernetes})
 	h.lc.BeginShutdown("test")
 	h.run()
-	if err := h.wait(); err != nil {
-		t.Fatal(err)
-	}
+	h.waitOK(t)
 	for _, want := range []string{
 		"shutdown budget delay 5s + teardown 22s = 27s ≤ Kubernetes' default terminationGracePeriodSeconds 30s (margin 3s",
 		`window_rule="default in Kubernetes"`,
@@ -187,9 +185,7 @@ func TestBudgetLog(t *testing.T) {
 		h := newHarness(t, lameduck.Config{ShutdownDelay: 5 * time.Second, ShutdownTeardown: 30 * time.Second, TerminationGrace: tc.grace, Env: tc.env})
 		h.lc.BeginShutdown("test") // before Run: never ready, so no window to wait
 		h.run()
-		if err := h.wait(); err != nil {
-			t.Fatal(err)
-		}
+		h.waitOK(t)
 		if !strings.Contains(h.logs.String(), tc.want) {
 			t.Errorf("log lacks %q:\n%s", tc.want, h.logs)
 		}

@@ -34,8 +34,7 @@ func TestMaxConnectionAgeClosesOldConnections(t *testing.T) {
 			if err := h.lc.AddServer(&http.Server{Handler: okHandler, Protocols: &p}, ln); err != nil {
 				t.Fatal(err)
 			}
-			h.run()
-			await(t, h.lc.Events().StartupDone)
+			h.start(t)
 
 			var cp http.Protocols
 			if proto == "HTTP/2.0" {

@@ -28,16 +28,6 @@ func hit(h http.Handler) {
 	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/api", nil))
 }
 
-func windowLength(t *testing.T, lc *lameduck.Lifecycle) time.Duration {
-	t.Helper()
-	s, _ := lc.Events().ShutdownInitiated.At()
-	e, ok := lc.Events().WindowEnded.At()
-	if !ok {
-		t.Fatal("the window has not ended")
-	}
-	return e.Sub(s)
-}
-
 func TestIdleDrainWaitsOutTheDelayWhenIdle(t *testing.T) {
 	h := started(t, idleConfig())
 	h.lc.BeginShutdown("test")
@@ -46,15 +36,11 @@ func TestIdleDrainWaitsOutTheDelayWhenIdle(t *testing.T) {
 		t.Fatalf("an idle pod left before the shutdown delay (%d timer(s) fired)", n)
 	}
 	h.clock.Advance(time.Nanosecond)
-	if err := h.wait(); err != nil {
-		t.Fatal(err)
-	}
+	h.waitOK(t)
 	if got := windowLength(t, h.lc); got != 2*time.Second {
 		t.Fatalf("window %s, want the 2s delay", got)
 	}
-	if !strings.Contains(h.logs.String(), "idle drain done — no application traffic since the start; the shutdown delay has passed") {
-		t.Fatalf("the log does not say idleness ended the wait:\n%s", h.logs)
-	}
+	h.logged(t, "idle drain done — no application traffic since the start; the shutdown delay has passed", "the log does not say idleness ended the wait")
 }
 
 func TestIdleDrainTrafficKeepsItServing(t *testing.T) {
@@ -69,9 +55,7 @@ func TestIdleDrainTrafficKeepsItServing(t *testing.T) {
 	}
 	// Traffic stops at +5s: the window ends exactly one idle window later.
 	h.advanceUntilWindowEnds(250*time.Millisecond, 30*time.Second, nil) // the drain's bound is 20s
-	if err := h.wait(); err != nil {
-		t.Fatal(err)
-	}
+	h.waitOK(t)
 	if got := windowLength(t, h.lc); got != 8*time.Second {
 		t.Fatalf("window %s, want 5s of traffic + the 3s idle window", got)
 	}
@@ -98,9 +82,7 @@ func TestIdleDrainInFlightRequestHoldsIt(t *testing.T) {
 		t.Fatalf("ended before the idle window after the completion (%d timer(s) fired)", n)
 	}
 	h.clock.Advance(time.Nanosecond)
-	if err := h.wait(); err != nil {
-		t.Fatal(err)
-	}
+	h.waitOK(t)
 	if got := windowLength(t, h.lc); got != 6*time.Second {
 		t.Fatalf("window %s, want completion at 3s + idle 3s", got)
 	}
@@ -113,15 +95,11 @@ func TestIdleDrainKeepAliveAndBound(t *testing.T) {
 	h.lc.BeginShutdown("test")
 	// A subscription that keeps the pod alive, a message a second.
 	h.advanceUntilWindowEnds(time.Second, 30*time.Second, h.lc.KeepAlive)
-	if err := h.wait(); err != nil {
-		t.Fatal(err)
-	}
+	h.waitOK(t)
 	if got := windowLength(t, h.lc); got != 6*time.Second {
 		t.Fatalf("window %s, want the 6s bound", got)
 	}
-	if !strings.Contains(h.logs.String(), "idle drain bound 6s reached (traffic within the last 3s); tearing down") {
-		t.Fatalf("the log does not say the bound ended the wait:\n%s", h.logs)
-	}
+	h.logged(t, "idle drain bound 6s reached (traffic within the last 3s); tearing down", "the log does not say the bound ended the wait")
 }
 
 func TestUpgradeAfterTheSignalIsRefused(t *testing.T) {
@@ -151,8 +129,7 @@ func TestUpgradeAfterTheSignalIsRefused(t *testing.T) {
 func TestKeepAliveClientsAreHandedOver(t *testing.T) {
 	h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second})
 	base := h.serve(okHandler)
-	h.run()
-	await(t, h.lc.Events().StartupDone)
+	h.start(t)
 	c := client(t)
 	send := func() (reused bool, connClose bool) {
 		t.Helper()
@@ -183,9 +160,7 @@ func TestKeepAliveClientsAreHandedOver(t *testing.T) {
 	}
 	h.timers(1)
 	h.clock.Advance(time.Second)
-	if err := h.wait(); err != nil {
-		t.Fatal(err)
-	}
+	h.waitOK(t)
 }
 
 func TestH2CClientsAreHandedOver(t *testing.T) {
@@ -200,8 +175,7 @@ func TestH2CClientsAreHandedOver(t *testing.T) {
 	srv.Protocols.SetHTTP1(true)
 	srv.Protocols.SetUnencryptedHTTP2(true)
 	h.lc.AddServer(srv, ln)
-	h.run()
-	await(t, h.lc.Events().StartupDone)
+	h.start(t)
 	tr := &http.Transport{Protocols: new(http.Protocols)}
 	tr.Protocols.SetUnencryptedHTTP2(true)
 	defer tr.CloseIdleConnections()
@@ -239,33 +213,22 @@ func TestH2CClientsAreHandedOver(t *testing.T) {
 	}
 	h.timers(1)
 	h.clock.Advance(time.Second)
-	if err := h.wait(); err != nil {
-		t.Fatal(err)
-	}
+	h.waitOK(t)
 }
 
 func TestHijackedConnectionIsForceClosedAtTheBudget(t *testing.T) {
 	h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 4 * time.Second, JoinBudget: time.Second})
 	hijacked := make(chan struct{})
 	base, shutdown := h.serveNotified(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		conn, buf, err := http.NewResponseController(w).Hijack()
-		if err != nil {
-			t.Error(err)
+		conn := upgrade(t, w)
+		if conn == nil {
 			return
 		}
-		buf.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: x-test\r\nConnection: Upgrade\r\n\r\n")
-		buf.Flush()
 		close(hijacked)
 		io.Copy(io.Discard, conn) // never closes on its own; ignores WindowEnded()
 	}))
-	h.run()
-	await(t, h.lc.Events().StartupDone)
-	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	fmt.Fprintf(conn, "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: x-test\r\n\r\n")
+	h.start(t)
+	conn := dialUpgrade(t, base)
 	recv(t, hijacked, "hijacked")
 	h.endWindow(time.Second)
 	h.timers(1) // the HTTP drain's deadline: the whole 4s (no background work)
@@ -276,8 +239,7 @@ func TestHijackedConnectionIsForceClosedAtTheBudget(t *testing.T) {
 		t.Fatalf("the drain ended with a hijacked connection open: Shutdown's blind spot (%d timer(s) fired)", n)
 	}
 	h.clock.Advance(time.Nanosecond)
-	err = h.wait()
-	if err == nil {
+	if err := h.wait(); err == nil {
 		t.Fatal("Run = nil; a cut WebSocket is an overrun")
 	}
 	if _, err := io.Copy(io.Discard, conn); err != nil && !strings.Contains(err.Error(), "reset") {
@@ -300,8 +262,7 @@ func TestStreamsFinishWhenTheWindowEnds(t *testing.T) {
 		<-h.lc.WindowEnded()
 		fmt.Fprint(w, "event: bye\ndata: server going away\n\n")
 	}))
-	h.run()
-	await(t, h.lc.Events().StartupDone)
+	h.start(t)
 	resp, err := client(t).Get(base + "/events")
 	if err != nil {
 		t.Fatal(err)
@@ -316,9 +277,7 @@ func TestStreamsFinishWhenTheWindowEnds(t *testing.T) {
 	if !strings.HasSuffix(string(b), "event: bye\ndata: server going away\n\n") {
 		t.Fatalf("stream %q has no final event", b)
 	}
-	if err := h.wait(); err != nil {
-		t.Fatal(err)
-	}
+	h.waitOK(t)
 }
 
 func TestSendRetryAfterDuringTeardown(t *testing.T) {
@@ -330,8 +289,7 @@ func TestSendRetryAfterDuringTeardown(t *testing.T) {
 			<-release
 		}
 	}))
-	h.run()
-	await(t, h.lc.Events().StartupDone)
+	h.start(t)
 	c := client(t)
 	slow := make(chan int, 1)
 	go func() {
@@ -369,9 +327,7 @@ func TestSendRetryAfterDuringTeardown(t *testing.T) {
 	if code := recv(t, slow, "the in-flight request's answer"); code != 200 {
 		t.Fatalf("the in-flight request got %d", code)
 	}
-	if err := h.wait(); err != nil {
-		t.Fatal(err)
-	}
+	h.waitOK(t)
 }
 
 // TestNoRequestFailsAtTheSignal is the keep-alive race a hostile review
@@ -382,8 +338,7 @@ func TestSendRetryAfterDuringTeardown(t *testing.T) {
 func TestNoRequestFailsAtTheSignal(t *testing.T) {
 	h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second})
 	base := h.serve(okHandler)
-	h.run()
-	await(t, h.lc.Events().StartupDone)
+	h.start(t)
 	stop := make(chan struct{})
 	// Failures are counted, and the first few kept: a worker never blocks
 	// on reporting one, so however many fail, every worker sees stop.
@@ -440,9 +395,7 @@ func TestNoRequestFailsAtTheSignal(t *testing.T) {
 	}
 	h.timers(1)
 	h.clock.Advance(time.Second)
-	if err := h.wait(); err != nil {
-		t.Fatal(err)
-	}
+	h.waitOK(t)
 }
 
 func TestTLSConfigIsServedOverTLS(t *testing.T) {
@@ -462,8 +415,7 @@ func TestTLSConfigIsServedOverTLS(t *testing.T) {
 	h.lc.AddServer(&http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, r.Proto, " ", r.TLS != nil)
 	}), TLSConfig: cfg}, ln)
-	h.run()
-	await(t, h.lc.Events().StartupDone)
+	h.start(t)
 	resp, err := c.Get("https://" + ln.Addr().String() + "/api")
 	if err != nil {
 		t.Fatalf("https: %v", err)
@@ -474,9 +426,7 @@ func TestTLSConfigIsServedOverTLS(t *testing.T) {
 		t.Fatalf("got %q, want HTTP/2 over TLS", b)
 	}
 	h.endWindow(time.Second)
-	if err := h.wait(); err != nil {
-		t.Fatal(err)
-	}
+	h.waitOK(t)
 }
 
 func TestOneServerOnTwoListeners(t *testing.T) {
@@ -491,8 +441,7 @@ func TestOneServerOnTwoListeners(t *testing.T) {
 		h.lc.AddServer(srv, ln)
 		bases = append(bases, "http://"+ln.Addr().String())
 	}
-	h.run()
-	await(t, h.lc.Events().StartupDone)
+	h.start(t)
 	for range 20 {
 		for _, b := range bases {
 			c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
@@ -507,9 +456,7 @@ func TestOneServerOnTwoListeners(t *testing.T) {
 	// Every connection was closed, so no silent one is left to wait for:
 	// Run returns without the accept grace's timer being advanced.
 	h.endWindow(time.Second)
-	if err := h.wait(); err != nil {
-		t.Fatal(err)
-	}
+	h.waitOK(t)
 	if strings.Contains(h.logs.String(), "sent no request") {
 		t.Fatalf("a closed connection was counted as silent (a server instrumented twice):\n%s", h.logs)
 	}
@@ -545,8 +492,7 @@ func TestServeErrorDuringTheSequenceIsReturned(t *testing.T) {
 	}
 	fl := failingListener{ln, make(chan struct{})}
 	h.lc.AddServer(&http.Server{Handler: okHandler}, fl)
-	h.run()
-	await(t, h.lc.Events().StartupDone)
+	h.start(t)
 	h.lc.BeginShutdown("test")
 	close(fl.fail)
 	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(h.logs.String(), "the network went away"); {
@@ -561,9 +507,7 @@ func TestServeErrorDuringTheSequenceIsReturned(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "the network went away") {
 		t.Fatalf("Run = %v, want the serve error", err)
 	}
-	if !strings.Contains(h.logs.String(), "the network went away") {
-		t.Fatalf("the serve error was not logged:\n%s", h.logs)
-	}
+	h.logged(t, "the network went away", "the serve error was not logged")
 }
 
 func TestSilentConnectionsDoNotHoldTheDrain(t *testing.T) {
@@ -581,8 +525,7 @@ func TestSilentConnectionsDoNotHoldTheDrain(t *testing.T) {
 	if err := h.lc.AddServer(srv, ln); err != nil {
 		t.Fatal(err)
 	}
-	h.run()
-	await(t, h.lc.Events().StartupDone)
+	h.start(t)
 	conn, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
@@ -595,17 +538,12 @@ func TestSilentConnectionsDoNotHoldTheDrain(t *testing.T) {
 	h.endWindow(time.Second)
 	h.timers(2) // the HTTP drain's deadline and the accept grace
 	h.clock.Advance(250 * time.Millisecond)
-	if err := h.wait(); err != nil {
-		t.Fatal(err)
-	}
+	h.waitOK(t)
 	if !strings.Contains(h.logs.String(), "closed connection(s) that had sent no request\" silent=1") {
 		t.Fatalf("the silent connection is not named:\n%s", h.logs)
 	}
-	if s, _ := h.lc.Events().WindowEnded.At(); true {
-		e, _ := h.lc.Events().HTTPDrained.At()
-		if e.Sub(s) != 250*time.Millisecond {
-			t.Fatalf("the drain took %s on the clock, want the 250ms grace", e.Sub(s))
-		}
+	if d := elapsed(t, h.lc.Events().WindowEnded, h.lc.Events().HTTPDrained); d != 250*time.Millisecond {
+		t.Fatalf("the drain took %s on the clock, want the 250ms grace", d)
 	}
 }
 
@@ -632,13 +570,10 @@ func TestUnhashableConnectionsAreServed(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.lc.AddServer(&http.Server{Handler: okHandler}, valueListener{ln})
-	h.run()
-	await(t, h.lc.Events().StartupDone)
+	h.start(t)
 	if p := get(t, client(t), "http://"+ln.Addr().String()+"/api"); p.code != 200 {
 		t.Fatalf("%d", p.code)
 	}
 	h.endWindow(time.Second)
-	if err := h.wait(); err != nil {
-		t.Fatal(err)
-	}
+	h.waitOK(t)
 }

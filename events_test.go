@@ -2,9 +2,6 @@ package lameduck_test
 
 import (
 	"context"
-	"log/slog"
-	"net"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -22,22 +19,7 @@ import (
 // join measured from there.
 func TestEventsTellEachStepsTime(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		logs := &testsupport.LogBuffer{}
-		lc, err := lameduck.New(lameduck.Config{
-			ShutdownDelay:    5 * time.Second,
-			ShutdownTeardown: 30 * time.Second,
-			IgnoreSignals:    true,
-			LookupEnv:        env(nil),
-			Logger:           slog.New(slog.NewTextHandler(logs, nil)),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() {
-			if t.Failed() {
-				t.Logf("logs:\n%s", logs)
-			}
-		}()
+		lc, _ := newLifecycle(t, lameduck.Config{ShutdownDelay: 5 * time.Second, ShutdownTeardown: 30 * time.Second})
 		must := func(err error) {
 			t.Helper()
 			if err != nil {
@@ -56,18 +38,8 @@ func TestEventsTellEachStepsTime(t *testing.T) {
 		must(lc.AddStartupTask("boot", func(context.Context) error { time.Sleep(startup); return nil }))
 		must(lc.AddTeardownHook("release", func(context.Context) error { time.Sleep(hooks); return nil }))
 		must(lc.AddCloser("pool", func(context.Context) error { time.Sleep(closers); return nil }))
-		ln := newChanListener()
-		must(lc.AddServerFuncs(lameduck.ServerFuncs{
-			Name: "fake",
-			Serve: func(ln net.Listener) error {
-				for {
-					if _, err := ln.Accept(); err != nil {
-						return err
-					}
-				}
-			},
-			Shutdown: func(context.Context) error { time.Sleep(drain); return nil },
-		}, ln))
+		ln := testsupport.NewChanListener()
+		must(lc.AddServerFuncs(testsupport.SlowServer(drain), ln))
 
 		began := time.Now()
 		done := make(chan error, 1)
@@ -120,24 +92,3 @@ func TestEventsTellEachStepsTime(t *testing.T) {
 		}
 	})
 }
-
-// chanListener is a listener with no network under it, for a synctest
-// bubble: Accept blocks on a channel (durably) until Close.
-type chanListener struct {
-	once   sync.Once
-	closed chan struct{}
-}
-
-func newChanListener() *chanListener { return &chanListener{closed: make(chan struct{})} }
-
-func (l *chanListener) Accept() (net.Conn, error) {
-	<-l.closed
-	return nil, net.ErrClosed
-}
-
-func (l *chanListener) Close() error {
-	l.once.Do(func() { close(l.closed) })
-	return nil
-}
-
-func (l *chanListener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)} }

@@ -2,6 +2,7 @@ package lameduck_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -42,10 +43,22 @@ type harness struct {
 // text, unless cfg sets a Logger.
 func newHarness(t *testing.T, cfg lameduck.Config) *harness {
 	t.Helper()
-	h := &harness{t: t, clock: lameducktest.NewClock(epoch), logs: &testsupport.LogBuffer{}}
+	h := &harness{t: t, clock: lameducktest.NewClock(epoch)}
 	cfg.Clock = h.clock
+	h.lc, h.logs = newLifecycle(t, cfg)
+	return h
+}
+
+// newLifecycle returns a Lifecycle reading no signals and, unless cfg sets
+// LookupEnv, no environment, with cfg's explicit fields kept: on the real
+// clock (the bubble's, in a synctest test) unless cfg sets a Clock. Its log
+// goes to the returned buffer, as text, unless cfg sets a Logger, and is
+// printed if the test fails.
+func newLifecycle(t *testing.T, cfg lameduck.Config) (*lameduck.Lifecycle, *testsupport.LogBuffer) {
+	t.Helper()
+	logs := &testsupport.LogBuffer{}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(h.logs, nil))
+		cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	}
 	if cfg.LookupEnv == nil {
 		cfg.LookupEnv = env(nil)
@@ -55,13 +68,8 @@ func newHarness(t *testing.T, cfg lameduck.Config) *harness {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	h.lc = lc
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("logs:\n%s", h.logs)
-		}
-	})
-	return h
+	logs.LogOnFailure(t)
+	return lc, logs
 }
 
 // serve registers a loopback server for handler and returns its base URL.
@@ -137,52 +145,49 @@ func (h *harness) run() {
 	go func() { h.done <- h.lc.Run(context.Background()) }()
 }
 
+// start runs the Lifecycle and returns once StartupDone has fired (await
+// fails t if it never does).
+func (h *harness) start(t *testing.T) {
+	t.Helper()
+	h.run()
+	await(t, h.lc.Events().StartupDone)
+}
+
+// waitOK waits for Run, as wait does, and fails t unless it returned nil.
+func (h *harness) waitOK(t *testing.T) {
+	t.Helper()
+	if err := h.wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// wait returns Run's result, or fails the test after testsupport.Guard of
+// real time (a hang guard) when Run has not returned.
 func (h *harness) wait() error {
 	h.t.Helper()
-	select {
-	case err := <-h.done:
-		return err
-	case <-time.After(10 * time.Second):
-		h.t.Fatal("Run did not return")
-		return nil
-	}
+	return testsupport.Recv(h.t, h.done, "Run to return")
 }
 
-// await blocks until ev fires, or fails the test after 10s of real time (a
-// hang guard, not a synchronisation).
+// await blocks until ev fires, or fails the test after testsupport.Guard of
+// real time (a hang guard, not a synchronisation).
 func await(t *testing.T, ev *lameduck.Event) {
 	t.Helper()
-	select {
-	case <-ev.Done():
-	case <-time.After(10 * time.Second):
-		t.Fatalf("event %s never fired", ev.Name())
-	}
+	testsupport.Await(t, ev)
 }
 
-// recv receives from ch, or fails the test after 10s of real time (a hang
-// guard, not a synchronisation): a test whose code under test never sends
-// fails naming what it waited for, instead of deadlocking until the test
-// binary's timeout.
+// recv receives from ch, or fails the test after testsupport.Guard of real
+// time (a hang guard, not a synchronisation): a test whose code under test
+// never sends fails naming what it waited for, instead of deadlocking until
+// the test binary's timeout.
 func recv[T any](t *testing.T, ch <-chan T, what string) T {
 	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(10 * time.Second):
-		t.Fatalf("waited 10s for %s", what)
-		var zero T
-		return zero
-	}
+	return testsupport.Recv(t, ch, what)
 }
 
 // timers waits until the fake clock has n pending timers.
 func (h *harness) timers(n int) {
 	h.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := h.clock.WaitForTimers(ctx, n); err != nil {
-		h.t.Fatalf("waiting for %d timers (have %d): %v", n, h.clock.Pending(), err)
-	}
+	testsupport.Timers(h.t, h.clock, n)
 }
 
 type probe struct {
@@ -224,6 +229,24 @@ func getAsync(c *http.Client, url string) <-chan reply {
 	go func() {
 		p, err := tryGet(c, url)
 		ch <- reply{p, err}
+	}()
+	return ch
+}
+
+// sendAsync sends a bodiless request from a goroutine of its own and its
+// error, nil once a response has come (its body closed unread), on the
+// returned channel (receive it with recv).
+func sendAsync(c *http.Client, method, url string) <-chan error {
+	ch := make(chan error, 1)
+	go func() {
+		req, err := http.NewRequest(method, url, nil)
+		if err == nil {
+			var resp *http.Response
+			if resp, err = c.Do(req); err == nil {
+				resp.Body.Close()
+			}
+		}
+		ch <- err
 	}()
 	return ch
 }
@@ -282,24 +305,117 @@ func (h *harness) advanceUntilWindowEnds(step, limit time.Duration, each func())
 	}
 }
 
+// elapsed is how long passed, on the Lifecycle's clock, from the moment
+// from fired to the moment to fired; to must have fired.
+func elapsed(t *testing.T, from, to *lameduck.Event) time.Duration {
+	t.Helper()
+	s, _ := from.At()
+	e, ok := to.At()
+	if !ok {
+		t.Fatalf("%s has not fired", to.Name())
+	}
+	return e.Sub(s)
+}
+
+// windowLength is how long lc's lame-duck window lasted, on its clock: from
+// ShutdownInitiated to WindowEnded, which must have fired.
+func windowLength(t *testing.T, lc *lameduck.Lifecycle) time.Duration {
+	t.Helper()
+	return elapsed(t, lc.Events().ShutdownInitiated, lc.Events().WindowEnded)
+}
+
+// sequenceLength is how long lc's shutdown sequence lasted, on its clock:
+// from ShutdownInitiated to Stopped, which must have fired.
+func sequenceLength(t *testing.T, lc *lameduck.Lifecycle) time.Duration {
+	t.Helper()
+	return elapsed(t, lc.Events().ShutdownInitiated, lc.Events().Stopped)
+}
+
+// logged fails t, saying what and showing the log, unless h's log holds s.
+func (h *harness) logged(t *testing.T, s, what string) {
+	t.Helper()
+	if !strings.Contains(h.logs.String(), s) {
+		t.Fatalf("%s:\n%s", what, h.logs)
+	}
+}
+
+// cutAtBudget advances the fake clock, on which the HTTP drain's deadline
+// is the only timer left, through the drain's budget: nothing may end the
+// drain a nanosecond before it; at it Run fails with an error wrapping
+// context.DeadlineExceeded, and the request whose end reqDone reports has
+// been cut, not answered.
+func (h *harness) cutAtBudget(t *testing.T, budget time.Duration, reqDone <-chan error) {
+	t.Helper()
+	if n := h.clock.Advance(budget - time.Nanosecond); n != 0 || h.lc.Events().HTTPDrained.Fired() {
+		t.Fatalf("the drain ended before its budget was spent (%d timer(s) fired)", n)
+	}
+	h.clock.Advance(time.Nanosecond)
+	if err := h.wait(); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Run = %v, want an error wrapping context.DeadlineExceeded", err)
+	}
+	if err := recv(t, reqDone, "the cut request's end"); err == nil {
+		t.Fatal("the stuck request was answered; it should have been cut")
+	}
+}
+
+// startupUntilCancelled registers a startup task named name that runs
+// until its context is cancelled, and returns a channel closed when the
+// task has started: the Lifecycle stays starting until the sequence begins.
+func (h *harness) startupUntilCancelled(name string) <-chan struct{} {
+	h.t.Helper()
+	started := make(chan struct{})
+	if err := h.lc.AddStartupTask(name, func(ctx context.Context) error {
+		close(started)
+		<-ctx.Done()
+		return ctx.Err()
+	}); err != nil {
+		h.t.Fatal(err)
+	}
+	return started
+}
+
 // addFakeServer registers on lc a server that accepts on an in-memory
 // listener and serves nothing: Run binds a listener, so the probes count
 // as served (the log may speak of /readyz), with no socket, inside a
 // synctest bubble too.
 func addFakeServer(t *testing.T, lc *lameduck.Lifecycle) {
 	t.Helper()
-	err := lc.AddServerFuncs(lameduck.ServerFuncs{
-		Name: "fake",
-		Serve: func(ln net.Listener) error {
-			for {
-				if _, err := ln.Accept(); err != nil {
-					return err
-				}
-			}
-		},
-		Shutdown: func(context.Context) error { return nil },
-	}, newChanListener())
+	if err := lc.AddServerFuncs(testsupport.SlowServer(0), testsupport.NewChanListener()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// dial opens a raw TCP connection to base ("http://host:port"), closed
+// when the test ends.
+func dial(t *testing.T, base string) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// dialUpgrade dials base and asks GET /ws to upgrade to x-test, as a
+// WebSocket client would; upgrade answers it.
+func dialUpgrade(t *testing.T, base string) net.Conn {
+	t.Helper()
+	conn := dial(t, base)
+	fmt.Fprintf(conn, "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: x-test\r\n\r\n")
+	return conn
+}
+
+// upgrade hijacks w's connection and answers 101 Switching Protocols to
+// x-test, as a WebSocket handler would. It returns nil, having marked t
+// failed, when the connection cannot be hijacked.
+func upgrade(t *testing.T, w http.ResponseWriter) net.Conn {
+	conn, buf, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		t.Error(err)
+		return nil
+	}
+	buf.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: x-test\r\nConnection: Upgrade\r\n\r\n")
+	buf.Flush()
+	return conn
 }

@@ -2,14 +2,12 @@ package lameduck_test
 
 import (
 	"context"
-	"log/slog"
 	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/lameduck/lameduck"
-	"github.com/lameduck/lameduck/internal/testsupport"
 )
 
 // Requests that still arrive in the last second of the lame-duck window
@@ -37,14 +35,9 @@ func TestLateArrivalsNameTheRouter(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				logs := &testsupport.LogBuffer{}
 				cfg := tc.cfg
-				cfg.ShutdownTeardown, cfg.IgnoreSignals, cfg.LookupEnv = 5*time.Second, true, env(nil)
-				cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
-				lc, err := lameduck.New(cfg)
-				if err != nil {
-					t.Fatal(err)
-				}
+				cfg.ShutdownTeardown = 5 * time.Second
+				lc, logs := newLifecycle(t, cfg)
 				addFakeServer(t, lc)
 				done := make(chan error, 1)
 				go func() { done <- lc.Run(context.Background()) }()

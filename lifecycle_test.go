@@ -64,11 +64,8 @@ func TestPhasesThroughACleanShutdown(t *testing.T) {
 	if err := h.wait(); err != nil {
 		t.Fatalf("Run = %v, want nil", err)
 	}
-	ev := h.lc.Events()
-	s, _ := ev.ShutdownInitiated.At()
-	w, _ := ev.WindowEnded.At()
-	if w.Sub(s) != 5*time.Second {
-		t.Fatalf("window lasted %s, want exactly 5s", w.Sub(s))
+	if d := windowLength(t, h.lc); d != 5*time.Second {
+		t.Fatalf("window lasted %s, want exactly 5s", d)
 	}
 	if h.lc.Phase() != lameduck.PhaseStopped {
 		t.Fatalf("phase after Run = %s", h.lc.Phase())
@@ -112,17 +109,8 @@ func TestTeardownCutsAtItsBudget(t *testing.T) {
 				case <-r.Context().Done():
 				}
 			}))
-			h.run()
-			await(t, h.lc.Events().StartupDone)
-			c := client(t)
-			reqDone := make(chan error, 1)
-			go func() {
-				resp, err := c.Get(base + "/stuck")
-				if err == nil {
-					resp.Body.Close()
-				}
-				reqDone <- err
-			}()
+			h.start(t)
+			reqDone := sendAsync(client(t), "GET", base+"/stuck")
 			recv(t, entered, "entered")
 			h.clock.Advance(1500 * time.Millisecond) // the request is 1.5s old at the signal
 			h.endWindow(time.Second)
@@ -130,17 +118,7 @@ func TestTeardownCutsAtItsBudget(t *testing.T) {
 			// Past the accept grace (a timer of its own for a moment): the
 			// drain's deadline is the only timer left.
 			recv(t, shutdown, "the drain to call Shutdown")
-			if n := h.clock.Advance(tc.httpEnd - time.Nanosecond); n != 0 || h.lc.Events().HTTPDrained.Fired() {
-				t.Fatalf("the drain ended before its budget was spent (%d timer(s) fired)", n)
-			}
-			h.clock.Advance(time.Nanosecond)
-			err := h.wait()
-			if !errors.Is(err, context.DeadlineExceeded) {
-				t.Fatalf("Run = %v, want an error wrapping context.DeadlineExceeded", err)
-			}
-			if err := recv(t, reqDone, "the cut request's end"); err == nil {
-				t.Fatal("the stuck request was answered; it should have been cut")
-			}
+			h.cutAtBudget(t, tc.httpEnd, reqDone)
 			age := 2500*time.Millisecond + tc.httpEnd
 			want := "HTTP drain cut 1 in-flight request(s) after " + tc.httpEnd.String() + ": GET /stuck (age " + age.String() + ")"
 			if logs := h.logs.String(); !strings.Contains(logs, want) {
@@ -158,8 +136,7 @@ func TestSecondSignalChangesNothing(t *testing.T) {
 	exited := -1
 	lameduck.SetExit(h.lc, func(code int) { exited = code })
 	h.serve(http.NotFoundHandler())
-	h.run()
-	await(t, h.lc.Events().StartupDone)
+	h.start(t)
 	lameduck.Signal(h.lc, syscall.SIGTERM)
 	h.timers(1)
 	h.clock.Advance(time.Second)
@@ -169,9 +146,7 @@ func TestSecondSignalChangesNothing(t *testing.T) {
 		t.Fatalf("a second signal shortened the window (%d timer(s) fired)", n)
 	}
 	h.clock.Advance(time.Nanosecond)
-	if err := h.wait(); err != nil {
-		t.Fatal(err)
-	}
+	h.waitOK(t)
 	if exited != -1 {
 		t.Fatalf("exit(%d) called without ExitOnSecondSignal", exited)
 	}
@@ -181,30 +156,14 @@ func TestSecondSignalChangesNothing(t *testing.T) {
 }
 
 func TestExitOnSecondSignal(t *testing.T) {
-	h := newHarness(t, lameduck.Config{ShutdownDelay: 4 * time.Second, ExitOnSecondSignal: true})
-	exited := make(chan int, 1)
-	lameduck.SetExit(h.lc, func(code int) { exited <- code })
-	h.serve(http.NotFoundHandler())
-	h.run()
-	await(t, h.lc.Events().StartupDone)
-	lameduck.Signal(h.lc, syscall.SIGINT)
-	lameduck.Signal(h.lc, syscall.SIGINT)
-	if code := recv(t, exited, "exit"); code != 130 {
-		t.Fatalf("exit code %d, want 130 (128+SIGINT)", code)
-	}
-	h.timers(1)
-	h.clock.Advance(4 * time.Second)
-	if err := h.wait(); err != nil {
-		t.Fatal(err)
-	}
+	secondSignalExits(t, syscall.SIGINT, "SIGINT")
 }
 
 func TestPreStopThenSIGTERMGivesOneWindow(t *testing.T) {
 	h := newHarness(t, lameduck.Config{ShutdownDelay: 5 * time.Second, PreStopToken: "s3cret", ExitOnSecondSignal: true})
 	lameduck.SetExit(h.lc, func(code int) { t.Errorf("exit(%d): the SIGTERM after the hook is not a second signal", code) })
 	base := h.serve(http.NotFoundHandler())
-	h.run()
-	await(t, h.lc.Events().StartupDone)
+	h.start(t)
 	c := client(t)
 
 	// Without the token nothing drains, nor does a HEAD.
@@ -245,17 +204,11 @@ func TestPreStopThenSIGTERMGivesOneWindow(t *testing.T) {
 	}
 	// The kubelet's SIGTERM after the hook adds no second window.
 	lameduck.Signal(h.lc, syscall.SIGTERM)
-	if err := h.wait(); err != nil {
-		t.Fatal(err)
+	h.waitOK(t)
+	if d := sequenceLength(t, h.lc); d != 5*time.Second {
+		t.Fatalf("sequence took %s on the fake clock, want exactly one 5s window", d)
 	}
-	s, _ := h.lc.Events().ShutdownInitiated.At()
-	e, _ := h.lc.Events().Stopped.At()
-	if e.Sub(s) != 5*time.Second {
-		t.Fatalf("sequence took %s on the fake clock, want exactly one 5s window", e.Sub(s))
-	}
-	if !strings.Contains(h.logs.String(), "SIGTERM after the preStop hook: the sequence is already running; no second window") {
-		t.Fatalf("missing log line:\n%s", h.logs)
-	}
+	h.logged(t, "SIGTERM after the preStop hook: the sequence is already running; no second window", "missing log line")
 }
 
 func TestPreStopIsOptIn(t *testing.T) {
@@ -290,19 +243,12 @@ func TestStartupFailureNeverReady(t *testing.T) {
 	if h.lc.Events().StartupDone.Fired() {
 		t.Fatal("StartupDone fired after a failed task")
 	}
-	if !strings.Contains(h.logs.String(), `startup task \"migrate\": startup failed after 1 try in 0s: schema version 7`) {
-		t.Fatalf("log does not name the task and its error:\n%s", h.logs)
-	}
+	h.logged(t, `startup task \"migrate\": startup failed after 1 try in 0s: schema version 7`, "log does not name the task and its error")
 }
 
 func TestShutdownDuringStartupCancelsTheTask(t *testing.T) {
 	h := newHarness(t, lameduck.Config{ShutdownDelay: 2 * time.Second})
-	started := make(chan struct{})
-	h.lc.AddStartupTask("warm-up", func(ctx context.Context) error {
-		close(started)
-		<-ctx.Done()
-		return ctx.Err()
-	})
+	started := h.startupUntilCancelled("warm-up")
 	h.serve(http.NotFoundHandler())
 	h.run()
 	recv(t, started, "started")
@@ -352,8 +298,7 @@ func TestBindFailureReturnsAtOnce(t *testing.T) {
 func TestProbeListener(t *testing.T) {
 	h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second, ProbeAddr: "127.0.0.1:0"})
 	app := h.serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(299) }))
-	h.run()
-	await(t, h.lc.Events().StartupDone)
+	h.start(t)
 	addr := h.probeListener()
 	c := client(t)
 	get(t, c, "http://"+addr+"/readyz").status(t, 200, "ok")
@@ -363,9 +308,7 @@ func TestProbeListener(t *testing.T) {
 	h.lc.BeginShutdown("test")
 	h.timers(1)
 	h.clock.Advance(time.Second)
-	if err := h.wait(); err != nil {
-		t.Fatal(err)
-	}
+	h.waitOK(t)
 }
 
 // blockOn is a log handler that holds the line whose message begins with
@@ -405,7 +348,7 @@ func TestSequenceStartKnownBeforeItIsAnnounced(t *testing.T) {
 	logs := &testsupport.LogBuffer{}
 	h := newHarness(t, lameduck.Config{ShutdownDelay: 2 * time.Second, ShutdownTeardown: time.Second,
 		Logger: slog.New(blockOn{slog.NewTextHandler(logs, nil), "lameduck: draining", "lameduck: serve on", entered, release, serveFailed})})
-	h.logs = logs
+	logs.LogOnFailure(t)
 	fail, stopped := make(chan struct{}), make(chan struct{})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -424,8 +367,7 @@ func TestSequenceStartKnownBeforeItIsAnnounced(t *testing.T) {
 	}, ln); err != nil {
 		t.Fatal(err)
 	}
-	h.run()
-	await(t, h.lc.Events().StartupDone)
+	h.start(t)
 	began := h.clock.Now()
 	go h.lc.BeginShutdown("SIGTERM stand-in")
 	recv(t, entered, "the draining line to be written")
@@ -469,8 +411,7 @@ func TestServeErrorStartsTheSequence(t *testing.T) {
 	if err := h.lc.AddServer(&http.Server{Handler: okHandler}, fl); err != nil {
 		t.Fatal(err)
 	}
-	h.run()
-	await(t, h.lc.Events().StartupDone)
+	h.start(t)
 	close(fl.fail)
 	await(t, h.lc.Events().ShutdownInitiated)
 	probeOf(t, h.lc, "/readyz").status(t, 503, "draining")
@@ -483,9 +424,7 @@ func TestServeErrorStartsTheSequence(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "the network went away") {
 		t.Fatalf("Run = %v, want the serve error (exit 1)", err)
 	}
-	if !strings.Contains(h.logs.String(), `reason="server failed"`) {
-		t.Fatalf("the draining line does not say a server failed:\n%s", h.logs)
-	}
+	h.logged(t, `reason="server failed"`, "the draining line does not say a server failed")
 }
 
 // "Without ReadHeaderTimeout (or ReadTimeout) … Run logs a warning naming
@@ -500,8 +439,7 @@ func TestServerWithoutReadHeaderTimeoutIsWarned(t *testing.T) {
 	if err := h.lc.AddServer(&http.Server{Handler: okHandler, ReadHeaderTimeout: 10 * time.Second}, ln); err != nil {
 		t.Fatal(err)
 	}
-	h.run()
-	await(t, h.lc.Events().StartupDone)
+	h.start(t)
 	logs := h.logs.String()
 	if !strings.Contains(logs, "lameduck: the server on "+strings.TrimPrefix(bare, "http://")+" has no ReadHeaderTimeout") {
 		t.Fatalf("no warning names the server without ReadHeaderTimeout:\n%s", logs)
@@ -510,7 +448,5 @@ func TestServerWithoutReadHeaderTimeoutIsWarned(t *testing.T) {
 		t.Fatalf("a server with ReadHeaderTimeout was warned about:\n%s", logs)
 	}
 	h.endWindow(time.Second)
-	if err := h.wait(); err != nil {
-		t.Fatal(err)
-	}
+	h.waitOK(t)
 }

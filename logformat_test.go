@@ -94,18 +94,13 @@ func TestJSONLogWritesEveryDurationTheSameWay(t *testing.T) {
 		entered <- struct{}{}
 		<-release
 	}))
-	h.run()
-	await(t, h.lc.Events().StartupDone)
+	h.start(t)
 
 	c := client(t)
 	get(t, c, base+"/readyz").status(t, 200, "degraded") // the check times out
 	get(t, c, base+"/readyz").status(t, 200, "degraded") // then it is stalled
 	h.lc.GoWrite("audit-row", 0, func(context.Context) error { <-release; return nil })
-	go func() {
-		if resp, err := c.Get(base + "/slow"); err == nil {
-			resp.Body.Close()
-		}
-	}()
+	sendAsync(c, "GET", base+"/slow")
 	recv(t, entered, "the request to enter its handler")
 	h.lc.BeginShutdown("test")
 	if err := h.wait(); err == nil {

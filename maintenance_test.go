@@ -3,8 +3,6 @@ package lameduck_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -13,7 +11,6 @@ import (
 	"time"
 
 	"github.com/lameduck/lameduck"
-	"github.com/lameduck/lameduck/internal/testsupport"
 )
 
 // call sends one request to h and returns the code and the body's status
@@ -46,24 +43,12 @@ func call(t *testing.T, h http.Handler, method, path, token string) (code int, s
 func TestMaintenanceSwitch(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const token = "s3cret-token-long-enough"
-		logs := &testsupport.LogBuffer{}
-		lc, err := lameduck.New(lameduck.Config{
+		lc, logs := newLifecycle(t, lameduck.Config{
 			ShutdownDelay:    time.Second,
 			ShutdownTeardown: 5 * time.Second,
 			Maintenance:      true,
 			PreStopToken:     token,
-			IgnoreSignals:    true,
-			LookupEnv:        env(nil),
-			Logger:           slog.New(slog.NewTextHandler(logs, nil)),
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() {
-			if t.Failed() {
-				t.Logf("logs:\n%s", logs)
-			}
-		}()
 		addFakeServer(t, lc)
 		done := make(chan error, 1)
 		go func() { done <- lc.Run(context.Background()) }()
@@ -127,18 +112,7 @@ func TestMaintenanceSwitch(t *testing.T) {
 // New unless ProbeAddr gives it a listener of its own, and then the
 // application's listener does not serve it (404).
 func TestMaintenanceNeedsTokenOnSharedListener(t *testing.T) {
-	_, err := newFromEnv(t, map[string]string{"LAMEDUCK_MAINTENANCE": "true"}, lameduck.Config{})
-	if !errors.Is(err, lameduck.ErrInvalidConfig) {
-		t.Fatalf("MAINTENANCE=true alone: err = %v, want ErrInvalidConfig", err)
-	}
-	for _, w := range []string{`LAMEDUCK_MAINTENANCE="true"`, "LAMEDUCK_PRESTOP_TOKEN", "LAMEDUCK_PRESTOP_TOKEN_FILE", "LAMEDUCK_PROBE_ADDR", lameduck.PreStopTokenHeader} {
-		if !strings.Contains(err.Error(), w) {
-			t.Errorf("error %q does not name %s", err, w)
-		}
-	}
-	if _, err := newFromEnv(t, nil, lameduck.Config{Maintenance: true}); !errors.Is(err, lameduck.ErrInvalidConfig) {
-		t.Errorf("Config.Maintenance alone: err = %v, want ErrInvalidConfig", err)
-	}
+	refusedWithoutToken(t, "MAINTENANCE", "Config.Maintenance", lameduck.Config{Maintenance: true})
 	lc, err := newFromEnv(t, map[string]string{"LAMEDUCK_MAINTENANCE": "true", "LAMEDUCK_PROBE_ADDR": "127.0.0.1:0"}, lameduck.Config{})
 	if err != nil {
 		t.Fatal(err)

@@ -3,7 +3,6 @@ package lameduck_test
 import (
 	"context"
 	"encoding/json"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	"github.com/lameduck/lameduck"
-	"github.com/lameduck/lameduck/internal/testsupport"
 )
 
 // readyz asks lc's probe handler for /readyz and returns the code and the
@@ -53,22 +51,11 @@ func TestNotReadyAtSaysWhenReadinessTurns503(t *testing.T) {
 				if tc.env != "" {
 					vars["LAMEDUCK_NOT_READY_AT"] = tc.env
 				}
-				logs := &testsupport.LogBuffer{}
-				lc, err := lameduck.New(lameduck.Config{
+				lc, logs := newLifecycle(t, lameduck.Config{
 					ShutdownDelay:    5 * time.Second,
 					ShutdownTeardown: 10 * time.Second,
-					IgnoreSignals:    true,
 					LookupEnv:        env(vars),
-					Logger:           slog.New(slog.NewTextHandler(logs, nil)),
 				})
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer func() {
-					if t.Failed() {
-						t.Logf("logs:\n%s", logs)
-					}
-				}()
 				teardown := make(chan struct{})
 				hold := make(chan struct{})
 				if err := lc.AddTeardownHook("look", func(context.Context) error {

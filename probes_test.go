@@ -26,8 +26,7 @@ import (
 func TestPreStopOnlyGETDrains(t *testing.T) {
 	h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second, PreStopToken: "s3cret-token-long-enough"})
 	base := h.serve(okHandler)
-	h.run()
-	await(t, h.lc.Events().StartupDone)
+	h.start(t)
 	c := client(t)
 	for _, m := range []string{"HEAD", "POST", "PUT", "DELETE"} {
 		req, _ := http.NewRequest(m, base+"/prestop", nil)
@@ -46,21 +45,14 @@ func TestPreStopOnlyGETDrains(t *testing.T) {
 	}
 	probeOf(t, h.lc, "/readyz").status(t, 200, "ok")
 	h.endWindow(time.Second)
-	if err := h.wait(); err != nil {
-		t.Fatal(err)
-	}
+	h.waitOK(t)
 }
 
 // "In a pod that never became ready, it answers at once, with
 // "window":"0s"" — on the fake clock: no time passes before the answer.
 func TestPreStopBeforeReadyAnswersAtOnce(t *testing.T) {
 	h := newHarness(t, lameduck.Config{ShutdownDelay: 5 * time.Second, PreStopToken: "s3cret-token-long-enough"})
-	booting := make(chan struct{})
-	h.lc.AddStartupTask("warm-up", func(ctx context.Context) error {
-		close(booting)
-		<-ctx.Done()
-		return ctx.Err()
-	})
+	booting := h.startupUntilCancelled("warm-up")
 	h.serve(okHandler)
 	h.run()
 	recv(t, booting, "the startup task to run")
@@ -72,9 +64,7 @@ func TestPreStopBeforeReadyAnswersAtOnce(t *testing.T) {
 	if now := h.clock.Now(); !now.Equal(before) {
 		t.Fatalf("the hook answered after %s of (fake) time; want at once", now.Sub(before))
 	}
-	if err := h.wait(); err != nil {
-		t.Fatal(err)
-	}
+	h.waitOK(t)
 }
 
 // CheckDetails "hide" through the Lifecycle: "hide nowhere": even the
@@ -87,8 +77,7 @@ func TestCheckDetailsHideThroughTheLifecycle(t *testing.T) {
 	}}); err != nil {
 		t.Fatal(err)
 	}
-	h.run()
-	await(t, h.lc.Events().StartupDone)
+	h.start(t)
 	addr := h.probeListener()
 	c := client(t)
 	for _, path := range []string{"/readyz", "/readyz/db", "/readyz?verbose"} {
@@ -109,13 +98,9 @@ func TestCheckDetailsHideThroughTheLifecycle(t *testing.T) {
 	if body := readAll(resp); strings.Contains(body, "orders-db") || !strings.Contains(body, `"status":"fail"`) {
 		t.Fatalf("health+json with CheckDetails hide: %s; want fail and no error text", body)
 	}
-	if !strings.Contains(h.logs.String(), "orders-db.internal:5432") {
-		t.Fatalf("the log lacks the detail:\n%s", h.logs)
-	}
+	h.logged(t, "orders-db.internal:5432", "the log lacks the detail")
 	h.endWindow(time.Second)
-	if err := h.wait(); err != nil {
-		t.Fatal(err)
-	}
+	h.waitOK(t)
 }
 
 func readAll(resp *http.Response) string {
@@ -148,8 +133,7 @@ func TestProbesAreNotApplicationRequests(t *testing.T) {
 	}
 	app := lameduck.Wrap(h.lc, okHandler)
 	h.serve(app)
-	h.run()
-	await(t, h.lc.Events().StartupDone)
+	h.start(t)
 	probed := make(chan int, 1)
 	go func() {
 		rec := httptest.NewRecorder()
@@ -158,9 +142,7 @@ func TestProbesAreNotApplicationRequests(t *testing.T) {
 	}()
 	recv(t, entered, "the probe's check to run")
 	h.lc.BeginShutdown("test") // logs the draining line before it returns
-	if !strings.Contains(h.logs.String(), "in_flight=0") {
-		t.Fatalf("a probe in progress was counted in flight:\n%s", h.logs)
-	}
+	h.logged(t, "in_flight=0", "a probe in progress was counted in flight")
 	close(release)
 	if code := recv(t, probed, "the probe's answer"); code != 200 {
 		t.Fatalf("the probe begun while serving answered %d", code)
@@ -175,9 +157,7 @@ func TestProbesAreNotApplicationRequests(t *testing.T) {
 		}
 	}
 	h.advanceUntilWindowEnds(250*time.Millisecond, 30*time.Second, nil) // the drain's bound is 20s
-	if err := h.wait(); err != nil {
-		t.Fatal(err)
-	}
+	h.waitOK(t)
 	if got := windowLength(t, h.lc); got != 2*time.Second {
 		t.Fatalf("window %s; want the 2s minimum: probes are not traffic", got)
 	}
@@ -187,17 +167,14 @@ func TestProbesAreNotApplicationRequests(t *testing.T) {
 func TestProbeOnlyListenerOtherPathsAre404(t *testing.T) {
 	h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second, ProbeAddr: "127.0.0.1:0"})
 	h.serve(okHandler)
-	h.run()
-	await(t, h.lc.Events().StartupDone)
+	h.start(t)
 	addr := h.probeListener()
 	c := client(t)
 	for _, path := range []string{"/", "/api", "/prestop", "/metrics"} {
 		get(t, c, "http://"+addr+path).status(t, 404, "not found")
 	}
 	h.endWindow(time.Second)
-	if err := h.wait(); err != nil {
-		t.Fatal(err)
-	}
+	h.waitOK(t)
 }
 
 // A text/plain probe body, which echoes names from the request (an unknown
@@ -208,8 +185,7 @@ func TestPlainTextProbeBodiesAreNosniff(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.serve(okHandler)
-	h.run()
-	await(t, h.lc.Events().StartupDone)
+	h.start(t)
 	rec := httptest.NewRecorder()
 	h.lc.ProbeHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/readyz?verbose&exclude=%3Cscript%3E", nil))
 	if ct := rec.Header().Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
@@ -222,9 +198,7 @@ func TestPlainTextProbeBodiesAreNosniff(t *testing.T) {
 		t.Fatalf("?verbose&exclude=<script>: %d %s; want 200 and the unmatched name quoted", rec.Code, rec.Body)
 	}
 	h.endWindow(time.Second)
-	if err := h.wait(); err != nil {
-		t.Fatal(err)
-	}
+	h.waitOK(t)
 }
 
 // The endpoint table's stopping column "is visible only on a separate probe
@@ -247,18 +221,10 @@ func TestStoppingVisibleOnTheProbeListener(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := "http://" + ln.Addr().String()
-	h.run()
-	await(t, h.lc.Events().StartupDone)
+	h.start(t)
 	addr := h.probeListener()
 	c := client(t)
-	answered := make(chan error, 1)
-	go func() {
-		resp, err := c.Get(base + "/slow")
-		if err == nil {
-			resp.Body.Close()
-		}
-		answered <- err
-	}()
+	answered := sendAsync(c, "GET", base+"/slow")
 	recv(t, entered, "the request to enter its handler")
 	h.endWindow(time.Second)
 	// Teardown closes the application's listener (the HTTP drain then
@@ -285,9 +251,7 @@ func TestStoppingVisibleOnTheProbeListener(t *testing.T) {
 	if err := recv(t, answered, "the request's answer"); err != nil {
 		t.Fatalf("the request in flight was not answered: %v", err)
 	}
-	if err := h.wait(); err != nil {
-		t.Fatal(err)
-	}
+	h.waitOK(t)
 	// The probe listener is closed: its port can be bound again (a listener
 	// still open would make this fail with "address already in use"; a dial
 	// expecting a refusal would instead depend on no other test binary
@@ -355,8 +319,7 @@ func TestVersionAndCommitFromConfig(t *testing.T) {
 	h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second, Version: "v1.4.0", Commit: "0123abc",
 		Fields: func() map[string]any { return map[string]any{"region": "eu-west-1"} }})
 	h.serve(okHandler)
-	h.run()
-	await(t, h.lc.Events().StartupDone)
+	h.start(t)
 	for _, path := range []string{"/healthz", "/readyz", "/startupz"} {
 		p := probeOf(t, h.lc, path)
 		if !strings.HasPrefix(p.body, `{"status":"ok","version":"v1.4.0","commit":"0123abc",`) || !strings.Contains(p.body, `"region":"eu-west-1"`) {
@@ -364,7 +327,5 @@ func TestVersionAndCommitFromConfig(t *testing.T) {
 		}
 	}
 	h.endWindow(time.Second)
-	if err := h.wait(); err != nil {
-		t.Fatal(err)
-	}
+	h.waitOK(t)
 }

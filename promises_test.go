@@ -142,14 +142,7 @@ func TestOnPanicForHooksAndLoops(t *testing.T) {
 func TestStartupzStays503WhenTheSequenceStartsDuringBoot(t *testing.T) {
 	h := newHarness(t, lameduck.Config{ShutdownDelay: 5 * time.Second})
 	h.serve(http.NotFoundHandler())
-	booting := make(chan struct{})
-	if err := h.lc.AddStartupTask("migrate", func(ctx context.Context) error {
-		close(booting)
-		<-ctx.Done()
-		return ctx.Err()
-	}); err != nil {
-		t.Fatal(err)
-	}
+	booting := h.startupUntilCancelled("migrate")
 	h.run()
 	recv(t, booting, "the startup task to run")
 	probeOf(t, h.lc, "/startupz").status(t, 503, "starting")
@@ -208,9 +201,7 @@ func TestSettingsFromTheEnvironmentAreApplied(t *testing.T) {
 		h.clock.Advance(time.Nanosecond)
 		await(t, h.lc.Events().Joined)
 		_ = h.wait() // the abandoned write's verdict is the join tests' concern
-		if !strings.Contains(h.logs.String(), "audit-row") {
-			t.Fatalf("the join did not name the write it left:\n%s", h.logs)
-		}
+		h.logged(t, "audit-row", "the join did not name the write it left")
 	})
 	t.Run("CHECK_TIMEOUT", func(t *testing.T) {
 		h := started(t, lameduck.Config{ShutdownDelay: time.Second, CheckDetails: lameduck.CheckDetailsShow,
@@ -227,9 +218,7 @@ func TestSettingsFromTheEnvironmentAreApplied(t *testing.T) {
 			t.Fatalf("/readyz = %s; want the check's deadline to be LAMEDUCK_CHECK_TIMEOUT=50ms", p.body)
 		}
 		h.endWindow(time.Second)
-		if err := h.wait(); err != nil {
-			t.Fatal(err)
-		}
+		h.waitOK(t)
 	})
 	t.Run("CHECK_MAX_AGE", func(t *testing.T) {
 		h := started(t, lameduck.Config{ShutdownDelay: time.Second,
@@ -248,8 +237,6 @@ func TestSettingsFromTheEnvironmentAreApplied(t *testing.T) {
 			t.Fatalf("3 probes pinged %d times; want 1 with LAMEDUCK_CHECK_MAX_AGE=1h", n)
 		}
 		h.endWindow(time.Second)
-		if err := h.wait(); err != nil {
-			t.Fatal(err)
-		}
+		h.waitOK(t)
 	})
 }

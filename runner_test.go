@@ -17,12 +17,9 @@ import (
 // that /readyz answers.
 func TestNoListenerNoProbeClaims(t *testing.T) {
 	h := newHarness(t, lameduck.Config{})
-	h.run()
-	await(t, h.lc.Events().StartupDone)
+	h.start(t)
 	h.lc.BeginShutdown("test")
-	if err := h.wait(); err != nil {
-		t.Fatal(err)
-	}
+	h.waitOK(t)
 	logs := h.logs.String()
 	if !strings.Contains(logs, "no listener serves the probes") || !strings.Contains(logs, "LAMEDUCK_PROBE_ADDR") {
 		t.Fatalf("logs do not say nothing serves the probes:\n%s", logs)
@@ -35,30 +32,26 @@ func TestNoListenerNoProbeClaims(t *testing.T) {
 // A probe listener of its own serves a Lifecycle without servers.
 func TestProbeAddrServesWithoutServers(t *testing.T) {
 	h := newHarness(t, lameduck.Config{ProbeAddr: "127.0.0.1:0"})
-	h.run()
-	await(t, h.lc.Events().StartupDone)
+	h.start(t)
 	if strings.Contains(h.logs.String(), "no listener serves the probes") {
 		t.Fatalf("warned with a probe listener:\n%s", h.logs)
 	}
 	h.lc.BeginShutdown("test")
-	if err := h.wait(); err != nil {
-		t.Fatal(err)
-	}
+	h.waitOK(t)
 }
 
 // An extension's probe answerer (a runner's: internal/extend) answers
 // first; the Lifecycle's answer stands otherwise.
 func TestExtensionAnswersProbes(t *testing.T) {
 	stalled := false
-	var cfg lameduck.Config
-	extend.Attach(&cfg, &extend.Extension[lameduck.Config, lameduck.Phase]{
-		Answer: func(probe string, p lameduck.Phase) (health.Report, bool) {
+	cfg := lameduck.Config{Extension: &extend.Extension{
+		Answer: func(probe string, p int32) (health.Report, bool) {
 			if probe == lameduck.PathLiveness && stalled {
 				return health.Report{Status: health.StatusStalled}, true
 			}
 			return health.Report{}, false
 		},
-	})
+	}}
 	h := newHarness(t, cfg)
 	ask := func(path string) (int, string) {
 		rec := httptest.NewRecorder()
@@ -78,8 +71,7 @@ func TestExtensionAnswersProbes(t *testing.T) {
 // holds the window until it returns, within the bound, DrainTimeout.
 func TestDrainWaitHoldsTheWindow(t *testing.T) {
 	release := make(chan struct{})
-	cfg := lameduck.Config{ProbeAddr: "127.0.0.1:0", DrainTimeout: time.Hour}
-	extend.Attach(&cfg, &extend.Extension[lameduck.Config, lameduck.Phase]{
+	cfg := lameduck.Config{ProbeAddr: "127.0.0.1:0", DrainTimeout: time.Hour, Extension: &extend.Extension{
 		Window: "test drain bound",
 		Waits: []extend.Wait{{Name: "job", Fn: func(ctx context.Context) error {
 			select {
@@ -88,10 +80,9 @@ func TestDrainWaitHoldsTheWindow(t *testing.T) {
 			}
 			return nil
 		}}},
-	})
+	}}
 	h := newHarness(t, cfg)
-	h.run()
-	await(t, h.lc.Events().StartupDone)
+	h.start(t)
 	h.lc.BeginShutdown("test")
 	h.timers(1) // the bound
 	if n := h.clock.Advance(59 * time.Minute); n != 0 || h.lc.Events().WindowEnded.Fired() {
@@ -99,12 +90,8 @@ func TestDrainWaitHoldsTheWindow(t *testing.T) {
 	}
 	close(release)
 	await(t, h.lc.Events().WindowEnded)
-	if err := h.wait(); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(h.logs.String(), "drain waits done") {
-		t.Fatalf("logs:\n%s", h.logs)
-	}
+	h.waitOK(t)
+	h.logged(t, "drain waits done", "logs")
 }
 
 // The probe listener carries the application's extra handler (a /metrics)
@@ -113,8 +100,7 @@ func TestProbeListenerHandler(t *testing.T) {
 	h := newHarness(t, lameduck.Config{ProbeAddr: "127.0.0.1:0", ProbeListenerHandler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte("metrics at " + r.URL.Path))
 	})})
-	h.run()
-	await(t, h.lc.Events().StartupDone)
+	h.start(t)
 	l, _ := findListening(h.logs.String())
 	c := client(t)
 	get(t, c, "http://"+l+"/readyz").status(t, 200, "ok")
@@ -122,9 +108,7 @@ func TestProbeListenerHandler(t *testing.T) {
 		t.Fatalf("GET /metrics = %d %q", p.code, p.body)
 	}
 	h.lc.BeginShutdown("test")
-	if err := h.wait(); err != nil {
-		t.Fatal(err)
-	}
+	h.waitOK(t)
 }
 
 // findListening returns the address of the first "lameduck: listening" line.

@@ -18,22 +18,31 @@ import (
 	"github.com/lameduck/lameduck/health"
 )
 
-// The hook on the application's own listener without a token is refused at
-// New, naming both fixes; with a token, or on the probe-only listener, it
-// starts.
-func TestPreStopNeedsTokenOnSharedListener(t *testing.T) {
-	_, err := newFromEnv(t, map[string]string{"LAMEDUCK_PRESTOP": "true"}, lameduck.Config{})
+// refusedWithoutToken checks that LAMEDUCK_<setting>=true without a token,
+// on the application's own listener, is refused at New with an error that
+// names the setting and every fix, and that field, set in cfg alone, is
+// refused too.
+func refusedWithoutToken(t *testing.T, setting, field string, cfg lameduck.Config) {
+	t.Helper()
+	_, err := newFromEnv(t, map[string]string{"LAMEDUCK_" + setting: "true"}, lameduck.Config{})
 	if !errors.Is(err, lameduck.ErrInvalidConfig) {
-		t.Fatalf("PRESTOP=true alone: err = %v, want ErrInvalidConfig", err)
+		t.Fatalf("%s=true alone: err = %v, want ErrInvalidConfig", setting, err)
 	}
-	for _, w := range []string{`LAMEDUCK_PRESTOP="true"`, "LAMEDUCK_PRESTOP_TOKEN", "LAMEDUCK_PRESTOP_TOKEN_FILE", "LAMEDUCK_PROBE_ADDR", lameduck.PreStopTokenHeader} {
+	for _, w := range []string{`LAMEDUCK_` + setting + `="true"`, "LAMEDUCK_PRESTOP_TOKEN", "LAMEDUCK_PRESTOP_TOKEN_FILE", "LAMEDUCK_PROBE_ADDR", lameduck.PreStopTokenHeader} {
 		if !strings.Contains(err.Error(), w) {
 			t.Errorf("error %q does not name %s", err, w)
 		}
 	}
-	if _, err := newFromEnv(t, nil, lameduck.Config{PreStop: true}); !errors.Is(err, lameduck.ErrInvalidConfig) {
-		t.Errorf("Config.PreStop alone: err = %v, want ErrInvalidConfig", err)
+	if _, err := newFromEnv(t, nil, cfg); !errors.Is(err, lameduck.ErrInvalidConfig) {
+		t.Errorf("%s alone: err = %v, want ErrInvalidConfig", field, err)
 	}
+}
+
+// The hook on the application's own listener without a token is refused at
+// New, naming both fixes; with a token, or on the probe-only listener, it
+// starts.
+func TestPreStopNeedsTokenOnSharedListener(t *testing.T) {
+	refusedWithoutToken(t, "PRESTOP", "Config.PreStop", lameduck.Config{PreStop: true})
 	for _, vars := range []map[string]string{
 		{"LAMEDUCK_PRESTOP": "true", "LAMEDUCK_PRESTOP_TOKEN": "s3cret"},
 		{"LAMEDUCK_PRESTOP_TOKEN": "s3cret"},
@@ -120,8 +129,7 @@ func TestPreStopRefusedLoggedOncePerMinute(t *testing.T) {
 	h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second, PreStopToken: "s3cret-token",
 		Fields: func() map[string]any { fields.Add(1); return nil }})
 	base := h.serve(http.NotFoundHandler())
-	h.run()
-	await(t, h.lc.Events().StartupDone)
+	h.start(t)
 	c := client(t)
 	// try is safe on any goroutine; call, on the test's only.
 	try := func(tok string) reply {
@@ -191,9 +199,7 @@ func TestPreStopRefusedLoggedOncePerMinute(t *testing.T) {
 	if p := recv(t, hook, "the hook's answer"); p.err != nil || p.code != 200 {
 		t.Fatalf("the right token: %d %s (%v)", p.code, p.body, p.err)
 	}
-	if err := h.wait(); err != nil {
-		t.Fatal(err)
-	}
+	h.waitOK(t)
 }
 
 // On the probe-only listener the hook needs no token and bodies keep the
@@ -205,8 +211,7 @@ func TestProbeOnlyListenerKeepsDetails(t *testing.T) {
 		return errors.New("dial tcp db.internal:5432: connection refused")
 	}})
 	own := h.serve(http.NotFoundHandler())
-	h.run()
-	await(t, h.lc.Events().StartupDone)
+	h.start(t)
 	addr := h.probeListener()
 	c := client(t)
 	p := get(t, c, "http://"+addr+"/readyz")
@@ -226,9 +231,7 @@ func TestProbeOnlyListenerKeepsDetails(t *testing.T) {
 	if p := get(t, c, own+"/prestop"); p.code != 404 {
 		t.Fatalf("the application's /prestop: %d; want the application's own 404", p.code)
 	}
-	if !strings.Contains(h.logs.String(), "db.internal:5432") {
-		t.Fatalf("the log lacks the detail:\n%s", h.logs)
-	}
+	h.logged(t, "db.internal:5432", "the log lacks the detail")
 	hook := getAsync(c, "http://"+addr+"/prestop")
 	await(t, h.lc.Events().ShutdownInitiated)
 	h.timers(1)
@@ -236,9 +239,7 @@ func TestProbeOnlyListenerKeepsDetails(t *testing.T) {
 	if p := recv(t, hook, "the hook's answer"); p.err != nil || p.code != 200 {
 		t.Fatalf("probe-only /prestop without a token: %d (%v); want 200", p.code, p.err)
 	}
-	if err := h.wait(); err != nil {
-		t.Fatal(err)
-	}
+	h.waitOK(t)
 }
 
 func TestCheckDetailsSetting(t *testing.T) {
@@ -350,13 +351,8 @@ func TestProbePaths(t *testing.T) {
 func TestProbeWithTrickledBodyClosed(t *testing.T) {
 	h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second})
 	base := h.serve(http.NotFoundHandler())
-	h.run()
-	await(t, h.lc.Events().StartupDone)
-	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	h.start(t)
+	conn := dial(t, base)
 	if _, err := io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\nab"); err != nil {
 		t.Fatal(err)
 	}
@@ -378,9 +374,7 @@ func TestProbeWithTrickledBodyClosed(t *testing.T) {
 	h.lc.BeginShutdown("test")
 	h.timers(1)
 	h.clock.Advance(time.Second)
-	if err := h.wait(); err != nil {
-		t.Fatal(err)
-	}
+	h.waitOK(t)
 }
 
 // A token short enough to guess is accepted with a warning at Run, which
@@ -390,14 +384,9 @@ func TestWeakTokenWarned(t *testing.T) {
 		token string
 		warn  bool
 	}{{"s3cret", true}, {"0123456789abcdef", false}} {
-		h := newHarness(t, lameduck.Config{ShutdownDelay: lameduck.NoDelay, PreStopToken: tc.token})
-		h.serve(http.NotFoundHandler())
-		h.run()
-		await(t, h.lc.Events().StartupDone)
+		h := started(t, lameduck.Config{ShutdownDelay: lameduck.NoDelay, PreStopToken: tc.token})
 		h.lc.BeginShutdown("test")
-		if err := h.wait(); err != nil {
-			t.Fatal(err)
-		}
+		h.waitOK(t)
 		if got := strings.Contains(h.logs.String(), "the preStop token is"); got != tc.warn {
 			t.Errorf("token of %d characters: warned %v, want %v:\n%s", len(tc.token), got, tc.warn, h.logs)
 		}
@@ -442,8 +431,7 @@ func TestProbeFloodOverHTTPSharesOnePing(t *testing.T) {
 	if err := h.lc.AddServer(srv, ln); err != nil {
 		t.Fatal(err)
 	}
-	h.run()
-	await(t, h.lc.Events().StartupDone)
+	h.start(t)
 	tr := &http.Transport{DisableKeepAlives: true, MaxIdleConns: -1}
 	defer tr.CloseIdleConnections()
 	c := &http.Client{Transport: tr, Timeout: time.Minute}
@@ -477,9 +465,7 @@ func TestProbeFloodOverHTTPSharesOnePing(t *testing.T) {
 		t.Fatalf("%d concurrent probes caused %d pings; want them to share one", clients, n)
 	}
 	h.lc.BeginShutdown("test")
-	if err := h.wait(); err != nil {
-		t.Fatal(err)
-	}
+	h.waitOK(t)
 }
 
 // docs/security.md: the token is "never printed in a configuration error

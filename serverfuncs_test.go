@@ -95,8 +95,7 @@ func TestServerFuncsDrainLikeAnHTTPServer(t *testing.T) {
 		}
 		io.WriteString(w, "done")
 	}))
-	h.run()
-	await(t, h.lc.Events().StartupDone)
+	h.start(t)
 	c := client(t)
 	get(t, c, base+"/readyz").status(t, 200, "ok")
 	slow := getAsync(client(t), base+"/slow")
@@ -145,34 +144,15 @@ func TestServerFuncsCutAtTheBudgetAndNamed(t *testing.T) {
 		close(entered)
 		<-r.Context().Done() // until its connection is closed
 	}))
-	h.run()
-	await(t, h.lc.Events().StartupDone)
-	reqDone := make(chan error, 1)
-	c := client(t)
-	go func() {
-		resp, err := c.Post(base+"/stuck", "text/plain", nil)
-		if err == nil {
-			resp.Body.Close()
-		}
-		reqDone <- err
-	}()
+	h.start(t)
+	reqDone := sendAsync(client(t), "POST", base+"/stuck")
 	recv(t, entered, "entered")
 	h.endWindow(time.Second)
 	h.timers(1) // the HTTP drain's timer
 	// Past the accept grace (a timer of its own for a moment): the drain's
 	// deadline is the only timer left.
 	recv(t, f.shutdownE, "the teardown to call Shutdown")
-	if n := h.clock.Advance(3*time.Second - time.Nanosecond); n != 0 || h.lc.Events().HTTPDrained.Fired() {
-		t.Fatalf("the drain ended before its budget was spent (%d timer(s) fired)", n)
-	}
-	h.clock.Advance(time.Nanosecond)
-	err := h.wait()
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Run = %v; want an error wrapping context.DeadlineExceeded", err)
-	}
-	if err := recv(t, reqDone, "the cut request's end"); err == nil {
-		t.Fatal("the stuck request was answered; it should have been cut")
-	}
+	h.cutAtBudget(t, 3*time.Second, reqDone)
 	if logs := h.logs.String(); !strings.Contains(logs, "HTTP drain cut 1 in-flight request(s) after 3s: POST /stuck (age 4s)") {
 		t.Fatalf("the cut request is not named with method, path and age:\n%s", logs)
 	}
@@ -230,8 +210,7 @@ func TestServerFuncsRejectModeRefuses(t *testing.T) {
 			<-release
 		}
 	}))
-	h.run()
-	await(t, h.lc.Events().StartupDone)
+	h.start(t)
 	slow := getAsync(client(t), base+"/slow")
 	recv(t, entered, "entered")
 	h.endWindow(time.Second)
@@ -249,9 +228,7 @@ func TestServerFuncsRejectModeRefuses(t *testing.T) {
 	if p := recv(t, slow, "the in-flight request's answer"); p.err != nil || p.code != 200 {
 		t.Fatalf("the in-flight request got %d (%v)", p.code, p.err)
 	}
-	if err := h.wait(); err != nil {
-		t.Fatal(err)
-	}
+	h.waitOK(t)
 }
 
 // TestServerFuncsHijackedEndsWithItsConnection: a hijacked request on a
@@ -263,25 +240,14 @@ func TestServerFuncsHijackedEndsWithItsConnection(t *testing.T) {
 			h := newHarness(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 4 * time.Second})
 			hijacked := make(chan net.Conn, 1)
 			base, _ := h.serveFuncs(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				conn, buf, err := http.NewResponseController(w).Hijack()
-				if err != nil {
-					t.Error(err)
-					return
+				if conn := upgrade(t, w); conn != nil {
+					hijacked <- conn
 				}
-				buf.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: x-test\r\nConnection: Upgrade\r\n\r\n")
-				buf.Flush()
-				hijacked <- conn
 			}))
 			// The middleware above ends the request when the handler
 			// returns; this one hands the end to the connection.
-			h.run()
-			await(t, h.lc.Events().StartupDone)
-			conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
-			fmt.Fprintf(conn, "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: x-test\r\n\r\n")
+			h.start(t)
+			conn := dialUpgrade(t, base)
 			sc := recv(t, hijacked, "the hijacked connection")
 			// The middleware ends /ws once the handler has returned, which
 			// is after it handed the connection over: wait for that end.
@@ -309,9 +275,7 @@ func TestServerFuncsHijackedEndsWithItsConnection(t *testing.T) {
 					t.Fatalf("InFlight after the connection closed = %+v", got)
 				}
 				h.endWindow(time.Second)
-				if err := h.wait(); err != nil {
-					t.Fatal(err)
-				}
+				h.waitOK(t)
 				return
 			}
 			h.endWindow(time.Second)
@@ -353,9 +317,7 @@ func TestServerFuncsBindsItsAddr(t *testing.T) {
 		t.Fatalf("served on %s", addr)
 	}
 	h.lc.BeginShutdown("test")
-	if err := h.wait(); err != nil {
-		t.Fatal(err)
-	}
+	h.waitOK(t)
 }
 
 func TestTrackRequestAllocatesNothing(t *testing.T) {

@@ -99,9 +99,7 @@ func TestStartupTaskRetriesWithBackoff(t *testing.T) {
 	h.lc.BeginShutdown("test")
 	h.timers(1)
 	h.clock.Advance(time.Second)
-	if err := h.wait(); err != nil {
-		t.Fatal(err)
-	}
+	h.waitOK(t)
 }
 
 // The startup budget ends the retrying: the final failure names the task,
@@ -273,12 +271,7 @@ func TestSequenceDuringBootGoesFromStartingToDraining(t *testing.T) {
 			phases = append(phases, p)
 		}
 	}})
-	booting := make(chan struct{})
-	h.lc.AddStartupTask("warm-up", func(ctx context.Context) error {
-		close(booting)
-		<-ctx.Done()
-		return ctx.Err()
-	})
+	booting := h.startupUntilCancelled("warm-up")
 	h.serve(okHandler)
 	h.run()
 	recv(t, booting, "the startup task to run")
@@ -288,9 +281,7 @@ func TestSequenceDuringBootGoesFromStartingToDraining(t *testing.T) {
 	// Outside serving /readyz does not even look at the path.
 	probeOf(t, h.lc, "/readyz/nope").status(t, 503, "starting")
 	h.lc.BeginShutdown("test")
-	if err := h.wait(); err != nil {
-		t.Fatal(err)
-	}
+	h.waitOK(t)
 	if h.lc.Events().StartupDone.Fired() {
 		t.Fatal("the pod passed through serving")
 	}

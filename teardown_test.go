@@ -26,8 +26,7 @@ func stuckServer(t *testing.T, h *harness) (send func(path string), results <-ch
 		entered <- struct{}{}
 		<-r.Context().Done()
 	}))
-	h.run()
-	await(t, h.lc.Events().StartupDone)
+	h.start(t)
 	c := client(t)
 	res := make(chan error, 64)
 	return func(path string) {
@@ -159,9 +158,7 @@ func TestCutRequestsOldestFirstAndCapped(t *testing.T) {
 func TestNoBackgroundWorkNoJoinLine(t *testing.T) {
 	h := started(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 3 * time.Second})
 	h.endWindow(time.Second)
-	if err := h.wait(); err != nil {
-		t.Fatal(err)
-	}
+	h.waitOK(t)
 	if logs := h.logs.String(); strings.Contains(logs, "lameduck: join") || !strings.Contains(logs, "lameduck: stopped") {
 		t.Fatalf("a service without background work logged a join line (or never stopped):\n%s", logs)
 	}
@@ -190,8 +187,7 @@ func TestTeardownHooksNeverPastTheHTTPDrainsEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.serve(okHandler)
-	h.run()
-	await(t, h.lc.Events().StartupDone)
+	h.start(t)
 	h.endWindow(time.Second)
 	recv(t, entered, "the hook to run")
 	await(t, h.lc.Events().HTTPDrained) // nothing in flight: its deadline's timer is stopped

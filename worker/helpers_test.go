@@ -23,7 +23,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // guard bounds every wait on the worker's goroutines: a hang fails the test
 // instead of timing the suite out; it is never a synchronisation.
-const guard = 10 * time.Second
+const guard = testsupport.Guard
 
 // fakeSource hands out what the test sends: a job on jobs, or an idle cycle
 // on idle. A fetch nobody answers blocks until the queue's request expires,
@@ -118,13 +118,7 @@ func (j *fakeJob) HandBack(_ context.Context, d time.Duration) error {
 
 func (j *fakeJob) outcome(t *testing.T) string {
 	t.Helper()
-	select {
-	case s := <-j.ended:
-		return s
-	case <-time.After(guard):
-		t.Fatalf("job %s neither acknowledged nor handed back", j.id)
-		return ""
-	}
+	return testsupport.Recv(t, j.ended, "job "+j.id+" to be acknowledged or handed back")
 }
 
 // handler runs each job until the test releases it or its context ends,
@@ -159,13 +153,7 @@ func (h *handler) finish(t *testing.T, err error) {
 
 func (h *handler) awaitStart(t *testing.T) context.Context {
 	t.Helper()
-	select {
-	case ctx := <-h.started:
-		return ctx
-	case <-time.After(guard):
-		t.Fatal("the job never started")
-		return nil
-	}
+	return testsupport.Recv(t, h.started, "the job to start")
 }
 
 type harness struct {
@@ -203,11 +191,7 @@ func newHarness(t *testing.T, cfg worker.Config, vars map[string]string) *harnes
 		t.Fatalf("worker.New: %v", err)
 	}
 	h.w = w
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("logs:\n%s", h.logs)
-		}
-	})
+	h.logs.LogOnFailure(t)
 	return h
 }
 
@@ -300,32 +284,20 @@ func (h *harness) expect(path string, code int, status string) map[string]any {
 // awaitEvent waits for a Lifecycle event.
 func (h *harness) awaitEvent(e *lameduck.Event) {
 	h.t.Helper()
-	select {
-	case <-e.Done():
-	case <-time.After(guard):
-		h.t.Fatalf("event %s never fired", e.Name())
-	}
+	testsupport.Await(h.t, e)
 }
 
 // awaitFetch waits until the source's loop has begun a fetch.
 func awaitFetch(t *testing.T, s *fakeSource) {
 	t.Helper()
-	select {
-	case <-s.fetches:
-	case <-time.After(guard):
-		t.Fatal("the loop never fetched")
-	}
+	testsupport.Recv(t, s.fetches, "the loop to fetch")
 }
 
 // nextPoll waits until the epoch poller sleeps on the fake clock (the only
 // timer while a job runs), then wakes it.
 func (h *harness) nextPoll() {
 	h.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), guard)
-	defer cancel()
-	if err := h.clock.WaitForTimers(ctx, 1); err != nil {
-		h.t.Fatalf("the epoch poller never slept: %v", err)
-	}
+	testsupport.Timers(h.t, h.clock, 1) // the epoch poller sleeps
 	h.clock.Advance(h.poll)
 }
 

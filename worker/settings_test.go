@@ -37,7 +37,7 @@ func TestRunnerSettingsAreWorkersRows(t *testing.T) {
 		}
 	}
 	slices.Sort(added)
-	if want := slices.Sorted(slices.Values(extend.RunnerSettings)); !slices.Equal(added, want) {
+	if want := slices.Sorted(slices.Values(extend.RunnerSettings())); !slices.Equal(added, want) {
 		t.Fatalf("worker adds the settings %q; internal/extend.RunnerSettings lists %q", added, want)
 	}
 	for _, kv := range env {

@@ -3,6 +3,7 @@ package testsupport
 import (
 	"bytes"
 	"sync"
+	"testing"
 )
 
 // LogBuffer is a goroutine-safe sink for a test's slog handler: the code
@@ -25,4 +26,14 @@ func (l *LogBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// LogOnFailure registers a cleanup on t that logs everything written, when
+// t has failed.
+func (l *LogBuffer) LogOnFailure(t testing.TB) {
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("logs:\n%s", l)
+		}
+	})
 }
