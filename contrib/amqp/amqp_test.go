@@ -57,22 +57,16 @@ func TestCheckRealServer(t *testing.T) {
 // restored. DialCheck redials after the outage.
 func TestFaults(t *testing.T) {
 	base := live(t)
-	var proxy *testsupport.Proxy
-	testsupport.Faults{
-		Check: func(t testing.TB, name string, critical bool) health.Check {
-			proxy = testsupport.NewProxy(t, base.Host)
-			u := *base
-			u.Host = proxy.Addr()
-			// The harness sets the Timeout.
-			c, closeC := ldamqp.DialCheck(health.Check{Name: name, Critical: critical}, u.String(), amqp.Config{})
-			t.Cleanup(func() { closeC() })
-			return c
-		},
-		Down:    func(testing.TB) { proxy.Cut() },
-		Up:      func(testing.TB) { proxy.Restore() },
-		Stall:   func(testing.TB) { proxy.Stall() },
-		Secrets: []string{base.User.String()},
-	}.Run(t)
+	f := testsupport.ProxiedFaults(base.Host, func(t testing.TB, name string, critical bool, addr string) health.Check {
+		u := *base
+		u.Host = addr
+		// The harness sets the Timeout.
+		c, closeC := ldamqp.DialCheck(health.Check{Name: name, Critical: critical}, u.String(), amqp.Config{})
+		t.Cleanup(func() { closeC() })
+		return c
+	})
+	f.Secrets = []string{base.User.String()}
+	f.Run(t)
 }
 
 func TestBadInput(t *testing.T) {

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	ldamqp "github.com/lameduck/lameduck/contrib/amqp"
+	"github.com/lameduck/lameduck/internal/testsupport"
 	"github.com/lameduck/lameduck/worker"
 	"github.com/lameduck/lameduck/worker/sourcetest"
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -399,7 +399,7 @@ func startNode(t *testing.T) *privateNode {
 	if err := os.Chmod(dir, 0o777); err != nil { // rabbitmq-server runs as its own user
 		t.Fatal(err)
 	}
-	port, dist := freePort(t), freePort(t)
+	port, dist := testsupport.FreePort(t), testsupport.FreePort(t)
 	n := &privateNode{name: fmt.Sprintf("lameduck-test-%d@localhost", os.Getpid()), ctl: ctl}
 	n.url = &url.URL{Scheme: "amqp", User: url.UserPassword("guest", "guest"), Host: fmt.Sprintf("127.0.0.1:%d", port), Path: "/"}
 	conf := dir + "/node.conf"
@@ -437,15 +437,4 @@ func (n *privateNode) restart(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// freePort returns a port of 127.0.0.1 free a moment ago.
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }

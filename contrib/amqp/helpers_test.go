@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"regexp"
 	"testing"
 	"time"
@@ -28,6 +29,20 @@ type fixture struct {
 }
 
 var unsafeName = regexp.MustCompile(`[^A-Za-z0-9]+`)
+
+// proxied returns a Proxy of the test's own to the fixture's broker and
+// the fixture's URL through it.
+func (f *fixture) proxied() (*testsupport.Proxy, string) {
+	f.t.Helper()
+	u, err := url.Parse(f.url)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	proxy := testsupport.NewProxy(f.t, u.Host)
+	via := *u
+	via.Host = proxy.Addr()
+	return proxy, via.String()
+}
 
 // newFixture declares the quorum queue q (its MaxDeliveries and
 // DeliveryLimit; the name is the test's) and a dead-letter queue.

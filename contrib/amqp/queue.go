@@ -95,8 +95,8 @@ type Queue struct {
 	// Arguments are added to the work queue's arguments at declaration,
 	// and override those DeclareQueue sets (x-queue-type, x-delivery-limit,
 	// the dead-letter ones). Use it for x-consumer-timeout (RabbitMQ
-	// 3.11.15, 3.12 and later; docs/amqp.md, "Long jobs") or a
-	// dead-letter exchange of your own.
+	// 3.11.15, 3.12 and later; docs/amqp.md, "Long jobs: the consumer
+	// timeout") or a dead-letter exchange of your own.
 	Arguments amqp.Table
 }
 

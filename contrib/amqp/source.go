@@ -40,8 +40,9 @@ type SourceConfig struct {
 	// policy and the server's consumer_timeout (30 minutes by default) on
 	// RabbitMQ 3.11.15, 3.12 and later; earlier versions ignore it.
 	// Set it above your longest job and the drain bound
-	// (LAMEDUCK_DRAIN_TIMEOUT); docs/amqp.md, "Long jobs". Zero means
-	// the queue's or the server's; negative is an error.
+	// (LAMEDUCK_DRAIN_TIMEOUT); docs/amqp.md, "Long jobs: the consumer
+	// timeout". Zero means the queue's or the server's; negative is an
+	// error.
 	ConsumerTimeout time.Duration
 	// ID names a job in the runner's logs and probe bodies, from its
 	// delivery. Nil means the message's MessageId property. It is called
@@ -70,8 +71,8 @@ type SourceConfig struct {
 // acknowledgements); each Fetch then returns a delivery from the
 // consumer's buffer, or waits for one. A delivery stays unacknowledged on
 // its channel while its job runs, however long (RabbitMQ's consumer
-// timeout aside: docs/amqp.md, "Long jobs"), until the loop acknowledges
-// it or hands it back through the Job.
+// timeout aside: docs/amqp.md, "Long jobs: the consumer timeout"), until
+// the loop acknowledges it or hands it back through the Job.
 //
 // What RabbitMQ does without the Source: a delivery on a channel that
 // closes (the connection broke, the process was killed, the consumer

@@ -3,7 +3,7 @@ package ldamqp_test
 import (
 	"context"
 	"errors"
-	"net/url"
+
 	"strings"
 	"sync"
 	"testing"
@@ -277,24 +277,18 @@ func TestHandBackHonoursTheDelay(t *testing.T) {
 // done, none lost.
 func TestBrokenConnection(t *testing.T) {
 	f := newFixture(t, ldamqp.Queue{MaxDeliveries: 6})
-	u, err := url.Parse(f.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := testsupport.NewProxy(t, u.Host)
-	via := *u
-	via.Host = proxy.Addr()
+	proxy, via := f.proxied()
 	f.publish("job-1", "job-2", "job-3")
-	conn := dialURL(t, via.String())
+	conn := dialURL(t, via)
 	var redials []*amqp.Connection
 	src := f.source(conn, ldamqp.SourceConfig{Prefetch: 2, Redial: func(ctx context.Context) (*amqp.Connection, error) {
-		c, err := amqp.DialConfig(via.String(), amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
+		c, err := amqp.DialConfig(via, amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
 		if err == nil {
 			redials = append(redials, c)
 		}
 		return c, err
 	}})
-	plainConn := dialURL(t, via.String())
+	plainConn := dialURL(t, via)
 	plain := f.source(plainConn, ldamqp.SourceConfig{})
 	held := fetch(t, src, 10*time.Second)
 	if _, err := plain.Fetch(context.Background(), 0); err != nil { // started before the cut
@@ -542,15 +536,9 @@ func TestQueueDeletedUnderTheConsumer(t *testing.T) {
 // connection closes.
 func TestDrainBoundedByItsContext(t *testing.T) {
 	f := newFixture(t, ldamqp.Queue{MaxDeliveries: 6})
-	u, err := url.Parse(f.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := testsupport.NewProxy(t, u.Host)
-	via := *u
-	via.Host = proxy.Addr()
+	proxy, via := f.proxied()
 	f.publish("job-1", "job-2")
-	conn := dialURL(t, via.String())
+	conn := dialURL(t, via)
 	src := f.source(conn, ldamqp.SourceConfig{Prefetch: 2})
 	j := fetch(t, src, 10*time.Second)
 	if err := j.Ack(context.Background()); err != nil {

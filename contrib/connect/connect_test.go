@@ -19,7 +19,6 @@ import (
 	"connectrpc.com/grpchealth"
 	"github.com/lameduck/lameduck"
 	ldconnect "github.com/lameduck/lameduck/contrib/connect"
-	"github.com/lameduck/lameduck/health"
 	"github.com/lameduck/lameduck/internal/testsupport"
 	"github.com/lameduck/lameduck/lameducktest"
 	"go.uber.org/goleak"
@@ -409,32 +408,14 @@ const (
 // The Lifecycle runs on the fake clock, so the window lasts until the test
 // ends it; the Watch's re-read keeps its real timer.
 func TestHealthThroughThePhases(t *testing.T) {
-	logs := &testsupport.LogBuffer{}
-	lc, clk := lameducktest.New(t, lameduck.Config{ShutdownDelay: 5 * time.Second, ShutdownTeardown: 5 * time.Second,
-		CheckTimeout: testsupport.Timeout, // the check answers at once; a loaded machine may delay it past 1s
-		Logger:       testLogger(t, logs)})
-	boot := make(chan struct{})
-	var failing atomic.Bool
+	p := testsupport.NewPhases(t)
+	lc, clk := p.LC, p.Clk
 	must := func(err error) {
 		t.Helper()
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
-	must(lc.AddStartupTask("boot", func(ctx context.Context) error {
-		select {
-		case <-boot:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}))
-	must(lc.AddCheck(health.Check{Name: "db", Critical: true, Func: func(context.Context) error {
-		if failing.Load() {
-			return errors.New("down")
-		}
-		return nil
-	}}))
 	s := serve(t, lc)
 	cs := clients(t)
 	s.srv.Health().SetServing(pingSvc, true)
@@ -459,15 +440,15 @@ func TestHealthThroughThePhases(t *testing.T) {
 	next(notServing)
 	inFlight(t, lc, 0) // health calls are probes, not requests in flight
 
-	close(boot)
+	close(p.Boot)
 	next(serving)
 	wantStatus(t, cs, s.url, "serving", map[string]grpchealth.Status{
 		"": serving, "readiness": serving, "liveness": serving, pingSvc: serving})
-	failing.Store(true)
+	p.Failing.Store(true)
 	wantStatus(t, cs, s.url, "a critical check fails", map[string]grpchealth.Status{
 		"": notServing, "readiness": notServing, "liveness": serving, pingSvc: notServing})
 	next(notServing) // within the Watch's re-read
-	failing.Store(false)
+	p.Failing.Store(false)
 	next(serving)
 	s.srv.Health().SetServing(pingSvc, false)
 	wantStatus(t, cs, s.url, "SetServing false", map[string]grpchealth.Status{"": serving, pingSvc: notServing})

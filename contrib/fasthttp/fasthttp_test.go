@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -28,15 +26,6 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m,
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"))
-}
-
-func listen(t *testing.T) net.Listener {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ln
 }
 
 // TestFastHTTPServer: a plain fasthttp server on the Lifecycle answers the
@@ -67,7 +56,8 @@ func TestFastHTTPServer(t *testing.T) {
 			fc.SetBodyString("hello")
 		}
 	}
-	fl, hl := listen(t), listen(t)
+	fl, fb := testsupport.Listen(t)
+	hl, hb := testsupport.Listen(t)
 	srv := &fasthttp.Server{Handler: ldfasthttp.New(lc).Handler(app)}
 	if err := ldfasthttp.AddServer(lc, srv, "", fl); err != nil {
 		t.Fatal(err)
@@ -75,24 +65,17 @@ func TestFastHTTPServer(t *testing.T) {
 	if err := lc.AddServer(&http.Server{Handler: http.NotFoundHandler()}, hl); err != nil {
 		t.Fatal(err)
 	}
-	fb, hb := "http://"+fl.Addr().String(), "http://"+hl.Addr().String()
 	wait := lameducktest.Start(t, lc)
 	tr := &http.Transport{}
 	defer tr.CloseIdleConnections()
 	c := &http.Client{Transport: tr, Timeout: 10 * time.Second}
 
-	for _, q := range []struct{ method, path string }{{"GET", "/healthz"}, {"HEAD", "/readyz"}, {"GET", "/readyz?verbose"},
-		{"POST", "/readyz"}, {"GET", "/startupz"}, {"GET", "/readyz/nope"}} {
-		f, h := testsupport.Do(t, c, q.method, fb+q.path, nil), testsupport.Do(t, c, q.method, hb+q.path, nil)
-		if f.Code != h.Code || f.Body != h.Body {
-			t.Errorf("%s %s: fasthttp %d %q, net/http %d %q", q.method, q.path, f.Code, f.Body, h.Code, h.Body)
-		}
-		for k, v := range h.Header {
-			if k != "Date" && !slices.Equal(v, f.Header[k]) {
-				t.Errorf("%s %s: header %s: fasthttp %q, net/http %q", q.method, q.path, k, f.Header[k], v)
-			}
-		}
+	var qs []testsupport.ProbeQuestion
+	for _, q := range [][2]string{{"GET", "/healthz"}, {"HEAD", "/readyz"}, {"GET", "/readyz?verbose"}, {"POST", "/readyz"},
+		{"GET", "/startupz"}, {"GET", "/readyz/nope"}} {
+		qs = append(qs, testsupport.ProbeQuestion{Method: q[0], Path: q[1]})
 	}
+	testsupport.CompareProbes(t, c, "fasthttp", "serving", fb, hb, qs, "Server")
 
 	slow := testsupport.GoFetch(&http.Client{Timeout: 10 * time.Second}, "GET", fb+"/slow")
 	stuck := testsupport.GoFetch(&http.Client{Timeout: 10 * time.Second}, "POST", fb+"/stuck")
@@ -152,19 +135,10 @@ func TestHandlerAllocatesNothing(t *testing.T) {
 
 // BenchmarkHandler: a fasthttp request with and without the middleware.
 func BenchmarkHandler(b *testing.B) {
-	for _, tracked := range []bool{false, true} {
-		name := map[bool]string{false: "bare", true: "tracked"}[tracked]
-		b.Run(name, func(b *testing.B) {
-			h := handler(b, tracked)
-			b.ReportAllocs()
-			b.RunParallel(func(pb *testing.PB) {
-				fc := requestCtx()
-				for pb.Next() {
-					h(fc)
-				}
-			})
-		})
-	}
+	testsupport.BenchBareAndTracked(b, handler, func(h fasthttp.RequestHandler) func() {
+		fc := requestCtx()
+		return func() { h(fc) }
+	})
 }
 
 // TestPathIsNetHTTPs: Path is, for each request target, the path that

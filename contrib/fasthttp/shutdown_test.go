@@ -2,9 +2,6 @@ package ldfasthttp_test
 
 import (
 	"bufio"
-	"io"
-	"log/slog"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -16,34 +13,19 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// fastRig is a fasthttp server registered with AddServer on a Lifecycle on
-// a fake clock, its handler wrapped by the middleware, with ReadTimeout and
-// IdleTimeout left at 0.
-type fastRig struct {
-	lc   *lameduck.Lifecycle
-	clk  *lameducktest.Clock
-	logs *testsupport.LogBuffer
-	base string
-	wait func() error
-}
-
-func newFastRig(t *testing.T, cfg lameduck.Config, app func(lc *lameduck.Lifecycle) fasthttp.RequestHandler) *fastRig {
+// newFastRig returns a started testsupport.HTTPRig whose server under test
+// is a fasthttp server registered with AddServer, its handler app(lc)
+// wrapped by the middleware, with ReadTimeout and IdleTimeout left at 0.
+func newFastRig(t *testing.T, cfg lameduck.Config, app func(lc *lameduck.Lifecycle) fasthttp.RequestHandler) *testsupport.HTTPRig {
 	t.Helper()
-	r := &fastRig{logs: &testsupport.LogBuffer{}}
-	cfg.Logger = slog.New(slog.NewTextHandler(r.logs, nil))
-	r.lc, r.clk = lameducktest.New(t, cfg)
-	ln := listen(t)
-	srv := &fasthttp.Server{Handler: ldfasthttp.New(r.lc).Handler(app(r.lc))}
-	if err := ldfasthttp.AddServer(r.lc, srv, "", ln); err != nil {
+	r := testsupport.NewHTTPRig(t, cfg)
+	ln, base := testsupport.Listen(t)
+	srv := &fasthttp.Server{Handler: ldfasthttp.New(r.LC).Handler(app(r.LC))}
+	if err := ldfasthttp.AddServer(r.LC, srv, "", ln); err != nil {
 		t.Fatal(err)
 	}
-	r.base = "http://" + ln.Addr().String()
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("logs:\n%s", r.logs)
-		}
-	})
-	r.wait = lameducktest.Start(t, r.lc)
+	r.Base = base
+	r.Start(t)
 	return r
 }
 
@@ -65,25 +47,25 @@ func TestIdleKeepAliveConnectionsNeverHoldTheExit(t *testing.T) {
 				fc.SetBodyString("hello")
 			}
 		})
-	idle := client(t)
-	if a := testsupport.Do(t, idle, "GET", r.base+"/", nil); a.Code != 200 || a.Close {
+	idle := testsupport.Client(t)
+	if a := testsupport.Do(t, idle, "GET", r.Base+"/", nil); a.Code != 200 || a.Close {
 		t.Fatalf("before the signal: %d close=%v; want 200, kept alive", a.Code, a.Close)
 	}
-	slow := testsupport.GoFetch(client(t), "GET", r.base+"/slow")
+	slow := testsupport.GoFetch(testsupport.Client(t), "GET", r.Base+"/slow")
 	testsupport.Recv(t, slowIn, "the /slow handler")
-	lameducktest.EndWindow(t, r.lc, r.clk)
+	lameducktest.EndWindow(t, r.LC, r.Clk)
 	a := testsupport.Recv(t, slow, "the straddling request's answer").OK(t)
 	if a.Code != 200 || !a.Close {
 		t.Fatalf("the request that straddled the signal: %d close=%v; want 200 with Connection: close", a.Code, a.Close)
 	}
-	if err := r.wait(); err != nil {
+	if err := r.Wait(); err != nil {
 		t.Fatalf("Run = %v; want nil, no budget spent", err)
 	}
-	if !strings.Contains(r.logs.String(), `msg="lameduck: server fasthttp: closed 1 idle keep-alive connection(s)" server=fasthttp idle_closed=1`) {
-		t.Fatalf("the log does not count the idle connection closed:\n%s", r.logs)
+	if !strings.Contains(r.Logs.String(), `msg="lameduck: server fasthttp: closed 1 idle keep-alive connection(s)" server=fasthttp idle_closed=1`) {
+		t.Fatalf("the log does not count the idle connection closed:\n%s", r.Logs)
 	}
-	if strings.Contains(r.logs.String(), "at the teardown budget") {
-		t.Fatalf("a connection was closed at the budget:\n%s", r.logs)
+	if strings.Contains(r.Logs.String(), "at the teardown budget") {
+		t.Fatalf("a connection was closed at the budget:\n%s", r.Logs)
 	}
 }
 
@@ -99,23 +81,23 @@ func TestRequestCtxDoneClosesAtTheBudget(t *testing.T) {
 				close(out)
 			}
 		})
-	held := testsupport.GoFetch(client(t), "GET", r.base+"/held")
+	held := testsupport.GoFetch(testsupport.Client(t), "GET", r.Base+"/held")
 	testsupport.Recv(t, in, "the handler")
-	lameducktest.EndWindow(t, r.lc, r.clk)
-	testsupport.Timers(t, r.clk, 1) // the teardown's budget
+	lameducktest.EndWindow(t, r.LC, r.Clk)
+	testsupport.Timers(t, r.Clk, 1) // the teardown's budget
 	select {
 	case <-out:
 		t.Fatal("RequestCtx.Done() closed when the teardown began, with its budget untouched")
 	default:
 	}
-	r.clk.Advance(4 * time.Second)
+	r.Clk.Advance(4 * time.Second)
 	testsupport.Recv(t, out, "RequestCtx.Done() at the budget")
-	if err := r.wait(); err == nil {
+	if err := r.Wait(); err == nil {
 		t.Fatal("Run = nil; want the held request cut at the budget")
 	}
 	_ = testsupport.Recv(t, held, "the held request's end")
-	if !strings.Contains(r.logs.String(), "GET /held") {
-		t.Fatalf("the cut request is not named:\n%s", r.logs)
+	if !strings.Contains(r.Logs.String(), "GET /held") {
+		t.Fatalf("the cut request is not named:\n%s", r.Logs)
 	}
 }
 
@@ -137,29 +119,7 @@ func TestStreamIsTracked(t *testing.T) {
 				})
 			}
 		})
-	resp, err := client(t).Get(r.base + "/events")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	br := bufio.NewReader(resp.Body)
-	if line, _ := br.ReadString('\n'); line != "data: hello\n" {
-		t.Fatalf("first line %q", line)
-	}
-	if got := r.lc.InFlight(); len(got) != 1 || got[0].Method != "GET" || got[0].Path != "/events" {
-		t.Fatalf("InFlight while streaming = %+v; want GET /events", got)
-	}
-	lameducktest.EndWindow(t, r.lc, r.clk)
-	rest, err := io.ReadAll(br)
-	if err != nil || !strings.HasSuffix(string(rest), "event: bye\n\n") {
-		t.Fatalf("the stream ended with %q, %v; want the final event", rest, err)
-	}
-	if err := r.wait(); err != nil {
-		t.Fatal(err)
-	}
-	if got := r.lc.InFlight(); len(got) != 0 {
-		t.Fatalf("InFlight after the stream = %+v", got)
-	}
+	testsupport.StreamIsTracked(t, r)
 }
 
 // A stream still writing at the budget is cut and named like a request.
@@ -178,7 +138,7 @@ func TestStreamCutAtTheBudgetIsNamed(t *testing.T) {
 				})
 			}
 		})
-	resp, err := client(t).Post(r.base+"/feed", "text/plain", nil)
+	resp, err := testsupport.Client(t).Post(r.Base+"/feed", "text/plain", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,19 +146,13 @@ func TestStreamCutAtTheBudgetIsNamed(t *testing.T) {
 	if line, _ := bufio.NewReader(resp.Body).ReadString('\n'); line != "data: hello\n" {
 		t.Fatalf("first line %q", line)
 	}
-	lameducktest.EndWindow(t, r.lc, r.clk)
-	testsupport.Timers(t, r.clk, 1)
-	r.clk.Advance(3 * time.Second)
-	if err := r.wait(); err == nil {
+	lameducktest.EndWindow(t, r.LC, r.Clk)
+	testsupport.Timers(t, r.Clk, 1)
+	r.Clk.Advance(3 * time.Second)
+	if err := r.Wait(); err == nil {
 		t.Fatal("Run = nil; want the stream cut")
 	}
-	if !strings.Contains(r.logs.String(), "cut 1 in-flight request(s) after 3s: POST /feed") {
-		t.Fatalf("the cut stream is not named:\n%s", r.logs)
+	if !strings.Contains(r.Logs.String(), "cut 1 in-flight request(s) after 3s: POST /feed") {
+		t.Fatalf("the cut stream is not named:\n%s", r.Logs)
 	}
-}
-
-func client(t *testing.T) *http.Client {
-	tr := &http.Transport{}
-	t.Cleanup(tr.CloseIdleConnections)
-	return &http.Client{Transport: tr, Timeout: 10 * time.Second}
 }

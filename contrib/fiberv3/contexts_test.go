@@ -2,19 +2,13 @@ package ldfiberv3_test
 
 import (
 	"context"
-	"log/slog"
-	"net"
-	"os"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gofiber/fiber/v3"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/lameduck/lameduck"
 	ldfiberv3 "github.com/lameduck/lameduck/contrib/fiberv3"
 	"github.com/lameduck/lameduck/internal/testsupport"
-	"github.com/lameduck/lameduck/lameducktest"
 )
 
 // livePool returns a pool on the shared PostgreSQL with n connections open,
@@ -58,17 +52,7 @@ func TestEveryContextLivesThroughTheTeardown(t *testing.T) {
 	started := make(chan string, len(contexts))
 	// A Lifecycle of its own that listens to the process's signals, on the
 	// real clock: the test sends SIGTERM to itself, as the kubelet would.
-	logs := &testsupport.LogBuffer{}
-	lc, err := lameduck.New(lameduck.Config{ShutdownTeardown: 30 * time.Second, Logger: slog.New(slog.NewTextHandler(logs, nil)),
-		LookupEnv: func(string) (string, bool) { return "", false }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("logs:\n%s", logs)
-		}
-	})
+	lc := testsupport.SignalledLifecycle(t, 30*time.Second)
 	app := fiber.New()
 	app.Use(ldfiberv3.Middleware(lc))
 	app.Get("/query", func(c fiber.Ctx) error {
@@ -91,33 +75,9 @@ func TestEveryContextLivesThroughTheTeardown(t *testing.T) {
 		}
 		return c.SendString(got)
 	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln, base := testsupport.Listen(t)
 	if err := ldfiberv3.AddServer(lc, app, "", ln); err != nil {
 		t.Fatal(err)
 	}
-	base := "http://" + ln.Addr().String()
-	wait := lameducktest.Start(t, lc)
-	answers := map[string]<-chan testsupport.Fetched{}
-	for _, name := range contexts {
-		answers[name] = testsupport.GoFetch(client(t), "GET", base+"/query?ctx="+name)
-	}
-	for range contexts {
-		testsupport.Recv(t, started, "a query's start")
-	}
-	time.Sleep(100 * time.Millisecond) // the schedule under test: the signal 100ms into the 1s queries
-	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range contexts {
-		a := testsupport.Recv(t, answers[name], "the answer of the query on "+name).OK(t)
-		if a.Code != 200 || a.Body != name {
-			t.Errorf("the query on %s: %d %q; want 200 %q", name, a.Code, a.Body, name)
-		}
-	}
-	if err := wait(); err != nil {
-		t.Fatal(err)
-	}
+	testsupport.SignalDuringQueries(t, lc, base, contexts, started)
 }

@@ -5,11 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
-	"log/slog"
 	"net"
-	"net/http"
-	"regexp"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -34,62 +30,38 @@ func TestMain(m *testing.M) {
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"))
 }
 
+// rig is a testsupport.HTTPRig whose server under test is a Fiber app
+// registered by ldfiberv3.AddServer on a loopback listener.
 type rig struct {
+	*testsupport.HTTPRig
 	t     *testing.T
-	lc    *lameduck.Lifecycle
-	clk   *lameducktest.Clock
-	logs  *testsupport.LogBuffer
 	app   *fiber.App
-	base  string // the Fiber app's URL
-	wait  func() error
 	httpB string // a net/http server's URL on the same Lifecycle, when asked for
 }
 
 // newRig returns a Lifecycle on a fake clock with a Fiber app registered
-// by ldfiberv3.New on a loopback listener; routes adds the app's
+// by ldfiberv3.AddServer on a loopback listener; routes adds the app's
 // routes. withHTTP also registers a net/http server on the same Lifecycle.
 func newRig(t *testing.T, cfg lameduck.Config, withHTTP bool, routes func(app *fiber.App)) *rig {
 	t.Helper()
-	r := &rig{t: t, logs: &testsupport.LogBuffer{}}
-	cfg.Logger = slog.New(slog.NewTextHandler(r.logs, nil))
-	if cfg.CheckTimeout == 0 {
-		// Checks that answer at once still answer "ok" or "error", not
-		// "timeout", when a loaded machine delays a ping past 1s.
-		cfg.CheckTimeout = testsupport.Timeout
-	}
-	r.lc, r.clk = lameducktest.New(t, cfg)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := &rig{HTTPRig: testsupport.NewHTTPRig(t, cfg), t: t}
+	ln, base := testsupport.Listen(t)
 	r.app = fiber.New()
-	r.app.Use(ldfiberv3.Middleware(r.lc))
+	r.app.Use(ldfiberv3.Middleware(r.LC))
 	if routes != nil {
 		routes(r.app)
 	}
-	if err := ldfiberv3.AddServer(r.lc, r.app, "", ln); err != nil {
+	if err := ldfiberv3.AddServer(r.LC, r.app, "", ln); err != nil {
 		t.Fatal(err)
 	}
-	r.base = "http://" + ln.Addr().String()
+	r.Base = base
 	if withHTTP {
-		hl, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := r.lc.AddServer(&http.Server{Handler: http.NotFoundHandler()}, hl); err != nil {
-			t.Fatal(err)
-		}
-		r.httpB = "http://" + hl.Addr().String()
+		r.httpB = r.AddNetHTTP(t)
 	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("logs:\n%s", r.logs)
-		}
-	})
 	return r
 }
 
-func (r *rig) start() { r.wait = lameducktest.Start(r.t, r.lc) }
+func (r *rig) start() { r.Start(r.t) }
 
 // readToEOF reads conn until the server closes it, failing t if that has
 // not happened within testsupport.Guard (a hang guard).
@@ -105,75 +77,30 @@ func readToEOF(t *testing.T, conn net.Conn) string {
 	return string(b)
 }
 
-func client(t *testing.T) *http.Client {
-	tr := &http.Transport{}
-	t.Cleanup(tr.CloseIdleConnections)
-	return &http.Client{Transport: tr, Timeout: 10 * time.Second}
-}
-
-// stamps are the only bytes allowed to differ between two probe answers
-// taken a moment apart: a check result's observation time.
-var stamps = regexp.MustCompile(`"time":"[^"]*"`)
-
 // TestProbesAreByteIdenticalToNetHTTP asks the same questions of the probes
 // on a Fiber app and on a net/http server registered with the same
 // Lifecycle, in every phase, and compares status, headers (all but Date)
 // and bodies.
 func TestProbesAreByteIdenticalToNetHTTP(t *testing.T) {
 	r := newRig(t, lameduck.Config{ShutdownDelay: 5 * time.Second, PreStop: true, PreStopToken: "t0ken", Version: "v1.2.3", Commit: "abc"}, true, nil)
-	if err := r.lc.AddCheck(health.Check{Name: "db", Critical: true, Func: func(context.Context) error { return nil }}); err != nil {
+	if err := r.LC.AddCheck(health.Check{Name: "db", Critical: true, Func: func(context.Context) error { return nil }}); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.lc.AddCheck(health.Check{Name: "cache", Func: func(context.Context) error { return errors.New("connection refused") }}); err != nil {
+	if err := r.LC.AddCheck(health.Check{Name: "cache", Func: func(context.Context) error { return errors.New("connection refused") }}); err != nil {
 		t.Fatal(err)
 	}
-	c := client(t)
-	type q struct {
-		method, path string
-		hdr          map[string]string
-	}
-	healthJSON := map[string]string{"Accept": "application/health+json"}
-	questions := []q{
-		{"GET", "/healthz", nil}, {"HEAD", "/healthz", nil}, {"POST", "/healthz", nil},
-		{"GET", "/startupz", nil}, {"GET", "/readyz", nil}, {"HEAD", "/readyz", nil}, {"DELETE", "/readyz", nil},
-		{"GET", "/readyz?verbose", nil}, {"GET", "/readyz?verbose=1&exclude=cache", nil},
-		{"GET", "/readyz?exclude=nope", nil}, {"GET", "/readyz/db", nil}, {"GET", "/readyz/cache", nil},
-		{"GET", "/readyz/nope", nil}, {"GET", "/readyz/nope?verbose", nil}, {"GET", "/readyz", healthJSON},
-		{"HEAD", "/prestop", nil},
-		// The path is the one net/http's Request.URL.Path holds: decoded.
-		{"GET", "/readyz%2Fdb", nil}, {"GET", "/readyz%2Fcache?verbose", nil}, {"GET", "/%72eadyz", nil},
-	}
+	c := testsupport.Client(t)
 	compare := func(phase string) {
 		t.Helper()
-		for _, x := range questions {
-			f := testsupport.Do(t, c, x.method, r.base+x.path, x.hdr)
-			h := testsupport.Do(t, c, x.method, r.httpB+x.path, x.hdr)
-			what := phase + ": " + x.method + " " + x.path
-			if f.Code != h.Code {
-				t.Errorf("%s: Fiber %d, net/http %d", what, f.Code, h.Code)
-			}
-			if fb, hb := stamps.ReplaceAllString(f.Body, `"time":"T"`), stamps.ReplaceAllString(h.Body, `"time":"T"`); fb != hb {
-				t.Errorf("%s: bodies differ:\nFiber:    %q\nnet/http: %q", what, f.Body, h.Body)
-			}
-			for _, hdr := range [][]http.Header{{f.Header, h.Header}, {h.Header, f.Header}} {
-				for k, v := range hdr[0] {
-					if k == "Date" {
-						continue
-					}
-					if !slices.Equal(v, hdr[1][k]) {
-						t.Errorf("%s: header %s: Fiber %q, net/http %q", what, k, f.Header[k], h.Header[k])
-					}
-				}
-			}
-		}
+		testsupport.CompareProbes(t, c, "Fiber", phase, r.Base, r.httpB, testsupport.ProbeQuestions)
 	}
 	r.start()
 	compare("serving")
-	r.lc.BeginShutdown("test")
+	r.LC.BeginShutdown("test")
 	compare("draining")
-	testsupport.Timers(t, r.clk, 1)
-	r.clk.Advance(5 * time.Second)
-	if err := r.wait(); err != nil {
+	testsupport.Timers(t, r.Clk, 1)
+	r.Clk.Advance(5 * time.Second)
+	if err := r.Wait(); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -193,43 +120,7 @@ func TestDrainOnFiber(t *testing.T) {
 		app.Get("/", func(c fiber.Ctx) error { return c.SendString("hello") })
 	})
 	r.start()
-	c := client(t)
-	testsupport.Do(t, c, "GET", r.base+"/readyz", nil).Status(t, 200, "ok")
-	if a := testsupport.Do(t, c, "GET", r.base+"/", nil); a.Code != 200 || a.Close {
-		t.Fatalf("before the signal: %d close=%v", a.Code, a.Close)
-	}
-	slow := testsupport.GoFetch(client(t), "GET", r.base+"/slow")
-	testsupport.Recv(t, entered, "the /slow handler")
-	if got := r.lc.InFlight(); len(got) != 1 || got[0].Method != "GET" || got[0].Path != "/slow" {
-		t.Fatalf("InFlight = %+v; want GET /slow", got)
-	}
-	r.lc.BeginShutdown("test")
-	testsupport.Do(t, c, "GET", r.base+"/readyz", nil).Status(t, 503, "draining")
-	testsupport.Do(t, c, "GET", r.base+"/healthz", nil).Status(t, 200, "ok")
-	// The keep-alive connection used above is told to close, and the
-	// next request goes on a fresh one, still served.
-	if a := testsupport.Do(t, c, "GET", r.base+"/", nil); a.Code != 200 || !a.Close || a.Body != "hello" {
-		t.Fatalf("in the window: %d close=%v %q; want 200 with Connection: close", a.Code, a.Close, a.Body)
-	}
-	if a := testsupport.Do(t, c, "GET", r.base+"/", nil); a.Code != 200 {
-		t.Fatalf("the next request in the window: %d", a.Code)
-	}
-	testsupport.Timers(t, r.clk, 1)
-	r.clk.Advance(2 * time.Second)
-	testsupport.Await(t, r.lc.Events().WindowEnded)
-	if r.lc.Events().HTTPDrained.Fired() {
-		t.Fatal("the drain ended with a request in flight")
-	}
-	close(release)
-	if a := testsupport.Recv(t, slow, "the in-flight request's answer").OK(t); a.Code != 200 || a.Body != "slept" {
-		t.Fatalf("the in-flight request got %d %q", a.Code, a.Body)
-	}
-	if err := r.wait(); err != nil {
-		t.Fatalf("Run = %v; want a clean drain", err)
-	}
-	if _, err := c.Get(r.base + "/"); err == nil {
-		t.Fatal("the Fiber listener still accepts after Run returned")
-	}
+	testsupport.DrainServesInFlight(t, r.HTTPRig, "Fiber", entered, release)
 }
 
 // TestStuckRequestIsCutAndNamed: a request that outlives the teardown
@@ -248,21 +139,7 @@ func TestStuckRequestIsCutAndNamed(t *testing.T) {
 		})
 	})
 	r.start()
-	reqDone := testsupport.GoFetch(client(t), "POST", r.base+"/stuck")
-	testsupport.Recv(t, entered, "the /stuck handler")
-	lameducktest.EndWindow(t, r.lc, r.clk)
-	testsupport.Timers(t, r.clk, 1) // the drain's deadline
-	r.clk.Advance(3 * time.Second)
-	err := r.wait()
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Run = %v; want an error wrapping context.DeadlineExceeded", err)
-	}
-	if f := testsupport.Recv(t, reqDone, "the stuck request's end"); f.Err == nil {
-		t.Fatalf("the stuck request was answered %d; it should have been cut", f.Code)
-	}
-	if logs := r.logs.String(); !strings.Contains(logs, "HTTP drain cut 1 in-flight request(s) after 3s: POST /stuck (age 4s)") {
-		t.Fatalf("the cut request is not named with method, path and age:\n%s", logs)
-	}
+	testsupport.StuckRequestIsCut(t, r.HTTPRig, entered)
 }
 
 func TestRejectModeOnFiber(t *testing.T) {
@@ -272,23 +149,7 @@ func TestRejectModeOnFiber(t *testing.T) {
 		app.Get("/new", func(c fiber.Ctx) error { return nil })
 	})
 	r.start()
-	slow := testsupport.GoFetch(client(t), "GET", r.base+"/slow")
-	testsupport.Recv(t, entered, "the /slow handler")
-	lameducktest.EndWindow(t, r.lc, r.clk)
-	var a testsupport.Reply
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && a.Code != 503; {
-		a = testsupport.Do(t, client(t), "GET", r.base+"/new", nil)
-	}
-	if a.Code != 503 || a.Header.Get("Retry-After") != "1" || !a.Close || a.Body != "lameduck: shutting down; retry on another instance\n" {
-		t.Fatalf("reject mode: %d %v %q", a.Code, a.Header, a.Body)
-	}
-	close(release)
-	if a := testsupport.Recv(t, slow, "the in-flight request's answer").OK(t); a.Code != 200 {
-		t.Fatalf("the in-flight request got %d", a.Code)
-	}
-	if err := r.wait(); err != nil {
-		t.Fatal(err)
-	}
+	testsupport.WantRefusal(t, testsupport.RejectMode(t, r.HTTPRig, entered, release))
 }
 
 // TestUpgradesOnFiber: a connection hijacked before the signal (as a
@@ -296,46 +157,21 @@ func TestRejectModeOnFiber(t *testing.T) {
 // handler closes it when the window ends; an upgrade asked for after the
 // signal is refused 503 with Retry-After.
 func TestUpgradesOnFiber(t *testing.T) {
-	var r *rig
-	r = newRig(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 5 * time.Second}, false, func(app *fiber.App) {
-		app.Get("/ws", func(c fiber.Ctx) error {
-			c.Status(fiber.StatusSwitchingProtocols)
-			c.Set(fiber.HeaderUpgrade, "x-test")
-			c.Set(fiber.HeaderConnection, "Upgrade")
-			c.RequestCtx().Hijack(func(conn net.Conn) {
-				<-r.lc.WindowEnded()
-				conn.Write([]byte("bye\n"))
-			})
-			return nil
-		})
-	})
-	r.start()
-	conn, err := net.Dial("tcp", strings.TrimPrefix(r.base, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	io.WriteString(conn, "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: x-test\r\n\r\n")
-	var got []lameduck.InFlightRequest
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if got = r.lc.InFlight(); len(got) == 1 && got[0].Hijacked {
-			break
-		}
-	}
-	if len(got) != 1 || !got[0].Hijacked || got[0].Path != "/ws" {
+	r, conn := upgradeRig(t, nil)
+	if got := r.LC.InFlight(); len(got) != 1 || !got[0].Hijacked || got[0].Path != "/ws" {
 		t.Fatalf("InFlight = %+v; want the upgraded connection, hijacked", got)
 	}
-	r.lc.BeginShutdown("test")
-	a := testsupport.Do(t, client(t), "GET", r.base+"/ws", map[string]string{"Connection": "Upgrade", "Upgrade": "websocket"})
+	r.LC.BeginShutdown("test")
+	a := testsupport.Do(t, testsupport.Client(t), "GET", r.Base+"/ws", map[string]string{"Connection": "Upgrade", "Upgrade": "websocket"})
 	if a.Code != 503 || a.Header.Get("Retry-After") != "1" || !strings.Contains(a.Body, "upgrade on another instance") {
 		t.Fatalf("upgrade after the signal: %d %v %q", a.Code, a.Header, a.Body)
 	}
-	testsupport.Timers(t, r.clk, 1)
-	r.clk.Advance(time.Second)
+	testsupport.Timers(t, r.Clk, 1)
+	r.Clk.Advance(time.Second)
 	if b := readToEOF(t, conn); !strings.HasSuffix(b, "bye\n") {
 		t.Fatalf("the upgraded connection read %q; want its handler's goodbye, then EOF", b)
 	}
-	if err := r.wait(); err != nil {
+	if err := r.Wait(); err != nil {
 		t.Fatalf("Run = %v; the upgraded connection closed cleanly", err)
 	}
 }
@@ -344,6 +180,31 @@ func TestUpgradesOnFiber(t *testing.T) {
 // after Fiber has put its Ctx back in the pool, and requests for other
 // paths reuse that Ctx's buffers; the connection is still named GET /ws.
 func TestHijackedRequestKeepsItsName(t *testing.T) {
+	r, conn := upgradeRig(t, func(app *fiber.App) {
+		app.Get("/*", func(c fiber.Ctx) error { return c.SendString("ok") })
+	})
+	c := testsupport.Client(t)
+	for i := range 40 {
+		testsupport.Do(t, c, "GET", r.Base+[]string{"/zq", "/abcdefgh"}[i%2], nil)
+	}
+	if got := r.LC.InFlight(); len(got) != 1 || !got[0].Hijacked || got[0].Method != "GET" || got[0].Path != "/ws" {
+		t.Fatalf("InFlight after other requests = %+v; want GET /ws, hijacked", got)
+	}
+	lameducktest.EndWindow(t, r.LC, r.Clk)
+	if b := readToEOF(t, conn); !strings.HasSuffix(b, "bye\n") {
+		t.Fatalf("the upgraded connection read %q; want its handler's goodbye, then EOF", b)
+	}
+	if err := r.Wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// upgradeRig returns a started rig (ShutdownDelay 1s, ShutdownTeardown 5s)
+// whose GET /ws switches protocols and hijacks the connection, writing
+// "bye\n" when the window ends, and more's routes (nil for none); it opens
+// the upgraded connection and waits until it is in flight, hijacked.
+func upgradeRig(t *testing.T, more func(app *fiber.App)) (*rig, net.Conn) {
+	t.Helper()
 	var r *rig
 	r = newRig(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 5 * time.Second}, false, func(app *fiber.App) {
 		app.Get("/ws", func(c fiber.Ctx) error {
@@ -351,40 +212,24 @@ func TestHijackedRequestKeepsItsName(t *testing.T) {
 			c.Set(fiber.HeaderUpgrade, "x-test")
 			c.Set(fiber.HeaderConnection, "Upgrade")
 			c.RequestCtx().Hijack(func(conn net.Conn) {
-				<-r.lc.WindowEnded()
+				<-r.LC.WindowEnded()
 				conn.Write([]byte("bye\n"))
 			})
 			return nil
 		})
-		app.Get("/*", func(c fiber.Ctx) error { return c.SendString("ok") })
+		if more != nil {
+			more(app)
+		}
 	})
 	r.start()
-	conn, err := net.Dial("tcp", strings.TrimPrefix(r.base, "http://"))
+	conn, err := net.Dial("tcp", strings.TrimPrefix(r.Base, "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	t.Cleanup(func() { conn.Close() })
 	io.WriteString(conn, "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: x-test\r\n\r\n")
-	var got []lameduck.InFlightRequest
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if got = r.lc.InFlight(); len(got) == 1 && got[0].Hijacked {
-			break
-		}
-	}
-	c := client(t)
-	for i := range 40 {
-		testsupport.Do(t, c, "GET", r.base+[]string{"/zq", "/abcdefgh"}[i%2], nil)
-	}
-	if got = r.lc.InFlight(); len(got) != 1 || !got[0].Hijacked || got[0].Method != "GET" || got[0].Path != "/ws" {
-		t.Fatalf("InFlight after other requests = %+v; want GET /ws, hijacked", got)
-	}
-	lameducktest.EndWindow(t, r.lc, r.clk)
-	if b := readToEOF(t, conn); !strings.HasSuffix(b, "bye\n") {
-		t.Fatalf("the upgraded connection read %q; want its handler's goodbye, then EOF", b)
-	}
-	if err := r.wait(); err != nil {
-		t.Fatal(err)
-	}
+	testsupport.AwaitHijacked(t, r.LC)
+	return r, conn
 }
 
 // TestHandlerRunsWithoutTheMiddleware: a Fiber app without requests in
@@ -392,8 +237,8 @@ func TestHijackedRequestKeepsItsName(t *testing.T) {
 func TestIdleAppStopsAtOnce(t *testing.T) {
 	r := newRig(t, lameduck.Config{ShutdownDelay: time.Second}, false, nil)
 	r.start()
-	lameducktest.EndWindow(t, r.lc, r.clk)
-	if err := r.wait(); err != nil {
+	lameducktest.EndWindow(t, r.LC, r.Clk)
+	if err := r.Wait(); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -442,34 +287,16 @@ func TestMiddlewareAllocatesNothing(t *testing.T) {
 	}
 	bare, tracked := trackedApp(t, false), trackedApp(t, true)
 	fc := requestCtx("/api/orders")
-	bare(fc)
-	tracked(fc)
-	nb := testing.AllocsPerRun(1000, func() { bare(fc) })
-	nt := testing.AllocsPerRun(1000, func() { tracked(fc) })
-	if nt != nb {
-		t.Fatalf("a Fiber request allocates %.1f times with the middleware, %.1f without; want no difference", nt, nb)
-	}
+	testsupport.NoExtraAllocs(t, "a Fiber request", func() { bare(fc) }, func() { tracked(fc) })
 }
 
 // BenchmarkMiddleware runs a Fiber request through app.Handler() with and
 // without the middleware; compare the two with benchstat.
 func BenchmarkMiddleware(b *testing.B) {
-	for _, tracked := range []bool{false, true} {
-		name := "bare"
-		if tracked {
-			name = "tracked"
-		}
-		b.Run(name, func(b *testing.B) {
-			h := trackedApp(b, tracked)
-			b.ReportAllocs()
-			b.RunParallel(func(pb *testing.PB) {
-				fc := requestCtx("/api/orders")
-				for pb.Next() {
-					h(fc)
-				}
-			})
-		})
-	}
+	testsupport.BenchBareAndTracked(b, trackedApp, func(h fasthttp.RequestHandler) func() {
+		fc := requestCtx("/api/orders")
+		return func() { h(fc) }
+	})
 }
 
 // Stream counts the streamed body in flight, under the request's method
@@ -479,36 +306,17 @@ func TestStreamIsTracked(t *testing.T) {
 	var r *rig
 	r = newRig(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 5 * time.Second}, false, func(app *fiber.App) {
 		app.Get("/events", func(c fiber.Ctx) error {
-			ldfiberv3.Stream(r.lc, c, func(w *bufio.Writer) {
+			ldfiberv3.Stream(r.LC, c, func(w *bufio.Writer) {
 				w.WriteString("data: hello\n\n")
 				if w.Flush() != nil {
 					return
 				}
-				<-r.lc.WindowEnded()
+				<-r.LC.WindowEnded()
 				w.WriteString("event: bye\n\n")
 			})
 			return nil
 		})
 	})
 	r.start()
-	resp, err := client(t).Get(r.base + "/events")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	br := bufio.NewReader(resp.Body)
-	if line, _ := br.ReadString('\n'); line != "data: hello\n" {
-		t.Fatalf("first line %q", line)
-	}
-	if got := r.lc.InFlight(); len(got) != 1 || got[0].Method != "GET" || got[0].Path != "/events" {
-		t.Fatalf("InFlight while streaming = %+v; want GET /events", got)
-	}
-	lameducktest.EndWindow(t, r.lc, r.clk)
-	rest, err := io.ReadAll(br)
-	if err != nil || !strings.HasSuffix(string(rest), "event: bye\n\n") {
-		t.Fatalf("the stream ended with %q, %v; want the final event", rest, err)
-	}
-	if err := r.wait(); err != nil {
-		t.Fatal(err)
-	}
+	testsupport.StreamIsTracked(t, r.HTTPRig)
 }

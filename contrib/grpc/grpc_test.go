@@ -8,7 +8,6 @@ import (
 	"net"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -139,32 +138,14 @@ const (
 // ends it, however long the questions asked in it take; gRPC and the
 // Watch's re-read keep their real timers.
 func TestHealthThroughThePhases(t *testing.T) {
-	logs := &testsupport.LogBuffer{}
-	lc, clk := lameducktest.New(t, lameduck.Config{ShutdownDelay: 5 * time.Second, ShutdownTeardown: 5 * time.Second,
-		CheckTimeout: testsupport.Timeout, // the check answers at once; a loaded machine may delay it past 1s
-		Logger:       slog.New(slog.NewTextHandler(io.MultiWriter(logs, t.Output()), nil))})
-	boot := make(chan struct{})
-	var failing atomic.Bool
+	p := testsupport.NewPhases(t)
+	lc, clk, logs := p.LC, p.Clk, p.Logs
 	must := func(err error) {
 		t.Helper()
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
-	must(lc.AddStartupTask("boot", func(ctx context.Context) error {
-		select {
-		case <-boot:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}))
-	must(lc.AddCheck(health.Check{Name: "db", Critical: true, Func: func(context.Context) error {
-		if failing.Load() {
-			return errors.New("down")
-		}
-		return nil
-	}}))
 	s := serve(t, lc, logs)
 	runErr := make(chan error, 1)
 	go func() { runErr <- lc.Run(context.Background()) }()
@@ -200,15 +181,15 @@ func TestHealthThroughThePhases(t *testing.T) {
 	}
 
 	// Serving.
-	close(boot)
+	close(p.Boot)
 	next(serving)
 	wantStatus(t, s.cc, "serving", map[string]healthpb.HealthCheckResponse_ServingStatus{
 		"": serving, "readiness": serving, "liveness": serving, testSvc: serving})
-	failing.Store(true)
+	p.Failing.Store(true)
 	wantStatus(t, s.cc, "a critical check fails", map[string]healthpb.HealthCheckResponse_ServingStatus{
 		"": notServing, "readiness": notServing, "liveness": serving, testSvc: notServing})
 	next(notServing) // within the Watch's re-read
-	failing.Store(false)
+	p.Failing.Store(false)
 	next(serving)
 	s.srv.Health().SetServing(testSvc, false)
 	wantStatus(t, s.cc, "SetServing false", map[string]healthpb.HealthCheckResponse_ServingStatus{"": serving, testSvc: notServing})

@@ -66,20 +66,13 @@ func TestCheckRealServer(t *testing.T) {
 // restored.
 func TestFaults(t *testing.T) {
 	base := live(t)
-	var proxy *testsupport.Proxy
-	testsupport.Faults{
-		Check: func(t testing.TB, name string, critical bool) health.Check {
-			proxy = testsupport.NewProxy(t, base.Addr)
-			cfg := base.Clone()
-			cfg.Addr = proxy.Addr()
-			cfg.Timeout = 5 * time.Second
-			// The harness sets the Timeout.
-			return ldmysql.Check(health.Check{Name: name, Critical: critical}, open(t, cfg.FormatDSN()))
-		},
-		Down:  func(testing.TB) { proxy.Cut() },
-		Up:    func(testing.TB) { proxy.Restore() },
-		Stall: func(testing.TB) { proxy.Stall() },
-	}.Run(t)
+	testsupport.ProxiedFaults(base.Addr, func(t testing.TB, name string, critical bool, addr string) health.Check {
+		cfg := base.Clone()
+		cfg.Addr = addr
+		cfg.Timeout = 5 * time.Second
+		// The harness sets the Timeout.
+		return ldmysql.Check(health.Check{Name: name, Critical: critical}, open(t, cfg.FormatDSN()))
+	}).Run(t)
 }
 
 // A wrong password: the server's "Access denied for user ..." reaches the

@@ -70,7 +70,13 @@ func newNATSHarness(t *testing.T, n int) *natsHarness {
 // lived across a scenario would reconnect after a restart, and its new
 // goroutines would read as a Source's leak.
 func (h *natsHarness) conn(ctx context.Context) (*nats.Conn, jetstream.JetStream, error) {
-	nc, err := nats.Connect(h.urls, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	return dialJetStream(h.urls, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+}
+
+// dialJetStream connects to url with opts and opens the connection's
+// JetStream context; when that fails it closes the connection.
+func dialJetStream(url string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -244,13 +250,8 @@ func (h *natsHarness) publish(ctx context.Context, ids []string) error {
 // newSource connects to addr as a runner would and opens a Source on the
 // suite's consumer.
 func (h *natsHarness) newSource(ctx context.Context, addr string) (worker.Source, func(), error) {
-	nc, err := nats.Connect("nats://"+addr, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), nats.RetryOnFailedConnect(true))
+	nc, js, err := dialJetStream("nats://"+addr, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), nats.RetryOnFailedConnect(true))
 	if err != nil {
-		return nil, nil, err
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
 		return nil, nil, err
 	}
 	cons, err := js.Consumer(ctx, suiteStream, suiteConsumer)

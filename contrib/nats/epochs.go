@@ -138,16 +138,7 @@ func NewEpochs(ctx context.Context, js jetstream.JetStream, cfg EpochsConfig) (*
 	if _, err := rand.Read(id[:]); err != nil {
 		return nil, err
 	}
-	api := js.Options().APIPrefix
-	if d := js.Options().Domain; d != "" {
-		api = "$JS." + d + ".API."
-	}
-	if api == "" {
-		api = "$JS.API."
-	}
-	if !strings.HasSuffix(api, ".") {
-		api += "."
-	}
+	api := apiPrefix(js)
 	return &Epochs{kv: kv, stream: st, nc: js.Conn(), api: api, bucket: cfg.Bucket, fleet: cfg.Fleet, key: cfg.Fleet + "." + hex.EncodeToString(id[:]),
 		poll: cfg.Poll, draining: cfg.Draining}, nil
 }

@@ -63,7 +63,7 @@ type SourceConfig struct {
 // pull request for one message and waits for the server's answer; the job
 // it returns is a [*Job].
 //
-// No delivery is abandoned (docs/nats.md, "What happens to a job"). Fetch
+// No delivery is abandoned (docs/runners.md, "Job sources"). Fetch
 // returns only on the server's own word: a message, or the request's
 // expiry (status 408) or end (409: the consumer was deleted, its leader
 // changed, too many requests wait); the runner never cancels it at the
@@ -147,16 +147,7 @@ func NewSource(js jetstream.JetStream, cons jetstream.Consumer, cfg SourceConfig
 	if ackWait <= 0 {
 		ackWait = defaultAckWait
 	}
-	prefix := js.Options().APIPrefix
-	if d := js.Options().Domain; d != "" {
-		prefix = "$JS." + d + ".API."
-	}
-	if prefix == "" {
-		prefix = "$JS.API."
-	}
-	if !strings.HasSuffix(prefix, ".") {
-		prefix += "."
-	}
+	prefix := apiPrefix(js)
 	nc := js.Conn()
 	s := &Source{
 		nc: nc, js: js, cons: cons, stream: info.Stream, consumer: info.Name,
@@ -833,4 +824,21 @@ func (m message) InProgress() error                   { return m.m.InProgress() 
 func (m message) Term() error                         { return m.m.Term() }
 func (m message) TermWithReason(reason string) error {
 	return m.nc.Publish(m.m.Reply, []byte("+TERM "+reason))
+}
+
+// apiPrefix returns the subject prefix of js's JetStream API, ending in a
+// dot: its domain's ("$JS.<domain>.API."), its APIPrefix, or the default
+// "$JS.API.".
+func apiPrefix(js jetstream.JetStream) string {
+	prefix := js.Options().APIPrefix
+	if d := js.Options().Domain; d != "" {
+		prefix = "$JS." + d + ".API."
+	}
+	if prefix == "" {
+		prefix = "$JS.API."
+	}
+	if !strings.HasSuffix(prefix, ".") {
+		prefix += "."
+	}
+	return prefix
 }

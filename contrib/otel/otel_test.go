@@ -3,7 +3,6 @@ package ldotel_test
 import (
 	"context"
 	"errors"
-	"net"
 	"net/http"
 	"slices"
 	"sync"
@@ -14,6 +13,7 @@ import (
 	ldotel "github.com/lameduck/lameduck/contrib/otel"
 	"github.com/lameduck/lameduck/health"
 	"github.com/lameduck/lameduck/internal/measure"
+	"github.com/lameduck/lameduck/internal/testsupport"
 	"github.com/lameduck/lameduck/lameducktest"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -127,22 +127,11 @@ func TestShutdownThroughTheManualReader(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	must(lc.AddCheck(health.Check{Name: "db", Critical: true, Func: func(context.Context) error { return nil }}))
-	must(lc.AddCheck(health.Check{Name: "cache", Func: func(context.Context) error { return errors.New("down") }}))
 	held, release := make(chan struct{}), make(chan struct{})
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /held", func(w http.ResponseWriter, r *http.Request) { close(held); <-release })
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	must(err)
-	must(lc.AddServer(&http.Server{Handler: mux}, ln))
-	wait := lameducktest.Start(t, lc)
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
-	base := "http://" + ln.Addr().String()
-	for _, p := range []string{"/readyz", "/readyz", "/healthz", "/readyz/db", "/startupz"} {
-		resp, err := client.Get(base + p)
-		must(err)
-		resp.Body.Close()
-	}
+	base, wait := testsupport.MetricsTraffic(t, lc, mux, client)
 	ms := rd.collect(t)
 	want(t, ms, "lameduck.phase", 1, attribute.String("lameduck.phase", "serving"))
 	want(t, ms, "lameduck.phase", 0, attribute.String("lameduck.phase", "starting"))

@@ -3,11 +3,7 @@ package ldpgx_test
 import (
 	"context"
 	"errors"
-	"io"
-	"net"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -138,68 +134,6 @@ func TestLastLeaseExpiredIsDeadLettered(t *testing.T) {
 	}
 }
 
-// mute is a TCP proxy that, once muted, still forwards what the client
-// sends but drops what the server answers: a claim PostgreSQL runs whose
-// answer is lost.
-type mute struct {
-	ln    net.Listener
-	muted atomic.Bool
-	mu    sync.Mutex
-	conns []net.Conn
-	wg    sync.WaitGroup
-}
-
-func newMute(t testing.TB, target string) *mute {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := &mute{ln: ln}
-	m.wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			m.mu.Lock()
-			m.conns = append(m.conns, c, s)
-			m.mu.Unlock()
-			m.wg.Go(func() { _, _ = io.Copy(s, c); s.Close() })
-			m.wg.Go(func() {
-				buf := make([]byte, 32<<10)
-				for {
-					n, err := s.Read(buf)
-					if n > 0 && !m.muted.Load() {
-						if _, err := c.Write(buf[:n]); err != nil {
-							break
-						}
-					}
-					if err != nil {
-						break
-					}
-				}
-				c.Close()
-			})
-		}
-	})
-	t.Cleanup(func() {
-		ln.Close()
-		m.mu.Lock()
-		for _, c := range m.conns {
-			c.Close()
-		}
-		m.mu.Unlock()
-		m.wg.Wait()
-	})
-	return m
-}
-
 // A claim whose answer is lost (PostgreSQL ran it) is a fetch that ended
 // in silence (worker.ErrNoReply); the Source remembers its token. While
 // PostgreSQL cannot be reached, the Drain says the job is in the air and
@@ -207,13 +141,13 @@ func newMute(t testing.TB, target string) *mute {
 // back, its attempt not counted, and claims it again as a first delivery.
 func TestAClaimWhoseAnswerIsLostIsReleased(t *testing.T) {
 	d := newDB(t)
-	m := newMute(t, "127.0.0.1:5432")
-	proxy := testsupport.NewProxy(t, m.ln.Addr().String())
+	m := testsupport.NewAnswerRelay(t, "127.0.0.1:5432") // once muted, a claim PostgreSQL runs has its answer lost
+	proxy := testsupport.NewProxy(t, m.Addr())
 	logs := new(testsupport.LogBuffer)
 	src := d.source(t, d.victimPool(t, proxy.Addr(), ""), ldpgx.SourceConfig{Lease: time.Hour, ClaimTimeout: time.Second, Logger: slogTo(logs)})
 	fetchNone(t, src, 0, "the table is empty (this opens the pool's connection)")
 	d.enqueue(t, ldpgx.EnqueueJob{Key: "lost"})
-	m.muted.Store(true)
+	m.Mute(true)
 	_, err := src.Fetch(testsupport.Context(t, long), 0)
 	if !errors.Is(err, worker.ErrNoReply) || !strings.HasPrefix(err.Error(), "lameduck: ldpgx: ") {
 		t.Fatalf("Fetch with its answer lost: %v; want an error wrapping worker.ErrNoReply", err)
@@ -221,7 +155,7 @@ func TestAClaimWhoseAnswerIsLostIsReleased(t *testing.T) {
 	eventually(t, "PostgreSQL to run the claim", func() bool { return d.mustRow(t, "lost").state == "running" })
 
 	proxy.Cut()
-	m.muted.Store(false)
+	m.Mute(false)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err = src.Drain(ctx)

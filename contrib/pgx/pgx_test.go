@@ -64,29 +64,22 @@ func TestCheckRealServer(t *testing.T) {
 // stalled, and restored; the server itself is never touched.
 func TestFaults(t *testing.T) {
 	dsn := live(t)
-	var proxy *testsupport.Proxy
-	testsupport.Faults{
-		Check: func(t testing.TB, name string, critical bool) health.Check {
-			proxy = testsupport.NewProxy(t, "127.0.0.1:5432")
-			u, err := url.Parse(dsn)
-			if err != nil {
-				t.Fatal(err)
-			}
-			u.Host = proxy.Addr()
-			// As the package doc advises: without it, pgx's background
-			// connects to a stalled server never end. It also bounds the
-			// connects that must succeed (the first probe's, the one after
-			// the outage), so it leaves a loaded machine seconds.
-			q := u.Query()
-			q.Set("connect_timeout", "5")
-			u.RawQuery = q.Encode()
-			// The harness sets the Timeout.
-			return ldpgx.Check(health.Check{Name: name, Critical: critical}, newPool(t, u.String()))
-		},
-		Down:  func(testing.TB) { proxy.Cut() },
-		Up:    func(testing.TB) { proxy.Restore() },
-		Stall: func(testing.TB) { proxy.Stall() },
-	}.Run(t)
+	testsupport.ProxiedFaults("127.0.0.1:5432", func(t testing.TB, name string, critical bool, addr string) health.Check {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u.Host = addr
+		// As the package doc advises: without it, pgx's background
+		// connects to a stalled server never end. It also bounds the
+		// connects that must succeed (the first probe's, the one after
+		// the outage), so it leaves a loaded machine seconds.
+		q := u.Query()
+		q.Set("connect_timeout", "5")
+		u.RawQuery = q.Encode()
+		// The harness sets the Timeout.
+		return ldpgx.Check(health.Check{Name: name, Critical: critical}, newPool(t, u.String()))
+	}).Run(t)
 }
 
 // The password of the DSN never reaches a body; the user name does: it is

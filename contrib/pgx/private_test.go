@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -13,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lameduck/lameduck/internal/testsupport"
 )
 
 // private is a PostgreSQL server of the test's own, for a test that
@@ -69,7 +70,7 @@ func startPrivate(t testing.TB) (*private, string) {
 		t.Fatalf("initdb: %v\n%s", err, out)
 	}
 	for try := 0; ; try++ {
-		p.port = freePort(t)
+		p.port = testsupport.FreePort(t)
 		out, err := p.pgctl("start", "-l", filepath.Join(dir, "log"), "-o",
 			fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200", p.port, dir))
 		if err == nil {
@@ -123,15 +124,4 @@ func (p *private) run(bound time.Duration, name string, args ...string) ([]byte,
 		err = errors.Join(err, ctx.Err())
 	}
 	return out, err
-}
-
-// freePort returns a port of 127.0.0.1 that was free a moment ago.
-func freePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }

@@ -1,9 +1,6 @@
 package ldprometheus_test
 
 import (
-	"context"
-	"errors"
-	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -12,6 +9,7 @@ import (
 	ldprometheus "github.com/lameduck/lameduck/contrib/prometheus"
 	"github.com/lameduck/lameduck/health"
 	"github.com/lameduck/lameduck/internal/measure"
+	"github.com/lameduck/lameduck/internal/testsupport"
 	"github.com/lameduck/lameduck/lameducktest"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -97,21 +95,10 @@ func TestScrape(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	must(lc.AddCheck(health.Check{Name: "db", Critical: true, Func: func(context.Context) error { return nil }}))
-	must(lc.AddCheck(health.Check{Name: "cache", Func: func(context.Context) error { return errors.New("down") }}))
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	must(err)
-	must(lc.AddServer(&http.Server{Handler: mux}, ln))
-	wait := lameducktest.Start(t, lc)
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-	base := "http://" + ln.Addr().String()
-	for _, p := range []string{"/readyz", "/readyz", "/healthz", "/readyz/db", "/startupz"} {
-		resp, err := client.Get(base + p)
-		must(err)
-		resp.Body.Close()
-	}
+	base, wait := testsupport.MetricsTraffic(t, lc, mux, client)
 	fams := scrape(t, client, base+"/metrics")
 	want(t, fams, "lameduck_phase", map[string]string{"phase": "serving"}, 1)
 	want(t, fams, "lameduck_phase", map[string]string{"phase": "starting"}, 0)

@@ -4,14 +4,13 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
-	"net"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/lameduck/lameduck"
 	ldprometheus "github.com/lameduck/lameduck/contrib/prometheus"
+	"github.com/lameduck/lameduck/internal/testsupport"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -60,17 +59,7 @@ func TestStepDurations(t *testing.T) {
 		}
 		must(lc.AddTeardownHook("release", func(context.Context) error { time.Sleep(hooks); return nil }))
 		must(lc.AddCloser("pool", func(context.Context) error { time.Sleep(closers); return nil }))
-		must(lc.AddServerFuncs(lameduck.ServerFuncs{
-			Name: "fake",
-			Serve: func(ln net.Listener) error {
-				for {
-					if _, err := ln.Accept(); err != nil {
-						return err
-					}
-				}
-			},
-			Shutdown: func(context.Context) error { time.Sleep(drain); return nil },
-		}, newChanListener()))
+		must(lc.AddServerFuncs(testsupport.SlowServer(drain), testsupport.NewChanListener()))
 
 		done := make(chan error, 1)
 		go func() { done <- lc.Run(context.Background()) }()
@@ -105,24 +94,3 @@ func TestStepDurations(t *testing.T) {
 		}
 	})
 }
-
-// chanListener is a listener with no network under it, for a synctest
-// bubble: Accept blocks on a channel (durably) until Close.
-type chanListener struct {
-	once   sync.Once
-	closed chan struct{}
-}
-
-func newChanListener() *chanListener { return &chanListener{closed: make(chan struct{})} }
-
-func (l *chanListener) Accept() (net.Conn, error) {
-	<-l.closed
-	return nil, net.ErrClosed
-}
-
-func (l *chanListener) Close() error {
-	l.once.Do(func() { close(l.closed) })
-	return nil
-}
-
-func (l *chanListener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)} }

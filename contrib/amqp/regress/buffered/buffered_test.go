@@ -41,6 +41,7 @@ import (
 
 	"github.com/lameduck/lameduck"
 	ldamqp "github.com/lameduck/lameduck/contrib/amqp"
+	"github.com/lameduck/lameduck/internal/testsupport"
 	"github.com/lameduck/lameduck/worker"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -100,9 +101,7 @@ func TestHostileBufferedNotDrained(t *testing.T) {
 		}}); err != nil {
 		t.Fatal(err)
 	}
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- w.Run(rctx) }()
+	stop, done := testsupport.GoRun(ctx, w.Run)
 	select {
 	case <-started:
 	case <-time.After(10 * time.Second):

@@ -52,7 +52,6 @@ package requeue_test
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
 	"strings"
 	"sync"
@@ -61,89 +60,28 @@ import (
 
 	"github.com/lameduck/lameduck"
 	ldnats "github.com/lameduck/lameduck/contrib/nats"
+	"github.com/lameduck/lameduck/contrib/nats/internal/natstest"
+	"github.com/lameduck/lameduck/internal/testsupport"
 	"github.com/lameduck/lameduck/worker"
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-type brkLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *brkLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *brkLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func TestBrkRequeueWithExpectedHeadersStrandsTheJob(t *testing.T) {
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true,
-		JetStream: true, StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("server not ready")
-	}
-	defer func() { s.Shutdown(); s.WaitForShutdown() }()
-	nc, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	ctx := context.Background()
-	st, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "JOBS", Subjects: []string{"jobs.>"},
-		Retention: jetstream.WorkQueuePolicy})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cons, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "w", AckPolicy: jetstream.AckExplicitPolicy,
-		AckWait: time.Second, MaxDeliver: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var advMu sync.Mutex
-	var maxed []uint64
-	if _, err := nc.Subscribe("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.JOBS.w", func(m *nats.Msg) {
-		var a struct {
-			StreamSeq uint64 `json:"stream_seq"`
-		}
-		_ = json.Unmarshal(m.Data, &a)
-		advMu.Lock()
-		maxed = append(maxed, a.StreamSeq)
-		advMu.Unlock()
-	}); err != nil {
-		t.Fatal(err)
-	}
-	// One pending job per entity: published only if none is pending for it.
-	if _, err := js.Publish(ctx, "jobs.entity-42", []byte("recompute 42"), jetstream.WithExpectLastSequencePerSubject(0)); err != nil {
-		t.Fatal(err)
-	}
-
-	src, err := ldnats.NewSource(js, cons, ldnats.SourceConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := &brkLog{}
+// interruptHeldJob runs a worker (drain mode interrupt, logging to logger)
+// whose one loop takes a job from src and holds it until the drain
+// interrupts it; between runs while the job is held. Then the worker is
+// stopped, as a rollout's SIGTERM does: the job is handed back
+// (worker.ErrInterrupted), and Run must return nil.
+func interruptHeldJob(t *testing.T, src worker.Source, logger *slog.Logger, between func()) {
+	t.Helper()
 	w, err := worker.New(worker.Config{Lifecycle: lameduck.Config{ProbeAddr: "127.0.0.1:0", DrainMode: worker.DrainInterrupt,
-		Logger: slog.New(slog.NewTextHandler(log, nil))}})
+		Logger: logger}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	started := make(chan struct{})
 	var once sync.Once
-	var handBackErr error
-	if err := w.AddLoop(worker.Loop{Name: "jobs", Source: hbSource{src, &handBackErr}, FetchWait: time.Second,
+	if err := w.AddLoop(worker.Loop{Name: "jobs", Source: src, FetchWait: time.Second,
 		Handle: func(ctx context.Context, j worker.Job) error {
 			once.Do(func() { close(started) })
 			<-ctx.Done() // a long job: interrupted by the drain, checkpointed
@@ -151,23 +89,24 @@ func TestBrkRequeueWithExpectedHeadersStrandsTheJob(t *testing.T) {
 		}}); err != nil {
 		t.Fatal(err)
 	}
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- w.Run(rctx) }()
+	stop, done := testsupport.GoRun(context.Background(), w.Run)
 	<-started
-	stop() // a rollout: SIGTERM, drain mode interrupt: the job is handed back (worker.ErrInterrupted)
+	between()
+	stop()
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	time.Sleep(2500 * time.Millisecond) // past the 1s ack wait
-	ci, err := cons.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	advMu.Lock()
-	lost := append([]uint64(nil), maxed...)
-	advMu.Unlock()
-	if ci.NumPending == 0 || len(lost) > 0 {
+}
+
+func TestBrkRequeueWithExpectedHeadersStrandsTheJob(t *testing.T) {
+	log := &testsupport.LogBuffer{}
+	// One pending job per entity: published only if none is pending for it.
+	handBackErr, lost, pending := lastDeliveryHandBack(t, jetstream.StreamConfig{Name: "JOBS", Subjects: []string{"jobs.>"},
+		Retention: jetstream.WorkQueuePolicy}, func(ctx context.Context, js jetstream.JetStream) error {
+		_, err := js.Publish(ctx, "jobs.entity-42", []byte("recompute 42"), jetstream.WithExpectLastSequencePerSubject(0))
+		return err
+	}, slog.New(slog.NewTextHandler(log, nil)))
+	if pending == 0 || len(lost) > 0 {
 		line := ""
 		for _, l := range strings.Split(log.String(), "\n") {
 			if strings.Contains(l, "hand") {
@@ -175,8 +114,41 @@ func TestBrkRequeueWithExpectedHeadersStrandsTheJob(t *testing.T) {
 			}
 		}
 		t.Fatalf("the interrupted job was lost: HandBack at its last delivery failed (%v), the max-deliveries advisory fired for stream sequence(s) %v and no copy is in the stream (num_pending %d); the worker logged: %s",
-			handBackErr, lost, ci.NumPending, line)
+			handBackErr, lost, pending, line)
 	}
+}
+
+// lastDeliveryHandBack makes the stream sc with the work queue's consumer
+// "w" (AckWait 1s, MaxDeliver 1: the first delivery is the last), publishes
+// one job with publish, and runs it through interruptHeldJob with a Source
+// logging nothing and a worker logging to logger: a rollout (SIGTERM, drain
+// mode interrupt) hands the job back at its last delivery. Past the ack
+// wait it returns what HandBack returned, the stream sequences of the
+// max-deliveries advisories (a job lost), and the consumer's pending count
+// (a copy re-published).
+func lastDeliveryHandBack(t *testing.T, sc jetstream.StreamConfig, publish func(context.Context, jetstream.JetStream) error,
+	logger *slog.Logger) (handBackErr error, lost []uint64, pending uint64) {
+	t.Helper()
+	s := natstest.JetStream(t)
+	nc, js := natstest.Connect(t, s.ClientURL())
+	ctx := context.Background()
+	_, cons := natstest.WorkQueue(t, js, sc, jetstream.ConsumerConfig{Durable: "w", AckPolicy: jetstream.AckExplicitPolicy,
+		AckWait: time.Second, MaxDeliver: 1})
+	maxed := natstest.WatchMaxDeliveries(t, nc, sc.Name, "w")
+	if err := publish(ctx, js); err != nil {
+		t.Fatal(err)
+	}
+	src, err := ldnats.NewSource(js, cons, ldnats.SourceConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	interruptHeldJob(t, hbSource{src, &handBackErr}, logger, func() {})
+	time.Sleep(2500 * time.Millisecond) // past the 1s ack wait
+	ci, err := cons.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return handBackErr, maxed.Seqs(), ci.NumPending
 }
 
 // The same copy carries the original's Nats-Rollup header: on a "latest job
@@ -190,33 +162,12 @@ func TestBrkRequeueWithExpectedHeadersStrandsTheJob(t *testing.T) {
 //	requeue_headers_test.go:NNN: the newer job "v2" was purged by the hand-back's copy of "v1": the stream now
 //	  holds [v1] (want v2 kept)
 func TestBrkRequeueRollupPurgesTheNewerJob(t *testing.T) {
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true,
-		JetStream: true, StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("server not ready")
-	}
-	defer func() { s.Shutdown(); s.WaitForShutdown() }()
-	nc, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	s := natstest.JetStream(t)
+	_, js := natstest.Connect(t, s.ClientURL())
 	ctx := context.Background()
-	st, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "LATEST", Subjects: []string{"latest.>"},
-		Retention: jetstream.WorkQueuePolicy, AllowRollup: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cons, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "w", AckPolicy: jetstream.AckExplicitPolicy,
-		AckWait: 30 * time.Second, MaxDeliver: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, cons := natstest.WorkQueue(t, js, jetstream.StreamConfig{Name: "LATEST", Subjects: []string{"latest.>"},
+		Retention: jetstream.WorkQueuePolicy, AllowRollup: true}, jetstream.ConsumerConfig{Durable: "w",
+		AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: 1})
 	pub := func(data string) {
 		m := nats.NewMsg("latest.entity-42")
 		m.Data = []byte(data)
@@ -230,30 +181,9 @@ func TestBrkRequeueRollupPurgesTheNewerJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := worker.New(worker.Config{Lifecycle: lameduck.Config{ProbeAddr: "127.0.0.1:0", DrainMode: worker.DrainInterrupt,
-		Logger: slog.New(slog.DiscardHandler)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	started := make(chan struct{})
-	var once sync.Once
-	if err := w.AddLoop(worker.Loop{Name: "jobs", Source: src, FetchWait: time.Second,
-		Handle: func(ctx context.Context, j worker.Job) error {
-			once.Do(func() { close(started) })
-			<-ctx.Done()
-			return context.Cause(ctx)
-		}}); err != nil {
-		t.Fatal(err)
-	}
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- w.Run(rctx) }()
-	<-started
-	pub("v2") // the newer job for the entity, published while v1 runs
-	stop()    // the drain interrupts v1 at its last delivery: handed back (worker.ErrInterrupted), re-published
-	if err := <-done; err != nil {
-		t.Fatalf("Run: %v", err)
-	}
+	// The newer job for the entity is published while v1 runs; then the drain interrupts v1 at its last
+	// delivery: handed back (worker.ErrInterrupted), re-published.
+	interruptHeldJob(t, src, slog.New(slog.DiscardHandler), func() { pub("v2") })
 	time.Sleep(200 * time.Millisecond)
 	var held []string
 	for seq := uint64(1); seq <= 10; seq++ {
@@ -281,88 +211,15 @@ func TestBrkRequeueRollupPurgesTheNewerJob(t *testing.T) {
 //	requeue_headers_test.go:NNN: the interrupted job was lost on a stream with a subject transform: HandBack
 //	  failed ("... publishing a copy: nats: no response from stream"), max-deliveries advisory for [1], num_pending 0
 func TestBrkRequeueOnATransformedSubjectStrandsTheJob(t *testing.T) {
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true,
-		JetStream: true, StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("server not ready")
-	}
-	defer func() { s.Shutdown(); s.WaitForShutdown() }()
-	nc, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	ctx := context.Background()
-	st, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "XF", Subjects: []string{"in.>"},
+	handBackErr, lost, pending := lastDeliveryHandBack(t, jetstream.StreamConfig{Name: "XF", Subjects: []string{"in.>"},
 		SubjectTransform: &jetstream.SubjectTransformConfig{Source: "in.>", Destination: "work.>"},
-		Retention:        jetstream.WorkQueuePolicy})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cons, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "w", AckPolicy: jetstream.AckExplicitPolicy,
-		AckWait: time.Second, MaxDeliver: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var advMu sync.Mutex
-	var maxed []uint64
-	if _, err := nc.Subscribe("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.XF.w", func(m *nats.Msg) {
-		var a struct {
-			StreamSeq uint64 `json:"stream_seq"`
-		}
-		_ = json.Unmarshal(m.Data, &a)
-		advMu.Lock()
-		maxed = append(maxed, a.StreamSeq)
-		advMu.Unlock()
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := js.Publish(ctx, "in.job", []byte("job")); err != nil {
-		t.Fatal(err)
-	}
-	src, err := ldnats.NewSource(js, cons, ldnats.SourceConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := worker.New(worker.Config{Lifecycle: lameduck.Config{ProbeAddr: "127.0.0.1:0", DrainMode: worker.DrainInterrupt,
-		Logger: slog.New(slog.DiscardHandler)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	started := make(chan struct{})
-	var once sync.Once
-	var handBackErr error
-	if err := w.AddLoop(worker.Loop{Name: "jobs", Source: hbSource{src, &handBackErr}, FetchWait: time.Second,
-		Handle: func(ctx context.Context, j worker.Job) error {
-			once.Do(func() { close(started) })
-			<-ctx.Done()
-			return context.Cause(ctx)
-		}}); err != nil {
-		t.Fatal(err)
-	}
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- w.Run(rctx) }()
-	<-started
-	stop()
-	if err := <-done; err != nil {
-		t.Fatalf("Run: %v", err)
-	}
-	time.Sleep(2500 * time.Millisecond)
-	ci, err := cons.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	advMu.Lock()
-	defer advMu.Unlock()
-	if ci.NumPending == 0 || len(maxed) > 0 {
+		Retention:        jetstream.WorkQueuePolicy}, func(ctx context.Context, js jetstream.JetStream) error {
+		_, err := js.Publish(ctx, "in.job", []byte("job"))
+		return err
+	}, slog.New(slog.DiscardHandler))
+	if pending == 0 || len(lost) > 0 {
 		t.Fatalf("the interrupted job was lost on a stream with a subject transform: HandBack failed (%v), max-deliveries advisory for %v, num_pending %d",
-			handBackErr, maxed, ci.NumPending)
+			handBackErr, lost, pending)
 	}
 }
 

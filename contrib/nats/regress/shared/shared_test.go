@@ -41,30 +41,16 @@ import (
 
 	"github.com/lameduck/lameduck"
 	ldnats "github.com/lameduck/lameduck/contrib/nats"
+	"github.com/lameduck/lameduck/contrib/nats/internal/natstest"
+	"github.com/lameduck/lameduck/internal/testsupport"
 	"github.com/lameduck/lameduck/worker"
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
 func TestHostileSharedSourceDrain(t *testing.T) {
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true,
-		JetStream: true, StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("server not ready")
-	}
-	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
+	srv := natstest.JetStream(t)
 	ctx := context.Background()
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	_, js := natstest.Connect(t, srv.ClientURL())
 	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "SH", Subjects: []string{"SH.jobs"}})
 	if err != nil {
 		t.Fatal(err)
@@ -92,11 +78,8 @@ func TestHostileSharedSourceDrain(t *testing.T) {
 		return w
 	}
 	a, b := newWorker("a"), newWorker("b1", "b2", "b3") // B runs 3 jobs at once: its fetches overlap
-	actx, stopA := context.WithCancel(ctx)
-	bctx, stopB := context.WithCancel(ctx)
-	aDone, bDone := make(chan error, 1), make(chan error, 1)
-	go func() { aDone <- a.Run(actx) }()
-	go func() { bDone <- b.Run(bctx) }()
+	stopA, aDone := testsupport.GoRun(ctx, a.Run)
+	stopB, bDone := testsupport.GoRun(ctx, b.Run)
 	time.Sleep(2 * time.Second) // both consuming an idle queue
 	began := time.Now()
 	stopA()

@@ -36,122 +36,36 @@ package slowlink_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/lameduck/lameduck"
 	ldnats "github.com/lameduck/lameduck/contrib/nats"
+	"github.com/lameduck/lameduck/contrib/nats/internal/natstest"
+	"github.com/lameduck/lameduck/internal/testsupport"
 	"github.com/lameduck/lameduck/worker"
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
+	"github.com/lameduck/lameduck/worker/sourcetest"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// delayProxy forwards TCP to target, each direction delayed by d (order kept).
-func delayProxy(t *testing.T, target string, d time.Duration) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			go pipe(c, s, d)
-			go pipe(s, c, d)
-		}
-	}()
-	return ln.Addr().String()
-}
-
-func pipe(src, dst net.Conn, d time.Duration) {
-	type chunk struct {
-		at time.Time
-		b  []byte
-	}
-	ch := make(chan chunk, 4096)
-	go func() {
-		defer dst.Close()
-		for c := range ch {
-			if w := time.Until(c.at); w > 0 {
-				time.Sleep(w)
-			}
-			if _, err := dst.Write(c.b); err != nil {
-				return
-			}
-		}
-	}()
-	buf := make([]byte, 64<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			ch <- chunk{time.Now().Add(d), append([]byte(nil), buf[:n]...)}
-		}
-		if err != nil {
-			close(ch)
-			return
-		}
-	}
-}
-
 func TestBrkSlowLinkDropsJobs(t *testing.T) {
 	const oneWay, fetchWait = 100 * time.Millisecond, 200 * time.Millisecond
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true, JetStream: true, StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Start()
-	s.ReadyForConnections(10 * time.Second)
-	defer func() { s.Shutdown(); s.WaitForShutdown() }()
+	s := natstest.JetStream(t)
 	ctx := context.Background()
-	nc, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	st, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "J", Subjects: []string{"j"}, Retention: jetstream.WorkQueuePolicy})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err = st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "w", AckPolicy: jetstream.AckExplicitPolicy,
-		AckWait: 2 * time.Second, MaxDeliver: 3}); err != nil {
-		t.Fatal(err)
-	}
-	var advMu sync.Mutex
-	var maxed []uint64
-	if _, err := nc.Subscribe("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.J.w", func(m *nats.Msg) {
-		var a struct {
-			StreamSeq uint64 `json:"stream_seq"`
-		}
-		_ = json.Unmarshal(m.Data, &a)
-		advMu.Lock()
-		maxed = append(maxed, a.StreamSeq)
-		advMu.Unlock()
-	}); err != nil {
-		t.Fatal(err)
-	}
+	nc, js := natstest.Connect(t, s.ClientURL())
+	natstest.WorkQueue(t, js, jetstream.StreamConfig{Name: "J", Subjects: []string{"j"}, Retention: jetstream.WorkQueuePolicy},
+		jetstream.ConsumerConfig{Durable: "w", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 2 * time.Second, MaxDeliver: 3})
+	advisories := natstest.WatchMaxDeliveries(t, nc, "J", "w")
 	// The runner reaches the server over a slow link.
-	rnc, err := nats.Connect("nats://" + delayProxy(t, s.Addr().String(), oneWay))
+	relay, err := sourcetest.NewRelay(s.Addr().String(), oneWay)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rnc.Close()
-	rjs, _ := jetstream.New(rnc)
+	t.Cleanup(func() { relay.Close() })
+	_, rjs := natstest.Connect(t, "nats://"+relay.Addr())
 	rcons, err := rjs.Consumer(ctx, "J", "w")
 	if err != nil {
 		t.Fatal(err)
@@ -171,9 +85,7 @@ func TestBrkSlowLinkDropsJobs(t *testing.T) {
 	}}); err != nil {
 		t.Fatal(err)
 	}
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- w.Run(rctx) }()
+	stop, done := testsupport.GoRun(ctx, w.Run)
 	time.Sleep(time.Second)
 	const n = 40
 	for i := 0; i < n; i++ {
@@ -189,8 +101,7 @@ func TestBrkSlowLinkDropsJobs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	advMu.Lock()
-	defer advMu.Unlock()
+	maxed := advisories.Seqs()
 	t.Logf("published %d, handled %d, max-deliveries advisories %v, pending %d ack pending %d redelivered %d",
 		n, handled.Load(), maxed, ci.NumPending, ci.NumAckPending, ci.NumRedelivered)
 	if len(maxed) > 0 {

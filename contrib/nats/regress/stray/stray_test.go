@@ -40,7 +40,6 @@ package stray_test
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
 	"strings"
 	"sync"
@@ -50,10 +49,9 @@ import (
 
 	"github.com/lameduck/lameduck"
 	ldnats "github.com/lameduck/lameduck/contrib/nats"
+	"github.com/lameduck/lameduck/contrib/nats/internal/natstest"
 	"github.com/lameduck/lameduck/worker"
 	"github.com/lameduck/lameduck/worker/sourcetest"
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -88,24 +86,10 @@ func (l *logSink) grep(sub string) []string {
 }
 
 func TestHostileStrayNotDrained(t *testing.T) {
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true,
-		JetStream: true, StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("server not ready")
-	}
-	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
+	srv := natstest.JetStream(t)
 	ctx := context.Background()
 
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	nc, js := natstest.Connect(t, srv.ClientURL())
 	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "STR", Subjects: []string{"STR.jobs"}})
 	if err != nil {
 		t.Fatal(err)
@@ -115,30 +99,14 @@ func TestHostileStrayNotDrained(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var advMu sync.Mutex
-	var maxed []uint64
-	adv, _ := nc.Subscribe("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.STR.w", func(m *nats.Msg) {
-		var a struct {
-			StreamSeq uint64 `json:"stream_seq"`
-		}
-		_ = json.Unmarshal(m.Data, &a)
-		advMu.Lock()
-		maxed = append(maxed, a.StreamSeq)
-		advMu.Unlock()
-	})
-	defer adv.Unsubscribe()
-	nc.Flush()
+	advisories := natstest.WatchMaxDeliveries(t, nc, "STR", "w")
 
 	relay, err := sourcetest.NewRelay(strings.TrimPrefix(srv.ClientURL(), "nats://"), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer relay.Close()
-	rnc, err := nats.Connect("nats://" + relay.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	rjs, _ := jetstream.New(rnc)
+	rnc, rjs := natstest.Connect(t, "nats://"+relay.Addr())
 	rcons, err := rjs.Consumer(ctx, "STR", "w")
 	if err != nil {
 		t.Fatal(err)
@@ -217,9 +185,7 @@ func TestHostileStrayNotDrained(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	advMu.Lock()
-	adv2 := append([]uint64(nil), maxed...)
-	advMu.Unlock()
+	adv2 := advisories.Seqs()
 	// Copies re-published by a hand-back at the last delivery name their original.
 	var copies []string
 	si, _ := st.Info(ctx)

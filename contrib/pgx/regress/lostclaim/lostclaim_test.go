@@ -47,94 +47,17 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	ldpgx "github.com/lameduck/lameduck/contrib/pgx"
+	"github.com/lameduck/lameduck/internal/testsupport"
 	"github.com/lameduck/lameduck/worker"
 )
-
-// answerDelay relays TCP to target, delaying only the server's answers (each
-// chunk by the delay at its read, order kept): the request reaches
-// PostgreSQL at once, the reply is late, as on a congested return path.
-type answerDelay struct {
-	ln    net.Listener
-	delay atomic.Int64
-}
-
-func newAnswerDelay(t *testing.T, target string) *answerDelay {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := &answerDelay{ln: ln}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			srv, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			go func() { // client -> server: at once
-				buf := make([]byte, 32<<10)
-				for {
-					n, err := c.Read(buf)
-					if n > 0 {
-						if _, werr := srv.Write(buf[:n]); werr != nil {
-							break
-						}
-					}
-					if err != nil {
-						break
-					}
-				}
-				srv.(*net.TCPConn).CloseWrite()
-			}()
-			go func() { // server -> client: delayed
-				type chunk struct {
-					b   []byte
-					due time.Time
-				}
-				q := make(chan chunk, 1024)
-				go func() {
-					for ch := range q {
-						time.Sleep(time.Until(ch.due))
-						if _, err := c.Write(ch.b); err != nil {
-							break
-						}
-					}
-					c.Close()
-				}()
-				buf := make([]byte, 32<<10)
-				for {
-					n, err := srv.Read(buf)
-					if n > 0 {
-						q <- chunk{append([]byte(nil), buf[:n]...), time.Now().Add(time.Duration(a.delay.Load()))}
-					}
-					if err != nil {
-						break
-					}
-				}
-				close(q)
-			}()
-		}
-	}()
-	return a
-}
-
-func (a *answerDelay) Addr() string             { return a.ln.Addr().String() }
-func (a *answerDelay) SetDelay(d time.Duration) { a.delay.Store(int64(d)) }
 
 type sink struct {
 	mu    sync.Mutex
@@ -169,7 +92,9 @@ func TestHostileLostClaimDead(t *testing.T) {
 		return fmt.Sprintf("state=%s attempts=%d", st, attempts)
 	}
 
-	relay := newAnswerDelay(t, "127.0.0.1:5432")
+	// Only the server's answers are delayed: the request reaches PostgreSQL
+	// at once, the reply is late, as on a congested return path.
+	relay := testsupport.NewAnswerRelay(t, "127.0.0.1:5432")
 	pool, err := pgxpool.New(ctx, "postgres://postgres@"+relay.Addr()+"/test?sslmode=disable&pool_max_conns=2")
 	if err != nil {
 		t.Fatal(err)
