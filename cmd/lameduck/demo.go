@@ -384,10 +384,10 @@ func (d *demo) httpMux() *http.ServeMux {
 
 // demoHTTPServer is the demo's net/http server for handler on addr.
 func demoHTTPServer(addr string, handler http.Handler) *http.Server {
-	// Timeouts against slow clients (docs/security.md, "Slow clients"):
-	// headers within 10s, idle keep-alive connections closed after 2m. No
-	// ReadTimeout or WriteTimeout: they would cut /ws, /events and /slow,
-	// which are long on purpose.
+	// Timeouts against slow clients (docs/security.md, "Slow clients on
+	// the servers you hand in"): headers within 10s, idle keep-alive
+	// connections closed after 2m. No ReadTimeout or WriteTimeout: they
+	// would cut /ws, /events and /slow, which are long on purpose.
 	srv := &http.Server{Addr: addr, Handler: handler, ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10,
 		Protocols: new(http.Protocols)}

@@ -24,9 +24,9 @@ var (
 )
 
 func newRolloutCommand() *cobra.Command {
-	o := rollout.Options{}
-	ko := rollout.KubeOptions{}
-	var removal, format, report string
+	var shared loadOptions
+	var local localOptions
+	var cluster rollout.KubeOptions
 	cmd := &cobra.Command{
 		Use:   "rollout [flags] -- COMMAND ARGS... | rollout [flags] --url URL deployment/NAME",
 		Short: "Run a server through rolling restarts under load, simulated or on a real cluster, and count every failed request",
@@ -63,92 +63,136 @@ Examples:
   lameduck rollout -n shop --url http://10.96.0.10:80 --rounds 2 deployment/web`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if format != "text" && format != "json" {
-				return usageError{fmt.Errorf("--format=%q: use text or json", format)}
+			if shared.format != "text" && shared.format != "json" {
+				return usageError{fmt.Errorf("--format=%q: use text or json", shared.format)}
 			}
 			before, after := args, []string(nil)
 			if dash := cmd.ArgsLenAtDash(); dash >= 0 {
 				before, after = args[:dash], args[dash:]
 			}
-			changed := func(names []string) string {
-				for _, n := range names {
-					if cmd.Flags().Changed(n) {
-						return n
-					}
-				}
-				return ""
+			if len(before) > 0 || (len(after) == 0 && changedFlag(cmd, clusterOnlyFlags) != "") {
+				return runClusterRollout(cmd, shared, cluster, before, after)
 			}
-			if len(before) > 0 || (len(after) == 0 && changed(clusterOnlyFlags) != "") {
-				// On a cluster.
-				switch {
-				case len(after) > 0:
-					return usageError{fmt.Errorf("both a Deployment (%s) and a command (-- %s): give deployment/NAME for a cluster, or -- COMMAND for local replicas", strings.Join(before, " "), strings.Join(after, " "))}
-				case len(before) == 0:
-					return usageError{fmt.Errorf("--%s is for a cluster: name the Deployment too, such as: lameduck rollout --url http://10.96.0.10:80 deployment/NAME (a local command goes after --)", changed(clusterOnlyFlags))}
-				case len(before) > 1:
-					return usageError{fmt.Errorf("one Deployment at a time, not %q (a local command goes after --)", strings.Join(before, " "))}
-				}
-				if f := changed(localOnlyFlags); f != "" {
-					return usageError{fmt.Errorf("--%s is for local replicas (-- COMMAND); on a cluster the Deployment's own spec decides it: drop --%s", f, f)}
-				}
-				ko.Deployment = before[0]
-				ko.Rounds, ko.Rate, ko.GetPath, ko.PostPath = o.Rounds, o.Rate, o.GetPath, o.PostPath
-				ko.Timeout, ko.Warmup, ko.Cooldown = o.Timeout, o.Warmup, o.Cooldown
-				return runRollout(cmd, ko.Rounds, format, report, func(ctx context.Context, progress func(int, int, int, int), warn func(string)) (*rollout.Report, error) {
-					ko.Progress, ko.Warn = progress, warn
-					return rollout.RunKube(ctx, ko)
-				})
-			}
-			if f := changed(clusterOnlyFlags); f != "" {
-				return usageError{fmt.Errorf("--%s is for a cluster (deployment/NAME), not local replicas (-- COMMAND): drop --%s", f, f)}
-			}
-			o.Command = after
-			min, max, err := parseRange(removal)
-			if err != nil {
-				return usageError{err}
-			}
-			o.RemovalMin, o.RemovalMax = min, max
-			if !cmd.Flags().Changed("stop-timeout") {
-				o.StopTimeout = o.Grace
-			}
-			if os.Getenv("LAMEDUCK_ENV") == "" {
-				o.Env = append([]string{"LAMEDUCK_ENV=kubernetes"}, o.Env...)
-			}
-			return runRollout(cmd, o.Replicas*o.Rounds, format, report, func(ctx context.Context, progress func(int, int, int, int), warn func(string)) (*rollout.Report, error) {
-				o.Progress, o.Warn = progress, warn
-				return rollout.Run(ctx, o)
-			})
+			return runLocalRollout(cmd, shared, local, after)
 		},
 	}
+	shared.addFlags(cmd)
+	local.addFlags(cmd)
+	addClusterFlags(cmd, &cluster)
+	return cmd
+}
+
+// loadOptions are the options both modes take: the load sent through the
+// restarts, and the report's format and HTML file.
+type loadOptions struct {
+	rollout.Load
+	format, report string
+}
+
+// addFlags registers the flags of the options both modes take.
+func (o *loadOptions) addFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.IntVar(&o.Replicas, "replicas", 3, "local: replicas kept serving")
 	f.IntVar(&o.Rounds, "rounds", 2, "rolling restarts of every replica (local), of the Deployment (cluster)")
-	f.StringVar(&o.Mode, "mode", rollout.ModeL7, "local: balancer: l7 (an ingress: keep-alive pool, no retries) or l4 (kube-proxy: connections pinned)")
 	f.IntVar(&o.Rate, "rate", 200, "requests per second, open loop")
 	f.StringVar(&o.GetPath, "get", "/", "path of the GET requests (empty: none)")
 	f.StringVar(&o.PostPath, "post", "/echo", "path of the POST requests, every other request (empty: none)")
+	f.DurationVar(&o.Timeout, "timeout", 10*time.Second, "timeout of each request")
+	f.DurationVar(&o.Warmup, "warmup", time.Second, "load before the first restart")
+	f.DurationVar(&o.Cooldown, "cooldown", time.Second, "load after the last old replica exited (local), the last rollout completed (cluster)")
+	f.StringVar(&o.format, "format", "text", "report format on stdout: text or json")
+	f.StringVar(&o.report, "report", "", "also write a self-contained HTML report with a timeline to FILE")
+}
+
+// localOptions are the options of local replicas only (localOnlyFlags):
+// the rollout.Options besides the load and the command, with
+// --removal-delay as given.
+type localOptions struct {
+	rollout.Options
+	removal string
+}
+
+// addFlags registers localOnlyFlags.
+func (o *localOptions) addFlags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.IntVar(&o.Replicas, "replicas", 3, "local: replicas kept serving")
+	f.StringVar(&o.Mode, "mode", rollout.ModeL7, "local: balancer: l7 (an ingress: keep-alive pool, no retries) or l4 (kube-proxy: connections pinned)")
 	f.StringVar(&o.ProbePath, "probe-path", "/readyz", "local: readiness path the balancer polls")
 	f.DurationVar(&o.ProbePeriod, "probe-period", 2*time.Second, "local: readiness poll period (readinessProbe periodSeconds)")
 	f.IntVar(&o.ProbeFailures, "probe-failures", 2, "local: consecutive failed polls that take a replica out (failureThreshold)")
 	f.DurationVar(&o.ProbeTimeout, "probe-timeout", 3*time.Second, "local: readiness poll timeout (timeoutSeconds)")
-	f.StringVar(&removal, "removal-delay", "1s-3s", "local: MIN-MAX: the balancer forgets a replica this long after its SIGTERM, drawn uniformly")
+	f.StringVar(&o.removal, "removal-delay", "1s-3s", "local: MIN-MAX: the balancer forgets a replica this long after its SIGTERM, drawn uniformly")
 	f.DurationVar(&o.Grace, "grace", 45*time.Second, "local: SIGKILL a replica this long after SIGTERM (terminationGracePeriodSeconds)")
 	f.DurationVar(&o.StopTimeout, "stop-timeout", 0, "local: the replicas left at the end get SIGTERM and this long to drain and exit before SIGKILL (default: --grace)")
 	f.DurationVar(&o.StartTimeout, "start-timeout", 30*time.Second, "local: longest wait for a new replica to be ready")
-	f.DurationVar(&o.Timeout, "timeout", 10*time.Second, "timeout of each request")
-	f.DurationVar(&o.Warmup, "warmup", time.Second, "load before the first restart")
-	f.DurationVar(&o.Cooldown, "cooldown", time.Second, "load after the last old replica exited (local), the last rollout completed (cluster)")
 	f.Uint64Var(&o.Rand, "rand", 0, "local: start the random removal delays from this number, to repeat a run (0: a random one; the report prints it)")
 	f.StringArrayVar(&o.Env, "env", nil, "local: KEY=VALUE added to every replica's environment (repeatable)")
 	f.StringVar(&o.LogDir, "logs", "", "local: keep each replica's output in DIR/replica-N.log")
-	f.StringVar(&ko.Kubeconfig, "kubeconfig", "", "cluster: the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
-	f.StringVar(&ko.Context, "context", "", "cluster: the kubeconfig context (default: its current context)")
-	f.StringVarP(&ko.Namespace, "namespace", "n", "", "cluster: the Deployment's namespace (default: the context's, else default)")
-	f.StringVar(&ko.URL, "url", "", "cluster: where the load goes, http://HOST[:PORT]: a ClusterIP from a node, a NodePort, an ingress")
-	f.DurationVar(&ko.RolloutTimeout, "rollout-timeout", 5*time.Minute, "cluster: the longest wait for each rollout to complete (new ReplicaSet available, old pods gone)")
-	f.StringVar(&format, "format", "text", "report format on stdout: text or json")
-	f.StringVar(&report, "report", "", "also write a self-contained HTML report with a timeline to FILE")
-	return cmd
+}
+
+// addClusterFlags registers clusterOnlyFlags.
+func addClusterFlags(cmd *cobra.Command, o *rollout.KubeOptions) {
+	f := cmd.Flags()
+	f.StringVar(&o.Kubeconfig, "kubeconfig", "", "cluster: the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
+	f.StringVar(&o.Context, "context", "", "cluster: the kubeconfig context (default: its current context)")
+	f.StringVarP(&o.Namespace, "namespace", "n", "", "cluster: the Deployment's namespace (default: the context's, else default)")
+	f.StringVar(&o.URL, "url", "", "cluster: where the load goes, http://HOST[:PORT]: a ClusterIP from a node, a NodePort, an ingress")
+	f.DurationVar(&o.RolloutTimeout, "rollout-timeout", 5*time.Minute, "cluster: the longest wait for each rollout to complete (new ReplicaSet available, old pods gone)")
+}
+
+// changedFlag returns the first of names set on the command line, or "".
+func changedFlag(cmd *cobra.Command, names []string) string {
+	for _, n := range names {
+		if cmd.Flags().Changed(n) {
+			return n
+		}
+	}
+	return ""
+}
+
+// runLocalRollout runs command as local replicas behind a simulated
+// balancer and restarts them under shared's load.
+func runLocalRollout(cmd *cobra.Command, shared loadOptions, local localOptions, command []string) error {
+	if f := changedFlag(cmd, clusterOnlyFlags); f != "" {
+		return usageError{fmt.Errorf("--%s is for a cluster (deployment/NAME), not local replicas (-- COMMAND): drop --%s", f, f)}
+	}
+	o := local.Options
+	o.Load, o.Command = shared.Load, command
+	min, max, err := parseRange(local.removal)
+	if err != nil {
+		return usageError{err}
+	}
+	o.RemovalMin, o.RemovalMax = min, max
+	if !cmd.Flags().Changed("stop-timeout") {
+		o.StopTimeout = o.Grace
+	}
+	if os.Getenv("LAMEDUCK_ENV") == "" {
+		o.Env = append([]string{"LAMEDUCK_ENV=kubernetes"}, o.Env...)
+	}
+	return runRollout(cmd, o.Replicas*o.Rounds, shared.format, shared.report, func(ctx context.Context, progress func(int, int, int, int), warn func(string)) (*rollout.Report, error) {
+		o.Progress, o.Warn = progress, warn
+		return rollout.Run(ctx, o)
+	})
+}
+
+// runClusterRollout restarts the one Deployment of deployments on a real
+// cluster under shared's load; command, the words after --, must be empty.
+func runClusterRollout(cmd *cobra.Command, shared loadOptions, cluster rollout.KubeOptions, deployments, command []string) error {
+	switch {
+	case len(command) > 0:
+		return usageError{fmt.Errorf("both a Deployment (%s) and a command (-- %s): give deployment/NAME for a cluster, or -- COMMAND for local replicas", strings.Join(deployments, " "), strings.Join(command, " "))}
+	case len(deployments) == 0:
+		return usageError{fmt.Errorf("--%s is for a cluster: name the Deployment too, such as: lameduck rollout --url http://10.96.0.10:80 deployment/NAME (a local command goes after --)", changedFlag(cmd, clusterOnlyFlags))}
+	case len(deployments) > 1:
+		return usageError{fmt.Errorf("one Deployment at a time, not %q (a local command goes after --)", strings.Join(deployments, " "))}
+	}
+	if f := changedFlag(cmd, localOnlyFlags); f != "" {
+		return usageError{fmt.Errorf("--%s is for local replicas (-- COMMAND); on a cluster the Deployment's own spec decides it: drop --%s", f, f)}
+	}
+	cluster.Load, cluster.Deployment = shared.Load, deployments[0]
+	return runRollout(cmd, cluster.Rounds, shared.format, shared.report, func(ctx context.Context, progress func(int, int, int, int), warn func(string)) (*rollout.Report, error) {
+		cluster.Progress, cluster.Warn = progress, warn
+		return rollout.RunKube(ctx, cluster)
+	})
 }
 
 // parseRange parses --removal-delay: "1s-3s", or "2s" for a fixed delay.

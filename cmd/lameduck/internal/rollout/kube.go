@@ -34,6 +34,8 @@ const restartedAtAnnotation = "kubectl.kubernetes.io/restartedAt"
 // KubeOptions configures a rollout on a real cluster. Every field has the
 // default given by the `lameduck rollout` flag of the same name.
 type KubeOptions struct {
+	Load
+
 	// Kubeconfig is the kubeconfig file; "" follows kubectl's rules
 	// ($KUBECONFIG, then ~/.kube/config, then the in-cluster config).
 	Kubeconfig string
@@ -49,15 +51,6 @@ type KubeOptions struct {
 	// a NodePort, an ingress.
 	URL string
 
-	Rounds   int    // restarts of the Deployment; ≥ 1
-	Rate     int    // requests per second, open loop; ≥ 1
-	GetPath  string // the path of GET requests; "" sends none
-	PostPath string // the path of POST requests; "" sends none
-	// Timeout bounds each request of the load.
-	Timeout time.Duration
-	// Warmup and Cooldown are load before the first restart and after the
-	// last round is complete.
-	Warmup, Cooldown time.Duration
 	// RolloutTimeout bounds the wait for the Deployment to be complete,
 	// before the first restart and after each: its new ReplicaSet fully
 	// available, every old pod gone from the API.

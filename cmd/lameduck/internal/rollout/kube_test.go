@@ -195,9 +195,9 @@ func kubeTestOptions(t *testing.T, cs kubernetes.Interface) KubeOptions {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	t.Cleanup(srv.Close)
 	return KubeOptions{client: cs, Namespace: "shop", Deployment: "deployment/web", URL: srv.URL,
-		Rounds: 2, Rate: 50, GetPath: "/", PostPath: "/echo", Timeout: 10 * time.Second,
-		Warmup: 100 * time.Millisecond, Cooldown: 100 * time.Millisecond, RolloutTimeout: 20 * time.Second,
-		poll: 20 * time.Millisecond}
+		Load: Load{Rounds: 2, Rate: 50, GetPath: "/", PostPath: "/echo", Timeout: 10 * time.Second,
+			Warmup: 100 * time.Millisecond, Cooldown: 100 * time.Millisecond},
+		RolloutTimeout: 20 * time.Second, poll: 20 * time.Millisecond}
 }
 
 // TestRunKubeFake runs the whole cluster mode against the fake clientset:
@@ -332,7 +332,8 @@ func errorsIsSetup(err error) bool {
 }
 
 func TestKubeValidate(t *testing.T) {
-	good := KubeOptions{Deployment: "web", URL: "http://10.96.0.10:80", Rounds: 1, Rate: 1, GetPath: "/", Timeout: time.Second, RolloutTimeout: time.Minute}
+	good := KubeOptions{Deployment: "web", URL: "http://10.96.0.10:80",
+		Load: Load{Rounds: 1, Rate: 1, GetPath: "/", Timeout: time.Second}, RolloutTimeout: time.Minute}
 	if err := good.Validate(); err != nil {
 		t.Fatal(err)
 	}

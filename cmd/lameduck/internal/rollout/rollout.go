@@ -41,9 +41,29 @@ const (
 	ModeL4 = "l4"
 )
 
+// Load is the load a rollout sends and how many rounds of restarts it
+// sends it through: the options Run and RunKube share. Every field has the
+// default given by the `lameduck rollout` flag of the same name.
+type Load struct {
+	// Rounds is the rolling restarts: of every replica (Run), of the
+	// Deployment (RunKube); ≥ 1.
+	Rounds   int
+	Rate     int    // requests per second, open loop; ≥ 1
+	GetPath  string // the path of GET requests; "" sends none
+	PostPath string // the path of POST requests; "" sends none
+	// Timeout bounds each request of the load.
+	Timeout time.Duration
+	// Warmup and Cooldown are load before the first restart and after the
+	// last: after the last old replica exited (Run), after the last round
+	// is complete (RunKube).
+	Warmup, Cooldown time.Duration
+}
+
 // Options configures a rollout. Durations are time.Duration; every field
 // has the default given by the `lameduck rollout` flag of the same name.
 type Options struct {
+	Load
+
 	// Command is the command of one replica. Each replica gets its own
 	// loopback port in its environment as PORT, and "{port}" in any
 	// argument is replaced by it: a command that reads PORT needs no
@@ -53,11 +73,7 @@ type Options struct {
 	Env []string
 
 	Replicas int    // replicas kept serving; ≥ 1
-	Rounds   int    // rolling restarts of every replica; ≥ 1
 	Mode     string // ModeL7 or ModeL4
-	Rate     int    // requests per second, open loop; ≥ 1
-	GetPath  string // the path of GET requests; "" sends none
-	PostPath string // the path of POST requests; "" sends none
 
 	ProbePath     string        // the readiness path polled; default /readyz
 	ProbePeriod   time.Duration // between polls of one replica
@@ -77,11 +93,6 @@ type Options struct {
 	StopTimeout time.Duration
 	// StartTimeout bounds the wait for a new replica to be in rotation.
 	StartTimeout time.Duration
-	// Timeout bounds each request of the load.
-	Timeout time.Duration
-	// Warmup and Cooldown are load before the first restart and after the
-	// last replica exited.
-	Warmup, Cooldown time.Duration
 	// Rand is where the random removal delays start from, so a run can be
 	// repeated; 0 picks one at random.
 	Rand uint64

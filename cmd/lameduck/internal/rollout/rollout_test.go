@@ -82,10 +82,12 @@ func testServer(port, window string) {
 // timeoutSeconds would be).
 func runOptions(window string) Options {
 	return Options{Command: []string{os.Args[0], "--port={port}"}, Env: []string{"ROLLOUT_TEST_WINDOW=" + window},
-		Replicas: 2, Rounds: 1, Mode: ModeL7, Rate: 100, GetPath: "/", PostPath: "/echo",
+		Load: Load{Rounds: 1, Rate: 100, GetPath: "/", PostPath: "/echo", Timeout: 30 * time.Second,
+			Warmup: 200 * time.Millisecond, Cooldown: 200 * time.Millisecond},
+		Replicas: 2, Mode: ModeL7,
 		ProbePath: "/readyz", ProbePeriod: 100 * time.Millisecond, ProbeFailures: 3, ProbeTimeout: 5 * time.Second,
 		RemovalMin: 500 * time.Millisecond, RemovalMax: 600 * time.Millisecond, Grace: 30 * time.Second, StopTimeout: 30 * time.Second,
-		StartTimeout: 20 * time.Second, Timeout: 30 * time.Second, Warmup: 200 * time.Millisecond, Cooldown: 200 * time.Millisecond}
+		StartTimeout: 20 * time.Second}
 }
 
 // TestRunInProcess runs the whole rollout under the race detector, with
@@ -313,9 +315,9 @@ func TestClassify(t *testing.T) {
 }
 
 func TestValidate(t *testing.T) {
-	good := Options{Command: []string{"srv", "--port={port}"}, Replicas: 1, Rounds: 1, Mode: ModeL7, Rate: 1,
-		GetPath: "/", ProbePath: "/readyz", ProbePeriod: time.Second, ProbeFailures: 1, ProbeTimeout: time.Second,
-		RemovalMin: time.Second, RemovalMax: time.Second, Grace: time.Second, StopTimeout: time.Second, StartTimeout: time.Second, Timeout: time.Second}
+	good := Options{Command: []string{"srv", "--port={port}"}, Load: Load{Rounds: 1, Rate: 1, GetPath: "/", Timeout: time.Second},
+		Replicas: 1, Mode: ModeL7, ProbePath: "/readyz", ProbePeriod: time.Second, ProbeFailures: 1, ProbeTimeout: time.Second,
+		RemovalMin: time.Second, RemovalMax: time.Second, Grace: time.Second, StopTimeout: time.Second, StartTimeout: time.Second}
 	if err := good.Validate(); err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 // queued ahead of a liveness probe in a busy process (a burst of requests,
 // a GC cycle): under a CPU limit of L cores it takes throttleWork / L
 // seconds of wall time, and the probe's answer waits that long. docs/vet.md,
-// "liveness-throttle", gives the reasoning.
+// "liveness-throttle (warning)", gives the reasoning.
 const throttleWork = 1.0
 
 // checkLivenessThrottle is liveness-throttle (a warning): a container with
