@@ -62,7 +62,7 @@ func TestConnectRollingRestartsThroughKubeProxy(t *testing.T) {
 	}
 	lives := pods.lives()
 	logLives(t, lives)
-	checkExits(t, lives, 3*rounds, 0)
+	checkExits(t, lives, nil, 3*rounds, 0)
 }
 
 // connectLoad makes open-loop unary calls (Slow with a 10ms duration) with

@@ -54,7 +54,7 @@ func TestGRPCRollingRestartsThroughKubeProxy(t *testing.T) {
 	}
 	lives := pods.lives()
 	logLives(t, lives)
-	checkExits(t, lives, 3*rounds, 0)
+	checkExits(t, lives, nil, 3*rounds, 0)
 }
 
 // serviceAddr is <ClusterIP>:<port> of a Service, once a gRPC health

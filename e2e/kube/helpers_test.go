@@ -224,6 +224,7 @@ type podLife struct {
 	Reason    string
 	Restarts  int32
 	Container string
+	IP        string // status.podIP, the address kube-proxy's rules send to
 }
 
 // podWatch records every pod of the namespace from the API's watch.
@@ -256,6 +257,9 @@ func (e *env) watchPods(container string) *podWatch {
 			if l == nil {
 				l = &podLife{Name: p.Name, Container: container}
 				pw.pods[p.Name] = l
+			}
+			if p.Status.PodIP != "" {
+				l.IP = p.Status.PodIP
 			}
 			if p.DeletionTimestamp != nil && l.Deleted.IsZero() {
 				l.Deleted = p.DeletionTimestamp.Time

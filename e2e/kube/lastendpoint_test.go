@@ -149,7 +149,7 @@ func TestLastEndpointLosesNoMoreThanPreStopSleep(t *testing.T) {
 						t.Errorf("%d requests failed (%d in the old pods' lame-duck windows: %q) with a replacement created at the old pod's deletion (preStop sleep: %d); want 0: %v",
 							r.Failed, alive, inWindow, sleep.Failed, r.Kinds)
 					}
-					checkExits(t, lives, rounds, 0)
+					checkExits(t, lives, logs, rounds, 0)
 				})
 			}
 		})

@@ -1,6 +1,7 @@
 package kube_test
 
 import (
+	"context"
 	"crypto/tls"
 	"fmt"
 	"net"
@@ -16,11 +17,34 @@ import (
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 )
 
+// clientShape is how a load's client holds its connections.
+type clientShape string
+
+const (
+	// fresh opens a connection per request (a client behind kube-proxy that
+	// does not keep connections alive: every request is a new routing
+	// decision).
+	fresh clientShape = "fresh connections"
+	// keepAlive is Go's HTTP/1.1 transport with its pool of idle
+	// connections: conntrack pins each to the pod it was routed to.
+	keepAlive clientShape = "HTTP/1.1 keep-alive"
+	// h2c is HTTP/2 without TLS (prior knowledge) through Go's transport:
+	// every request of the load multiplexed on a connection or two.
+	h2c clientShape = "HTTP/2 (h2c)"
+	// nginxUpstream is Debian's nginx on the node proxying to the
+	// Service's ClusterIP with a pool of keep-alive connections, as an
+	// ingress with `service-upstream` does (startNginx); the load reaches
+	// nginx over an HTTP/1.1 keep-alive pool, and nginx's 502s count as
+	// failed.
+	nginxUpstream clientShape = "nginx, service-upstream"
+)
+
+var clientShapes = []clientShape{fresh, keepAlive, h2c, nginxUpstream}
+
 // load is open-loop traffic through a URL: rate requests a second whatever
 // the server does (vegeta's constant pacer), alternating GET / and POST
-// /echo, each on a connection of its own (as a client behind kube-proxy
-// that does not keep connections alive: every request is a new routing
-// decision), with a 10s timeout and no retries.
+// /echo, over connections held as its clientShape says, with a 10s timeout
+// and no retries of its own (the transport's re-sends are counted).
 type load struct {
 	stop     func()
 	done     chan struct{}
@@ -33,12 +57,18 @@ type load struct {
 	failedAs []string    // and how it failed (classify), in the same order
 	dials    sync.Map    // request id -> *atomic.Int32: connections it took
 	resent   atomic.Int64
+	resentAt []time.Time // when each re-sent request was sent (under mu)
+	// refusedAt is when each request was sent that an HTTP/2 server
+	// refused with its GOAWAY and the transport re-sent (under mu)
+	refusedAt []time.Time
 }
 
 // countingTransport counts the connections each request takes: a request
-// that took more than one was re-sent by the client's transport (net/http
-// re-sends an idempotent request whose reused connection died), which a
-// server that drains right must never cause.
+// that took a second one was re-sent by the transport. On HTTP/2 it tells
+// apart the re-sends of streams the server refused with its GOAWAY (the
+// first connection had read one by then): RFC 9113 §6.8 says the server
+// processed none of them, and Go's HTTP/2 transport re-sends only such
+// requests (refused or never started), never one a server may have seen.
 type countingTransport struct {
 	next http.RoundTripper
 	l    *load
@@ -47,23 +77,93 @@ type countingTransport struct {
 func (c countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	id := r.Header.Get("X-Load-Id")
 	n := new(atomic.Int32)
+	sent := time.Now()
 	c.l.dials.Store(id, n)
 	defer c.l.dials.Delete(id)
-	trace := &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) {
-		if n.Add(1) == 2 {
+	var first atomic.Pointer[goawayConn]
+	trace := &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) {
+		switch n.Add(1) {
+		case 1:
+			if g, ok := info.Conn.(*goawayConn); ok {
+				first.Store(g)
+			}
+		case 2:
+			c.l.mu.Lock()
+			defer c.l.mu.Unlock()
+			if g := first.Load(); g != nil && g.goaway.Load() {
+				c.l.refusedAt = append(c.l.refusedAt, sent)
+				return
+			}
 			c.l.resent.Add(1)
+			c.l.resentAt = append(c.l.resentAt, sent)
 		}
 	}}
 	return c.next.RoundTrip(r.WithContext(httptrace.WithClientTrace(r.Context(), trace)))
 }
 
-func startLoad(url string, rate int) *load {
+// goawayConn is an HTTP/2 (h2c) client connection that notes whether the
+// server's GOAWAY frame has reached it: it reads the frame headers of what
+// the server sends (h2c with prior knowledge: frames from the first byte,
+// RFC 9113 §3.4 and §4.1). Read is called by the transport's one reader.
+type goawayConn struct {
+	net.Conn
+	hdr    []byte // the frame header read so far
+	skip   int    // payload bytes of the current frame still to come
+	goaway atomic.Bool
+}
+
+func (c *goawayConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	for b := p[:n]; len(b) > 0; {
+		if c.skip > 0 {
+			k := min(c.skip, len(b))
+			c.skip, b = c.skip-k, b[k:]
+			continue
+		}
+		k := min(9-len(c.hdr), len(b))
+		c.hdr, b = append(c.hdr, b[:k]...), b[k:]
+		if len(c.hdr) == 9 {
+			if c.hdr[3] == 0x7 { // GOAWAY
+				c.goaway.Store(true)
+			}
+			c.skip, c.hdr = int(c.hdr[0])<<16|int(c.hdr[1])<<8|int(c.hdr[2]), c.hdr[:0]
+		}
+	}
+	return n, err
+}
+
+// loadWorkers bounds a load's requests in flight. A server that answers
+// within 10ms needs one at 100 requests a second; 64 leave room for every
+// request of a drain to hang to its timeout while the load goes on.
+const loadWorkers = 64
+
+// startLoad sends load over fresh connections.
+func startLoad(url string, rate int) *load { return startShapedLoad(url, rate, fresh) }
+
+func startShapedLoad(url string, rate int, shape clientShape) *load {
 	l := &load{kinds: map[string]int{}, done: make(chan struct{})}
 	tr := &http.Transport{
-		DisableKeepAlives:   true,
-		DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
-		TLSClientConfig:     &tls.Config{},
-		MaxIdleConnsPerHost: -1,
+		DialContext:     (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+		TLSClientConfig: &tls.Config{},
+	}
+	switch shape {
+	case fresh:
+		tr.DisableKeepAlives, tr.MaxIdleConnsPerHost = true, -1
+	case keepAlive, nginxUpstream:
+		tr.MaxIdleConnsPerHost = 64
+	case h2c:
+		tr.Protocols = new(http.Protocols)
+		tr.Protocols.SetUnencryptedHTTP2(true)
+		dial := tr.DialContext
+		tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := dial(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &goawayConn{Conn: c}, nil
+		}
+	default:
+		panic("unknown client shape " + string(shape))
 	}
 	client := &http.Client{Transport: countingTransport{tr, l}, Timeout: 10 * time.Second,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
@@ -79,7 +179,12 @@ func startLoad(url string, rate int) *load {
 		}
 		return nil
 	}
-	atk := vegeta.NewAttacker(vegeta.Client(client), vegeta.MaxWorkers(4096))
+	// At most loadWorkers requests in flight: when the machine stalls, the
+	// pacer falls behind instead of opening thousands of connections, whose
+	// cost stalls the machine further (with -race on two cores, one load of
+	// 4096 workers grew the test to 6 GB and timed out nearly every request
+	// of every server alike).
+	atk := vegeta.NewAttacker(vegeta.Client(client), vegeta.MaxWorkers(loadWorkers))
 	l.stop = func() { atk.Stop() }
 	go func() {
 		defer close(l.done)
@@ -133,6 +238,12 @@ type loadResult struct {
 	Repicked int
 	Kinds    map[string]int
 	Examples []string
+	// ResentAt is when each re-sent request was sent.
+	ResentAt []time.Time
+	// RefusedAt (HTTP/2 only) is when each request was sent that the
+	// server refused with its GOAWAY, unprocessed, and the transport
+	// re-sent on another connection: not counted in Resent.
+	RefusedAt []time.Time
 	// FailedAt is when each failed request was sent, in order of answer;
 	// FailedAs how it failed (its kind and error), in the same order.
 	FailedAt []time.Time
@@ -144,7 +255,7 @@ func (l *load) finish() loadResult {
 	<-l.done
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return loadResult{Total: l.total, Failed: l.failed, Resent: int(l.resent.Load()), Kinds: l.kinds, Examples: slices.Clone(l.examples), FailedAt: slices.Clone(l.failedAt), FailedAs: slices.Clone(l.failedAs)}
+	return loadResult{Total: l.total, Failed: l.failed, Resent: int(l.resent.Load()), Kinds: l.kinds, Examples: slices.Clone(l.examples), ResentAt: slices.Clone(l.resentAt), RefusedAt: slices.Clone(l.refusedAt), FailedAt: slices.Clone(l.failedAt), FailedAs: slices.Clone(l.failedAs)}
 }
 
 func (r loadResult) String() string {
@@ -154,6 +265,9 @@ func (r loadResult) String() string {
 	}
 	slices.Sort(kinds)
 	s := fmt.Sprintf("%d requests, %d failed (%s), %d re-sent", r.Total, r.Failed, strings.Join(kinds, ", "), r.Resent)
+	if len(r.RefusedAt) > 0 {
+		s += fmt.Sprintf(" (and %d refused unprocessed by a server's HTTP/2 GOAWAY, then re-sent)", len(r.RefusedAt))
+	}
 	if r.Repicked > 0 {
 		s += fmt.Sprintf(" (and %d moved to another connection before they left the client)", r.Repicked)
 	}

@@ -543,8 +543,13 @@ type drain struct {
 	took     time.Duration // from the draining line to the stopped line; -1 without one
 }
 
-// drains reads each pod's drain from its log, in the order of the signals.
+// drains reads each pod's drain from its log, in the order of the signals:
+// lameduck's lines, or the naive server's ("naive: draining", "naive:
+// stopped"). nil podLogs have none.
 func (pl *podLogs) drains() []drain {
+	if pl == nil {
+		return nil
+	}
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
 	var out []drain
@@ -558,12 +563,15 @@ func (pl *podLogs) drains() []drain {
 			continue
 		}
 		switch {
-		case strings.HasPrefix(m, "lameduck: draining"):
+		case strings.HasPrefix(m, "lameduck: draining") || m == "naive: draining":
+			if _, ok := at[pod]; ok {
+				continue // the first line: the preStop hook's, when one came before SIGTERM
+			}
 			n, _ := r["in_flight"].(float64)
 			began[pod] = ts
 			at[pod] = len(out)
 			out = append(out, drain{pod: pod, inFlight: int(n), took: -1})
-		case m == "lameduck: stopped":
+		case m == "lameduck: stopped" || m == "naive: stopped":
 			if i, ok := at[pod]; ok {
 				out[i].took = ts.Sub(began[pod])
 			}

@@ -41,7 +41,8 @@ type Config struct {
 	Version string
 	// NodeName is the Node's name. Default "lameduck-e2e".
 	NodeName string
-	// Logf receives progress lines. Default: stderr with a timestamp.
+	// Logf receives progress lines. Default: stderr, each line prefixed
+	// "kube: " (no timestamp).
 	Logf func(format string, args ...any)
 }
 

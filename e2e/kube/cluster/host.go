@@ -19,6 +19,9 @@ var packages = []struct{ pkg, file string }{
 	{"iptables", "/usr/sbin/iptables"},
 	{"conntrack", "/usr/sbin/conntrack"},
 	{"iproute2", "/usr/sbin/ip"},
+	// Debian's nginx: the suite's service-upstream proxy, a client of
+	// the Service that no one here wrote (e2e/kube's nginx_test.go).
+	{"nginx-light", "/usr/sbin/nginx"},
 }
 
 // ensurePackages installs the Debian packages that are missing (about 25s),

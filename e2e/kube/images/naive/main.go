@@ -1,26 +1,133 @@
-// Command naive is the reference server that lameduck's cluster tests
-// compare the demo with: the HTTP server a service gets without lameduck.
-// It handles no signal, so SIGTERM ends it at once (Go's default), and its
-// /readyz answers 200 until the process is gone. It serves the same routes
-// as `lameduck demo` that the load uses: GET / and POST /echo.
+// Command naive is the server that lameduck's cluster tests compare the
+// demo with: what a service author writes without lameduck. It serves the
+// routes the load uses (GET / and POST /echo) over HTTP/1.1 and h2c, as the
+// demo does, the demo's streams as a user writes them without lameduck
+// (GET /ws, a WebSocket echo, and GET /events, a server-sent event every
+// 100ms, both until the client or the process goes), and /healthz, /readyz
+// and /startupz. NAIVE_MODE picks the server:
+//
+//   - "" (Go's default server): it handles no signal, so SIGTERM ends it at
+//     once, and /readyz answers 200 until the process is gone. With a
+//     `preStop: sleep` in its pod it is the Kubernetes-native recipe.
+//   - "handwritten" (the hand-written lame duck found in blog posts): at
+//     SIGTERM /readyz turns 503, the server keeps serving for
+//     NAIVE_LAME_DUCK (default 5s) so the endpoint can be removed, then
+//     http.Server.Shutdown with a 25s bound.
+//
+// It logs JSON lines ("naive: draining" at SIGTERM, "naive: stopped" at the
+// end) so the suite times what the server itself saw.
 package main
 
 import (
 	"cmp"
+	"context"
+	"errors"
+	"fmt"
 	"io"
-	"log"
+	"log/slog"
 	"net/http"
 	"os"
+	"os/signal"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/coder/websocket"
 )
 
 func main() {
+	log := slog.New(slog.NewJSONHandler(os.Stdout, nil))
+	mode := os.Getenv("NAIVE_MODE")
+	if mode != "" && mode != "handwritten" {
+		log.Error("naive: NAIVE_MODE must be empty (Go's default server) or handwritten", "value", mode)
+		os.Exit(2)
+	}
+	lameDuck := 5 * time.Second
+	if v := os.Getenv("NAIVE_LAME_DUCK"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			log.Error("naive: NAIVE_LAME_DUCK must be a non-negative Go duration such as 5s", "value", v)
+			os.Exit(2)
+		}
+		lameDuck = d
+	}
+
+	var draining atomic.Bool
 	mux := http.NewServeMux()
 	ok := func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, `{"status":"ok"}`) }
 	mux.HandleFunc("GET /healthz", ok)
-	mux.HandleFunc("GET /readyz", ok)
 	mux.HandleFunc("GET /startupz", ok)
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if draining.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(w, `{"status":"draining"}`)
+			return
+		}
+		ok(w, r)
+	})
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "hello from naive\n") })
 	mux.HandleFunc("POST /echo", func(w http.ResponseWriter, r *http.Request) { io.Copy(w, r.Body) })
-	addr := ":" + cmp.Or(os.Getenv("PORT"), "8080")
-	log.Fatal(http.ListenAndServe(addr, mux))
+	mux.HandleFunc("GET /ws", func(w http.ResponseWriter, r *http.Request) {
+		c, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return // Accept has answered
+		}
+		defer c.CloseNow()
+		for {
+			typ, msg, err := c.Read(r.Context())
+			if err != nil || c.Write(r.Context(), typ, msg) != nil {
+				return
+			}
+		}
+	})
+	mux.HandleFunc("GET /events", func(w http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(w)
+		w.Header().Set("Content-Type", "text/event-stream")
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for n := 1; ; n++ {
+			if _, err := fmt.Fprintf(w, "id: %d\ndata: tick %d\n\n", n, n); err != nil || rc.Flush() != nil {
+				return
+			}
+			select {
+			case <-tick.C:
+			case <-r.Context().Done():
+				return
+			}
+		}
+	})
+	srv := &http.Server{Addr: ":" + cmp.Or(os.Getenv("PORT"), "8080"), Handler: mux, Protocols: new(http.Protocols),
+		ReadHeaderTimeout: 10 * time.Second}
+	srv.Protocols.SetHTTP1(true)
+	srv.Protocols.SetUnencryptedHTTP2(true)
+	log.Info("naive: listening", "addr", srv.Addr, "mode", cmp.Or(mode, "default"))
+
+	if mode == "" {
+		err := srv.ListenAndServe()
+		log.Error("naive: stopped", "error", err)
+		os.Exit(1)
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, os.Interrupt)
+	served := make(chan error, 1)
+	go func() { served <- srv.ListenAndServe() }()
+	select {
+	case err := <-served:
+		log.Error("naive: stopped", "error", err)
+		os.Exit(1)
+	case s := <-sig:
+		start := time.Now()
+		draining.Store(true)
+		log.Info("naive: draining", "signal", s.String(), "lame_duck", lameDuck.String())
+		time.Sleep(lameDuck)
+		ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
+		defer cancel()
+		err := srv.Shutdown(ctx)
+		if errors.Is(<-served, http.ErrServerClosed) && err == nil {
+			log.Info("naive: stopped", "since_signal", time.Since(start).String())
+			return
+		}
+		log.Error("naive: stopped", "error", err, "since_signal", time.Since(start).String())
+		os.Exit(1)
+	}
 }
