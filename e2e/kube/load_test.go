@@ -3,6 +3,7 @@ package kube_test
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	vegeta "github.com/tsenart/vegeta/v12/lib"
@@ -61,6 +63,10 @@ type load struct {
 	// refusedAt is when each request was sent that an HTTP/2 server
 	// refused with its GOAWAY and the transport re-sent (under mu)
 	refusedAt []time.Time
+	// lateFailed and lateResent count the HTTP/1.1 requests that failed,
+	// or were re-sent, after the client wrote them on a connection whose
+	// server had already closed it (see finConn).
+	lateFailed, lateResent atomic.Int64
 }
 
 // countingTransport counts the connections each request takes: a request
@@ -81,13 +87,19 @@ func (c countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	c.l.dials.Store(id, n)
 	defer c.l.dials.Delete(id)
 	var first atomic.Pointer[goawayConn]
+	var last atomic.Pointer[finConn]
 	trace := &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) {
+		f, _ := info.Conn.(*finConn)
+		prev := last.Swap(f)
 		switch n.Add(1) {
 		case 1:
 			if g, ok := info.Conn.(*goawayConn); ok {
 				first.Store(g)
 			}
 		case 2:
+			if prev != nil && prev.late.Load() {
+				c.l.lateResent.Add(1)
+			}
 			c.l.mu.Lock()
 			defer c.l.mu.Unlock()
 			if g := first.Load(); g != nil && g.goaway.Load() {
@@ -98,7 +110,63 @@ func (c countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 			c.l.resentAt = append(c.l.resentAt, sent)
 		}
 	}}
-	return c.next.RoundTrip(r.WithContext(httptrace.WithClientTrace(r.Context(), trace)))
+	res, err := c.next.RoundTrip(r.WithContext(httptrace.WithClientTrace(r.Context(), trace)))
+	if f := last.Load(); err != nil && f != nil && f.late.Load() {
+		c.l.lateFailed.Add(1)
+	}
+	return res, err
+}
+
+// finConn is an HTTP/1.1 client connection that notes whether the client
+// wrote on it after the server had closed it: before each write it peeks,
+// without blocking, at what the kernel holds for it, and an end of stream
+// (the server's FIN) or a reset there means the server closed the
+// connection before this request left the client. Go's transport learns
+// of the FIN only when its reader goroutine runs; a client stalled at that
+// moment takes the closed connection from its idle pool, and a request it
+// may not replay (a POST) fails with EOF. No HTTP/1.1 server can prevent
+// that: it has no way to close an idle connection but to close it (RFC
+// 9112 §9.6), and a request written after the close never reached it.
+type finConn struct {
+	net.Conn
+	late atomic.Bool
+}
+
+func (c *finConn) Write(p []byte) (int, error) {
+	if !c.late.Load() && peerClosed(c.Conn) {
+		c.late.Store(true)
+	}
+	return c.Conn.Write(p)
+}
+
+// peerClosed reports whether c's peer has closed it: a peek at the socket
+// reads an end of stream or a reset.
+func peerClosed(c net.Conn) bool {
+	n, err := peek(c)
+	return (n == 0 && err == nil) || err == syscall.ECONNRESET
+}
+
+// peek looks, without blocking and without consuming it, at one byte the
+// kernel holds for c: 1 when bytes wait, 0 and a nil error at the peer's
+// FIN, EAGAIN when nothing has come. It runs under RawConn.Control, which
+// does not wait for the transport's reader blocked in Read on the same
+// socket.
+func peek(c net.Conn) (n int, err error) {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return -1, errors.ErrUnsupported
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	if cerr := rc.Control(func(fd uintptr) {
+		var b [1]byte
+		n, _, err = syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	}); cerr != nil {
+		return -1, cerr
+	}
+	return n, err
 }
 
 // goawayConn is an HTTP/2 (h2c) client connection that notes whether the
@@ -151,6 +219,14 @@ func startShapedLoad(url string, rate int, shape clientShape) *load {
 		tr.DisableKeepAlives, tr.MaxIdleConnsPerHost = true, -1
 	case keepAlive, nginxUpstream:
 		tr.MaxIdleConnsPerHost = 64
+		dial := tr.DialContext
+		tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := dial(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &finConn{Conn: c}, nil
+		}
 	case h2c:
 		tr.Protocols = new(http.Protocols)
 		tr.Protocols.SetUnencryptedHTTP2(true)
@@ -232,6 +308,11 @@ func classify(res *vegeta.Result) string {
 // result stops the load once every request sent has its answer.
 type loadResult struct {
 	Total, Failed, Resent int
+	// LateFailed and LateResent (HTTP/1.1 only) count the failed and the
+	// re-sent requests the client wrote on a connection whose server had
+	// closed it before (finConn): counted in Failed and Resent, and
+	// apart, since no server could have answered them.
+	LateFailed, LateResent int
 	// Repicked (gRPC only) counts calls grpc-go moved to another
 	// connection before any byte of them left the client (see
 	// retryCounter); it is logged, never asserted.
@@ -255,7 +336,8 @@ func (l *load) finish() loadResult {
 	<-l.done
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return loadResult{Total: l.total, Failed: l.failed, Resent: int(l.resent.Load()), Kinds: l.kinds, Examples: slices.Clone(l.examples), ResentAt: slices.Clone(l.resentAt), RefusedAt: slices.Clone(l.refusedAt), FailedAt: slices.Clone(l.failedAt), FailedAs: slices.Clone(l.failedAs)}
+	return loadResult{Total: l.total, Failed: l.failed, Resent: int(l.resent.Load()),
+		LateFailed: int(l.lateFailed.Load()), LateResent: int(l.lateResent.Load()), Kinds: l.kinds, Examples: slices.Clone(l.examples), ResentAt: slices.Clone(l.resentAt), RefusedAt: slices.Clone(l.refusedAt), FailedAt: slices.Clone(l.failedAt), FailedAs: slices.Clone(l.failedAs)}
 }
 
 func (r loadResult) String() string {
@@ -267,6 +349,9 @@ func (r loadResult) String() string {
 	s := fmt.Sprintf("%d requests, %d failed (%s), %d re-sent", r.Total, r.Failed, strings.Join(kinds, ", "), r.Resent)
 	if len(r.RefusedAt) > 0 {
 		s += fmt.Sprintf(" (and %d refused unprocessed by a server's HTTP/2 GOAWAY, then re-sent)", len(r.RefusedAt))
+	}
+	if r.LateFailed+r.LateResent > 0 {
+		s += fmt.Sprintf(" (of them %d failed and %d re-sent after the client wrote them on a connection its server had already closed)", r.LateFailed, r.LateResent)
 	}
 	if r.Repicked > 0 {
 		s += fmt.Sprintf(" (and %d moved to another connection before they left the client)", r.Repicked)

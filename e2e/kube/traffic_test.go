@@ -281,9 +281,13 @@ func runContender(t *testing.T, c contender) []outcome {
 		if r.Total < controlRate*20 {
 			t.Errorf("%s: only %d requests sent: the load did not run", s, r.Total)
 		}
-		if c.lameduck && (r.Failed != 0 || r.Resent != 0) {
-			t.Errorf("%s, %s: %d requests failed and %d were re-sent, want 0 and 0; by leaving: %v; examples: %q",
-				c.name, s, r.Failed, r.Resent, o.byLeaving(), r.Examples)
+		// A request the client wrote on a connection its server had
+		// closed before (finConn) never reached a server: counted and
+		// logged, not held against the server (HTTP/1.1's idle-close
+		// race, widened by a stalled client).
+		if c.lameduck && (r.Failed-r.LateFailed != 0 || r.Resent-r.LateResent != 0) {
+			t.Errorf("%s, %s: %d requests failed and %d were re-sent (%d and %d of them written after the server closed the connection), want 0 and 0 besides those; by leaving: %v; examples: %q",
+				c.name, s, r.Failed, r.Resent, r.LateFailed, r.LateResent, o.byLeaving(), r.Examples)
 		}
 	}
 	lives := pods.lives()
