@@ -29,12 +29,12 @@ import (
 // env is one test's view of the cluster: a namespace of its own, deleted
 // (with its pods' grace) when the test ends.
 type env struct {
-	t  *testing.T
+	t  testing.TB
 	cs *kubernetes.Clientset
 	ns string
 }
 
-func newEnv(t *testing.T, name string) *env {
+func newEnv(t testing.TB, name string) *env {
 	t.Helper()
 	needCluster(t)
 	cs, err := cfg.Client()
@@ -77,7 +77,7 @@ func newEnv(t *testing.T, name string) *env {
 
 // waitUntil polls f every 250ms until it returns nil, failing the test
 // with f's last error after limit.
-func waitUntil(t *testing.T, limit time.Duration, what string, f func() error) {
+func waitUntil(t testing.TB, limit time.Duration, what string, f func() error) {
 	t.Helper()
 	deadline := time.Now().Add(limit)
 	for {

@@ -80,7 +80,7 @@ func TestMain(m *testing.M) {
 }
 
 // needCluster skips the test (fails it under CI) without a running cluster.
-func needCluster(t *testing.T) {
+func needCluster(t testing.TB) {
 	t.Helper()
 	if clusterUp {
 		return

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -67,6 +68,11 @@ type load struct {
 	// or were re-sent, after the client wrote them on a connection whose
 	// server had already closed it (see finConn).
 	lateFailed, lateResent atomic.Int64
+	// idPrefix, when set, names every request in an X-Request-Id header
+	// (idPrefix and the request's number), and answered gathers the names
+	// of those answered 2xx (under mu): what an audit row must stand for.
+	idPrefix string
+	answered map[string]bool
 }
 
 // countingTransport counts the connections each request takes: a request
@@ -113,6 +119,11 @@ func (c countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	res, err := c.next.RoundTrip(r.WithContext(httptrace.WithClientTrace(r.Context(), trace)))
 	if f := last.Load(); err != nil && f != nil && f.late.Load() {
 		c.l.lateFailed.Add(1)
+	}
+	if c.l.answered != nil && err == nil && res.StatusCode >= 200 && res.StatusCode < 300 {
+		c.l.mu.Lock()
+		c.l.answered[r.Header.Get("X-Request-Id")] = true
+		c.l.mu.Unlock()
 	}
 	return res, err
 }
@@ -209,7 +220,16 @@ const loadWorkers = 64
 func startLoad(url string, rate int) *load { return startShapedLoad(url, rate, fresh) }
 
 func startShapedLoad(url string, rate int, shape clientShape) *load {
-	l := &load{kinds: map[string]int{}, done: make(chan struct{})}
+	return startNamedLoad(url, rate, shape, "")
+}
+
+// startNamedLoad is startShapedLoad whose requests carry X-Request-Id
+// idPrefix+n when idPrefix is not empty; the load keeps the ids answered 2xx.
+func startNamedLoad(url string, rate int, shape clientShape, idPrefix string) *load {
+	l := &load{kinds: map[string]int{}, done: make(chan struct{}), idPrefix: idPrefix}
+	if idPrefix != "" {
+		l.answered = map[string]bool{}
+	}
 	tr := &http.Transport{
 		DialContext:     (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
 		TLSClientConfig: &tls.Config{},
@@ -247,6 +267,9 @@ func startShapedLoad(url string, rate int, shape clientShape) *load {
 	targeter := func(t *vegeta.Target) error {
 		n := seq.Add(1)
 		t.Header = http.Header{"X-Load-Id": {strconv.FormatInt(n, 10)}}
+		if idPrefix != "" {
+			t.Header.Set("X-Request-Id", idPrefix+strconv.FormatInt(n, 10))
+		}
 		if n%2 == 0 {
 			t.Method, t.URL, t.Body = http.MethodGet, url+"/", nil
 		} else {
@@ -329,6 +352,9 @@ type loadResult struct {
 	// FailedAs how it failed (its kind and error), in the same order.
 	FailedAt []time.Time
 	FailedAs []string
+	// Answered (a named load only) is the X-Request-Id of every request
+	// answered 2xx.
+	Answered map[string]bool
 }
 
 func (l *load) finish() loadResult {
@@ -337,7 +363,7 @@ func (l *load) finish() loadResult {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return loadResult{Total: l.total, Failed: l.failed, Resent: int(l.resent.Load()),
-		LateFailed: int(l.lateFailed.Load()), LateResent: int(l.lateResent.Load()), Kinds: l.kinds, Examples: slices.Clone(l.examples), ResentAt: slices.Clone(l.resentAt), RefusedAt: slices.Clone(l.refusedAt), FailedAt: slices.Clone(l.failedAt), FailedAs: slices.Clone(l.failedAs)}
+		LateFailed: int(l.lateFailed.Load()), LateResent: int(l.lateResent.Load()), Answered: maps.Clone(l.answered), Kinds: l.kinds, Examples: slices.Clone(l.examples), ResentAt: slices.Clone(l.resentAt), RefusedAt: slices.Clone(l.refusedAt), FailedAt: slices.Clone(l.failedAt), FailedAs: slices.Clone(l.failedAs)}
 }
 
 func (r loadResult) String() string {

@@ -53,7 +53,7 @@ type nginxProxy struct {
 // in front of upstream, a Service's URL (http://clusterIP:port), and
 // returns when it answers 200 through the Service. nginx stops (SIGQUIT,
 // its graceful stop) when the test ends.
-func startNginx(t *testing.T, upstream string) *nginxProxy {
+func startNginx(t testing.TB, upstream string) *nginxProxy {
 	t.Helper()
 	bin, err := exec.LookPath("nginx")
 	if err != nil {

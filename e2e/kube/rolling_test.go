@@ -92,7 +92,7 @@ func TestRollingRestartsThroughKubeProxy(t *testing.T) {
 // delivered 10s late read as a second window). The drain is too long only
 // when both say so. A pod whose log lacks either line fails the check
 // when maxExit is set.
-func checkExits(t *testing.T, lives []podLife, logs *podLogs, want int, maxExit time.Duration) {
+func checkExits(t testing.TB, lives []podLife, logs *podLogs, want int, maxExit time.Duration) {
 	t.Helper()
 	drains := map[string]drain{}
 	for _, d := range logs.drains() {
@@ -139,7 +139,7 @@ func checkExits(t *testing.T, lives []podLife, logs *podLogs, want int, maxExit 
 	}
 }
 
-func logLives(t *testing.T, lives []podLife) {
+func logLives(t testing.TB, lives []podLife) {
 	t.Helper()
 	for _, l := range lives {
 		if l.Deleted.IsZero() {
@@ -174,6 +174,8 @@ type naiveShape struct {
 	// PDB, when set, adds the chart's PodDisruptionBudget (at most one
 	// pod away at once), so evictions treat the control as the chart.
 	PDB bool
+	// Env is added to the server's environment (NAIVE_AUDIT_POSTGRES).
+	Env []corev1.EnvVar
 }
 
 // deployNaiveAs makes a Deployment and Service of the naive server shaped
@@ -207,7 +209,7 @@ func (e *env) deployNaiveAs(name string, s naiveShape) {
 						ReadinessProbe: probe("/readyz", 2),
 						LivenessProbe:  probe("/healthz", 10),
 						Lifecycle:      lifecycle,
-						Env:            []corev1.EnvVar{{Name: "NAIVE_MODE", Value: s.Mode}},
+						Env:            append([]corev1.EnvVar{{Name: "NAIVE_MODE", Value: s.Mode}}, s.Env...),
 					}},
 				},
 			},

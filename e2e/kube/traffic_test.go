@@ -175,9 +175,9 @@ func (o outcome) byLeaving() map[string][2]int {
 
 // outcomeTable is the outcomes as a Markdown table: failed / re-sent per
 // leaving, and the totals.
-func outcomeTable(outs []outcome) string {
+func outcomeTable(outs []outcome, ways []string) string {
 	var b strings.Builder
-	cols := append(slices.Clone(leavings), "between")
+	cols := append(slices.Clone(ways), "between")
 	b.WriteString("| server | client | " + strings.Join(cols, " | ") + " | requests | failed | re-sent | refused at GOAWAY |\n|---|---|")
 	b.WriteString(strings.Repeat("---|", len(cols)+4) + "\n")
 	for _, o := range outs {
@@ -187,6 +187,10 @@ func outcomeTable(outs []outcome) string {
 			fmt.Fprintf(&b, " %d / %d |", by[c][0], by[c][1])
 		}
 		fmt.Fprintf(&b, " %d | %d | %d | %d |\n", o.Result.Total, o.Result.Failed, o.Result.Resent, len(o.Result.RefusedAt))
+		if r := o.Result; r.LateFailed+r.LateResent > 0 {
+			fmt.Fprintf(&b, "| | of them, written after the server had closed the connection |%s | %d | %d | |\n",
+				strings.Repeat(" |", len(cols)), r.LateFailed, r.LateResent)
+		}
 	}
 	return b.String()
 }
@@ -220,7 +224,7 @@ func TestTrafficBesideControls(t *testing.T) {
 			for _, c := range group {
 				t.Run(c.name, func(t *testing.T) {
 					t.Parallel()
-					outs := runContender(t, c)
+					outs := runContender(t, c, controlRate, (*env).leaveEveryWay)
 					mu.Lock()
 					outcomes = append(outcomes, outs...)
 					mu.Unlock()
@@ -235,7 +239,7 @@ func TestTrafficBesideControls(t *testing.T) {
 		return slices.IndexFunc(cs, func(c contender) bool { return c.name == a.Contender }) -
 			slices.IndexFunc(cs, func(c contender) bool { return c.name == b.Contender })
 	})
-	t.Logf("failed / re-sent requests by the leaving they were sent in, %d requests a second per client shape:\n%s", controlRate, outcomeTable(outcomes))
+	t.Logf("failed / re-sent requests by the leaving they were sent in, %d requests a second per client shape:\n%s", controlRate, outcomeTable(outcomes, leavings))
 	controls := 0
 	for _, o := range outcomes {
 		if o.Contender != cs[0].name {
@@ -247,9 +251,10 @@ func TestTrafficBesideControls(t *testing.T) {
 	}
 }
 
-// runContender deploys c, runs every client shape's load while its pods
-// leave every way, and judges lameduck's outcome.
-func runContender(t *testing.T, c contender) []outcome {
+// runContender deploys c, runs every client shape's load at rate requests
+// a second while leave makes its pods leave, and judges lameduck's
+// outcome.
+func runContender(t testing.TB, c contender, rate int, leave func(e *env, name string) ([]leaving, int)) []outcome {
 	e := newEnv(t, c.slug)
 	name := c.deploy(e)
 	url := e.serviceURL(name)
@@ -264,10 +269,10 @@ func runContender(t *testing.T, c contender) []outcome {
 			proxy = startNginx(t, url)
 			target = proxy.URL
 		}
-		loads[i] = startShapedLoad(target, controlRate, s)
+		loads[i] = startShapedLoad(target, rate, s)
 	}
 	time.Sleep(2 * time.Second) // load before the first leaving
-	ls, stopped := e.leaveEveryWay(name)
+	ls, stopped := leave(e, name)
 	time.Sleep(2 * time.Second) // load after the last old pod left
 	var out []outcome
 	for i, s := range clientShapes {
@@ -278,7 +283,7 @@ func runContender(t *testing.T, c contender) []outcome {
 		if s == nginxUpstream && r.Failed > 0 {
 			t.Logf("%s: nginx's error log says: %q", c.name, proxy.errors(5))
 		}
-		if r.Total < controlRate*20 {
+		if r.Total < rate*20 {
 			t.Errorf("%s: only %d requests sent: the load did not run", s, r.Total)
 		}
 		// A request the client wrote on a connection its server had

@@ -22,6 +22,9 @@ var packages = []struct{ pkg, file string }{
 	// Debian's nginx: the suite's service-upstream proxy, a client of
 	// the Service that no one here wrote (e2e/kube's nginx_test.go).
 	{"nginx-light", "/usr/sbin/nginx"},
+	// socat forwards the node's address to the host's PostgreSQL, which
+	// listens on loopback only, for the pods' audit rows (audit_test.go).
+	{"socat", "/usr/bin/socat"},
 }
 
 // ensurePackages installs the Debian packages that are missing (about 25s),

@@ -14,6 +14,11 @@
 //     NAIVE_LAME_DUCK (default 5s) so the endpoint can be removed, then
 //     http.Server.Shutdown with a 25s bound.
 //
+// With NAIVE_AUDIT_POSTGRES (a PostgreSQL URL) each 2xx answer to GET / and
+// POST /echo is followed by an audit row, as lameduck's demo writes with
+// --audit-postgres (same table, lameduck_audit, made by the test), but the
+// way a handler does without lameduck: in a goroutine that nothing joins.
+//
 // It logs JSON lines ("naive: draining" at SIGTERM, "naive: stopped" at the
 // end) so the suite times what the server itself saw.
 package main
@@ -33,6 +38,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 func main() {
@@ -52,6 +58,27 @@ func main() {
 		lameDuck = d
 	}
 
+	audit := func(*http.Request) {}
+	if dsn := os.Getenv("NAIVE_AUDIT_POSTGRES"); dsn != "" {
+		pool, err := pgxpool.New(context.Background(), dsn) // connects lazily
+		if err != nil {
+			log.Error("naive: NAIVE_AUDIT_POSTGRES must be a PostgreSQL URL such as postgres://user@host:5432/db", "error", err)
+			os.Exit(2)
+		}
+		pod, _ := os.Hostname()
+		audit = func(r *http.Request) {
+			id, method, path := r.Header.Get("X-Request-Id"), r.Method, r.URL.Path
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				if _, err := pool.Exec(ctx, `INSERT INTO lameduck_audit (request_id, pod, method, path) VALUES ($1, $2, $3, $4)`,
+					id, pod, method, path); err != nil {
+					log.Error("naive: audit row not written", "request_id", id, "error", err)
+				}
+			}()
+		}
+	}
+
 	var draining atomic.Bool
 	mux := http.NewServeMux()
 	ok := func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, `{"status":"ok"}`) }
@@ -65,8 +92,15 @@ func main() {
 		}
 		ok(w, r)
 	})
-	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "hello from naive\n") })
-	mux.HandleFunc("POST /echo", func(w http.ResponseWriter, r *http.Request) { io.Copy(w, r.Body) })
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "hello from naive\n")
+		audit(r)
+	})
+	mux.HandleFunc("POST /echo", func(w http.ResponseWriter, r *http.Request) {
+		if _, err := io.Copy(w, r.Body); err == nil {
+			audit(r)
+		}
+	})
 	mux.HandleFunc("GET /ws", func(w http.ResponseWriter, r *http.Request) {
 		c, err := websocket.Accept(w, r, nil)
 		if err != nil {
