@@ -31,7 +31,7 @@ const auditDB = "lameduck_e2e"
 // service would be.
 const auditWrite = 100 * time.Millisecond
 
-// TestAuditRowsBesideControls is issue 31's "nothing lost behind the
+// TestAuditRowsBesideControls is "nothing lost behind the
 // answer" on the real engine: every 2xx answer to GET / and POST /echo is
 // followed by an audit row in PostgreSQL, written after the answer (each
 // takes auditWrite). lameduck's chart runs the demo with --audit-postgres
@@ -159,7 +159,7 @@ func auditDatabase(t *testing.T) string {
 	ctx := t.Context()
 	admin, err := pgx.Connect(ctx, "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable")
 	if err != nil {
-		t.Fatalf("the host's PostgreSQL on 127.0.0.1:5432 (DESIGN.md says how to start it): %v", err)
+		t.Fatalf("the host's PostgreSQL on 127.0.0.1:5432 (start it with: pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start): %v", err)
 	}
 	var exists bool
 	if err := admin.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, auditDB).Scan(&exists); err != nil {
