@@ -17,6 +17,8 @@ var packages = []struct{ pkg, file string }{
 	{"runc", "/usr/sbin/runc"},
 	{"containernetworking-plugins", "/usr/lib/cni/bridge"},
 	{"iptables", "/usr/sbin/iptables"},
+	// nft: kube-proxy's nftables mode (SetProxyMode) programs through it.
+	{"nftables", "/usr/sbin/nft"},
 	{"conntrack", "/usr/sbin/conntrack"},
 	{"iproute2", "/usr/sbin/ip"},
 	// Debian's nginx: the suite's service-upstream proxy, a client of

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -87,9 +88,16 @@ func (cfg Config) Client() (*kubernetes.Clientset, error) {
 }
 
 func httpOK(ctx context.Context, url string) error {
+	_, err := httpBody(ctx, url)
+	return err
+}
+
+// httpBody GETs url (at most 2s) and returns its body on 200, or an error
+// that names the url and the status.
+func httpBody(ctx context.Context, url string) (string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return err
+		return "", err
 	}
 	c := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
 		// the components' own self-signed serving certificates; /healthz only
@@ -97,13 +105,17 @@ func httpOK(ctx context.Context, url string) error {
 	}}
 	resp, err := c.Do(req)
 	if err != nil {
-		return err
+		return "", err
 	}
-	resp.Body.Close()
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	if err != nil {
+		return "", err
+	}
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", url, resp.Status)
+		return "", fmt.Errorf("%s: %s", url, resp.Status)
 	}
-	return nil
+	return strings.TrimSpace(string(b)), nil
 }
 
 func (cfg Config) startEtcd(ctx context.Context) error {
@@ -329,11 +341,48 @@ imageGCLowThresholdPercent: 98
 	})
 }
 
+// Modes of kube-proxy the cluster runs in: Up starts ProxyIPTables;
+// SetProxyMode switches.
+const (
+	ProxyIPTables = "iptables"
+	// ProxyNFTables is kube-proxy's nftables mode (GA in Kubernetes 1.33),
+	// which programs the kernel through Debian's nft.
+	ProxyNFTables = "nftables"
+)
+
+// SetProxyMode restarts kube-proxy in mode (ProxyIPTables or
+// ProxyNFTables) and waits, at most 60s, until it answers its healthz and
+// reports that mode on its /proxyMode endpoint. Starting in one mode,
+// kube-proxy removes the rules the other left. The error names the mode
+// and carries the end of kube-proxy's log, where a kernel that refuses
+// the mode says so.
+func (cfg Config) SetProxyMode(ctx context.Context, mode string) error {
+	if mode != ProxyIPTables && mode != ProxyNFTables {
+		return fmt.Errorf("kube: proxy mode %q: use %q or %q", mode, ProxyIPTables, ProxyNFTables)
+	}
+	cfg = cfg.withDefaults()
+	cfg.stop("kube-proxy")
+	if err := cfg.startKubeProxyIn(ctx, mode); err != nil {
+		return fmt.Errorf("kube: kube-proxy in %s mode: %w", mode, err)
+	}
+	return cfg.waitFor(ctx, "kube-proxy", 60*time.Second, func(ctx context.Context) error {
+		got, err := httpBody(ctx, "http://127.0.0.1:10249/proxyMode")
+		if err == nil && got != mode {
+			err = fmt.Errorf("kube-proxy reports mode %q, want %q", got, mode)
+		}
+		return err
+	})
+}
+
 func (cfg Config) startKubeProxy(ctx context.Context) error {
+	return cfg.startKubeProxyIn(ctx, ProxyIPTables)
+}
+
+func (cfg Config) startKubeProxyIn(ctx context.Context, mode string) error {
 	config := fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 clientConnection: {kubeconfig: %s}
-mode: iptables
+mode: `+mode+`
 clusterCIDR: %s
 hostnameOverride: %s
 bindAddress: %s
@@ -344,6 +393,12 @@ iptables: {localhostNodePorts: false, masqueradeAll: false}
 conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
 `, filepath.Join(cfg.Run(), "kube-proxy.kubeconfig"), PodCIDR, cfg.NodeName, NodeIP, NodeIP)
 	path := filepath.Join(cfg.Run(), "kube-proxy.yaml")
+	if old, err := os.ReadFile(path); err == nil && string(old) != config {
+		// Another mode (a test's SetProxyMode that never switched back):
+		// kube-proxy exits when its file changes, so stop it first and
+		// start it on the new one.
+		cfg.stop("kube-proxy")
+	}
 	if err := writeIfChanged(path, []byte(config)); err != nil {
 		return err
 	}
