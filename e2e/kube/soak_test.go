@@ -20,21 +20,21 @@ import (
 // must fail and re-send nothing, as in TestTrafficBesideControls (requests
 // the client wrote on a connection its server had already closed are
 // counted apart); the table of every count is logged and, with
-// LAMEDUCK_SOAK_TABLE, written to that file with the date and the machine.
+// LDTEST_SOAK_TABLE, written to that file with the date and the machine.
 //
 // It needs what the cluster suite needs (root, a running cluster) and
 // runs once whatever -benchtime says:
 //
 //	go test -run '^$' -bench Soak -timeout 3h ./e2e/kube
 //
-// LAMEDUCK_SOAK_RATE is each shape's rate in requests a second (default
+// LDTEST_SOAK_RATE is each shape's rate in requests a second (default
 // 250: 1000 a second in all, what two cores sustain beside the cluster
-// without -race); LAMEDUCK_SOAK_RESTARTS the rolling restarts per
+// without -race); LDTEST_SOAK_RESTARTS the rolling restarts per
 // contender (default 20), each one of the 3 replicas with one surge.
 func BenchmarkSoak(b *testing.B) {
 	needCluster(b)
-	rate := soakSetting(b, "LAMEDUCK_SOAK_RATE", 250)
-	restarts := soakSetting(b, "LAMEDUCK_SOAK_RESTARTS", 20)
+	rate := soakSetting(b, "LDTEST_SOAK_RATE", 250)
+	restarts := soakSetting(b, "LDTEST_SOAK_RESTARTS", 20)
 	start := time.Now()
 	var outcomes []outcome
 	for _, c := range contenders() {
@@ -58,7 +58,7 @@ func BenchmarkSoak(b *testing.B) {
 		start.UTC().Format("2006-01-02 15:04"), restarts, rate, rate*len(clientShapes), runtime.GOOS+"/"+runtime.GOARCH,
 		runtime.NumCPU(), time.Since(start).Round(time.Second))
 	b.Logf("%s%s", head, table)
-	if path := os.Getenv("LAMEDUCK_SOAK_TABLE"); path != "" {
+	if path := os.Getenv("LDTEST_SOAK_TABLE"); path != "" {
 		if err := os.WriteFile(path, []byte(head+table), 0o644); err != nil {
 			b.Error(err)
 		}

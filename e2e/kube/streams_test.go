@@ -34,6 +34,8 @@ type streamTally struct {
 	// began (a 503 to the upgrade, a refused dial); the client tries again.
 	Refused  int
 	Examples []string
+	// Refusals are examples of why an attempt was refused.
+	Refusals []string
 	// open is how many streams are open now.
 	open atomic.Int32
 }
@@ -51,16 +53,19 @@ func (s *streamTally) add(clean bool, err error) {
 	}
 }
 
-func (s *streamTally) refused() {
+func (s *streamTally) refused(why string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.Refused++
+	if len(s.Refusals) < 5 {
+		s.Refusals = append(s.Refusals, time.Now().Format("15:04:05.000")+" "+why)
+	}
 }
 
 func (s *streamTally) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return fmt.Sprintf("%d ended cleanly, %d cut, %d connection attempts refused; cuts: %q", s.Clean, s.Cut, s.Refused, s.Examples)
+	return fmt.Sprintf("%d ended cleanly, %d cut, %d connection attempts refused; cuts: %q; refusals: %q", s.Clean, s.Cut, s.Refused, s.Examples, s.Refusals)
 }
 
 // webSocketClient holds a WebSocket to url's /ws until ctx ends, sending
@@ -72,7 +77,7 @@ func webSocketClient(ctx context.Context, url string, tally *streamTally) {
 			Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}})
 		if err != nil {
 			if ctx.Err() == nil {
-				tally.refused()
+				tally.refused(err.Error())
 				sleepCtx(ctx, 200*time.Millisecond)
 			}
 			continue
@@ -116,11 +121,15 @@ func eventsClient(ctx context.Context, url string, tally *streamTally) {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url+"/events", nil)
 		resp, err := client.Do(req)
 		if err != nil || resp.StatusCode != http.StatusOK {
+			why := ""
 			if err == nil {
+				why = "status " + resp.Status
 				resp.Body.Close()
+			} else {
+				why = err.Error()
 			}
 			if ctx.Err() == nil {
-				tally.refused()
+				tally.refused(why)
 				sleepCtx(ctx, 200*time.Millisecond)
 			}
 			continue
