@@ -216,6 +216,18 @@ func (c *goawayConn) Read(p []byte) (int, error) {
 // request of a drain to hang to its timeout while the load goes on.
 const loadWorkers = 64
 
+// wrapDial makes tr wrap each connection it dials with wrap.
+func wrapDial(tr *http.Transport, wrap func(net.Conn) net.Conn) {
+	dial := tr.DialContext
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return wrap(c), nil
+	}
+}
+
 // startLoad sends load over fresh connections.
 func startLoad(url string, rate int) *load { return startShapedLoad(url, rate, fresh) }
 
@@ -239,25 +251,11 @@ func startNamedLoad(url string, rate int, shape clientShape, idPrefix string) *l
 		tr.DisableKeepAlives, tr.MaxIdleConnsPerHost = true, -1
 	case keepAlive, nginxUpstream:
 		tr.MaxIdleConnsPerHost = 64
-		dial := tr.DialContext
-		tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-			c, err := dial(ctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			return &finConn{Conn: c}, nil
-		}
+		wrapDial(tr, func(c net.Conn) net.Conn { return &finConn{Conn: c} })
 	case h2c:
 		tr.Protocols = new(http.Protocols)
 		tr.Protocols.SetUnencryptedHTTP2(true)
-		dial := tr.DialContext
-		tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-			c, err := dial(ctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			return &goawayConn{Conn: c}, nil
-		}
+		wrapDial(tr, func(c net.Conn) net.Conn { return &goawayConn{Conn: c} })
 	default:
 		panic("unknown client shape " + string(shape))
 	}
@@ -284,7 +282,9 @@ func startNamedLoad(url string, rate int, shape clientShape, idPrefix string) *l
 	// 4096 workers grew the test to 6 GB and timed out nearly every request
 	// of every server alike).
 	atk := vegeta.NewAttacker(vegeta.Client(client), vegeta.MaxWorkers(loadWorkers))
-	l.stop = func() { atk.Stop() }
+	// Stopping also closes the idle connections of the pool, so a proxy in
+	// front (nginx) is not left waiting on them at its graceful stop.
+	l.stop = func() { atk.Stop(); tr.CloseIdleConnections() }
 	go func() {
 		defer close(l.done)
 		for res := range atk.Attack(targeter, vegeta.Rate{Freq: rate, Per: time.Second}, 0, "rollout") {

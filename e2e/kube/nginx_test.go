@@ -70,41 +70,12 @@ func startNginx(t testing.TB, upstream string) *nginxProxy {
 	if err := os.WriteFile(conf, fmt.Appendf(nil, nginxConf, dir, strings.TrimPrefix(upstream, "http://"), port), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// Its output goes to a file, not a pipe: the workers inherit it, and a
-	// pipe would hold cmd.Wait until the last of them exits. Its own process
-	// group, so that one kill reaches the workers too.
-	out, err := os.Create(filepath.Join(dir, "output.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer out.Close()
-	cmd := exec.Command(bin, "-p", dir, "-c", conf, "-e", filepath.Join(dir, "error.log"))
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("nginx: %v", err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGQUIT)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			t.Logf("nginx: not stopped 10s after SIGQUIT; killing its process group")
-			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-exited
-		}
-	})
+	proc := startHostProcess(t, "nginx", dir, syscall.SIGQUIT, exec.Command(bin, "-p", dir, "-c", conf, "-e", filepath.Join(dir, "error.log")))
 	p := &nginxProxy{URL: fmt.Sprintf("http://127.0.0.1:%d", port), dir: dir}
 	c := &http.Client{Timeout: 2 * time.Second}
 	waitUntil(t, 30*time.Second, "nginx proxying "+upstream, func() error {
-		select {
-		case err := <-exited:
-			exited <- err
-			b, _ := os.ReadFile(out.Name())
-			return fmt.Errorf("nginx exited: %v: %s", err, b)
-		default:
+		if err := proc.exitedErr(); err != nil {
+			return err
 		}
 		resp, err := c.Get(p.URL + "/")
 		if err != nil {
@@ -131,4 +102,58 @@ func (p *nginxProxy) errors(n int) []string {
 		}
 	}
 	return out
+}
+
+// hostProcess is a program of the host's (nginx, socat) that a test runs
+// beside the cluster.
+type hostProcess struct {
+	name   string
+	out    string     // the file its output goes to
+	exited chan error // Wait's result, put back by whoever reads it
+}
+
+// startHostProcess starts cmd in a process group of its own with its
+// output in dir/<name>.log — a file, not a pipe: children inherit it, and
+// a pipe would hold Wait until the last of them exits. When the test ends
+// it sends stop to the process (nginx's SIGQUIT is its graceful stop),
+// waits at most 10s, and then kills the whole group, children included.
+func startHostProcess(t testing.TB, name, dir string, stop syscall.Signal, cmd *exec.Cmd) *hostProcess {
+	t.Helper()
+	out, err := os.Create(filepath.Join(dir, name+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	p := &hostProcess{name: name, out: out.Name(), exited: make(chan error, 1)}
+	go func() { p.exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(stop)
+		select {
+		case <-p.exited:
+		case <-time.After(10 * time.Second):
+			t.Logf("%s: not stopped 10s after %v; killing its process group", name, stop)
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-p.exited
+		}
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // children left behind
+	})
+	return p
+}
+
+// exitedErr is an error with the process's output when it has exited, or
+// nil while it runs.
+func (p *hostProcess) exitedErr() error {
+	select {
+	case err := <-p.exited:
+		p.exited <- err
+		b, _ := os.ReadFile(p.out)
+		return fmt.Errorf("%s exited: %v: %s", p.name, err, b)
+	default:
+		return nil
+	}
 }

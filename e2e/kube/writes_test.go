@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"syscall"
@@ -238,35 +236,11 @@ func startSocat(t *testing.T, target string) string {
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
 	addr := net.JoinHostPort(cluster.NodeIP, strconv.Itoa(port))
-	out, err := os.Create(filepath.Join(t.TempDir(), "socat.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer out.Close()
-	cmd := exec.Command(bin, fmt.Sprintf("TCP-LISTEN:%d,bind=%s,reuseaddr,fork", port, cluster.NodeIP), "TCP:"+target)
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("socat: %v", err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(5 * time.Second):
-			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-exited
-		}
-	})
+	proc := startHostProcess(t, "socat", t.TempDir(), syscall.SIGTERM,
+		exec.Command(bin, fmt.Sprintf("TCP-LISTEN:%d,bind=%s,reuseaddr,fork", port, cluster.NodeIP), "TCP:"+target))
 	waitUntil(t, 10*time.Second, "socat listening on "+addr, func() error {
-		select {
-		case err := <-exited:
-			exited <- err
-			b, _ := os.ReadFile(out.Name())
-			return fmt.Errorf("socat exited: %v: %s", err, b)
-		default:
+		if err := proc.exitedErr(); err != nil {
+			return err
 		}
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err != nil {
