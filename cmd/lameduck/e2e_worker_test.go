@@ -9,20 +9,17 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	ldnats "github.com/lameduck/lameduck/contrib/nats"
+	"github.com/lameduck/lameduck/internal/testsupport"
 	"github.com/lameduck/lameduck/worker"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -835,73 +832,6 @@ func TestE2EWorkerHandBacksLeaveTheJobDeliverable(t *testing.T) {
 	}
 }
 
-// stallingProxy forwards TCP between its clients and a server until told
-// to stop; from then on it reads and drops every byte both ways, keeping
-// the connections open: a server that stopped answering, or a connection
-// black-holed on the way.
-type stallingProxy struct {
-	ln      net.Listener
-	dropped atomic.Bool
-	wg      sync.WaitGroup
-	mu      sync.Mutex
-	conns   []net.Conn // guarded by mu
-}
-
-func newStallingProxy(t *testing.T, target string) *stallingProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &stallingProxy{ln: ln}
-	p.wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, s)
-			p.mu.Unlock()
-			p.wg.Go(func() { p.pipe(s, c) })
-			p.wg.Go(func() { p.pipe(c, s) })
-		}
-	})
-	t.Cleanup(func() {
-		ln.Close()
-		p.mu.Lock()
-		for _, c := range p.conns {
-			c.Close()
-		}
-		p.mu.Unlock()
-		p.wg.Wait()
-	})
-	return p
-}
-
-func (p *stallingProxy) pipe(dst, src net.Conn) {
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 && !p.dropped.Load() {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			if err != io.EOF {
-				_ = dst.Close()
-			}
-			return
-		}
-	}
-}
-
 // A consume loop whose server stopped answering fetches in name only: its
 // fetches end with neither a job nor the server's end of the request nor a
 // heartbeat. Liveness catches it: an idle loop whose fetches end on the
@@ -911,15 +841,15 @@ func (p *stallingProxy) pipe(dst, src net.Conn) {
 func TestE2EWorkerSilentServerFailsLiveness(t *testing.T) {
 	url := privateJetStream(t)
 	q := uniqueQueue(t, url)
-	px := newStallingProxy(t, strings.TrimPrefix(url, "nats://"))
-	p := startWorker(t, "nats://"+px.ln.Addr().String(), q, map[string]string{"LAMEDUCK_FETCH_WAIT": "300ms"},
+	px := testsupport.NewAnswerRelay(t, strings.TrimPrefix(url, "nats://"))
+	p := startWorker(t, "nats://"+px.Addr(), q, map[string]string{"LAMEDUCK_FETCH_WAIT": "300ms"},
 		"--liveness-floor", "1s", "--epoch-source", "static")
 	// 20 × 300ms: the threshold is 6s. Idle, with the server answering, for
 	// longer than that: alive.
 	for end := time.Now().Add(8 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
 		p.want("/healthz", 200, "ok")
 	}
-	px.dropped.Store(true)
+	px.Mute(true) // the server's answers are dropped from now on, the connection kept open
 	stopped := time.Now()
 	var r reply
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
