@@ -198,7 +198,10 @@ func TestEnqueueInTheProducersTransaction(t *testing.T) {
 	// 200) once it listens and its first claim found nothing.
 	w := newWorker(t, worker.Config{}, nil)
 	got := make(chan string, 1)
-	if err := w.AddLoop(worker.Loop{Name: "jobs", Source: src, FetchWait: time.Hour,
+	// FetchWait 5s, not an hour: after the job the loop may be back in a
+	// Fetch before BeginShutdown (a loaded machine), and the drain waits
+	// for a fetch under way; the commit below comes well within the wait.
+	if err := w.AddLoop(worker.Loop{Name: "jobs", Source: src, FetchWait: 5 * time.Second,
 		Handle: func(_ context.Context, j worker.Job) error { got <- j.ID(); return nil }}); err != nil {
 		t.Fatal(err)
 	}
