@@ -182,9 +182,35 @@ func (h *natsHarness) harness(name string) sourcetest.Harness {
 	}
 }
 
+// errNoPeers is JetStream's "no suitable peers for placement": the
+// meta-leader holds a peer offline. A cluster's server is marked offline
+// when its heartbeat is late, which a loaded 2-core machine delays; the
+// next heartbeat marks it online again.
+const errNoPeers jetstream.ErrorCode = 10005
+
 // reset deletes and recreates the stream (work-queue retention, R1 or R3)
-// and its consumer with MaxDeliver maxDeliver (0: unlimited).
+// and its consumer with MaxDeliver maxDeliver (0: unlimited). While the
+// meta-leader holds a peer offline (errNoPeers) it tries again, every
+// 250ms, until ctx ends: that is the harness waiting for its own cluster,
+// not a Source's fault, and nothing has been published yet.
 func (h *natsHarness) reset(ctx context.Context, maxDeliver int) error {
+	for {
+		err := h.resetOnce(ctx, maxDeliver)
+		var apiErr *jetstream.APIError
+		if err == nil || !errors.As(err, &apiErr) || apiErr.ErrorCode != errNoPeers {
+			return err
+		}
+		h.t.Logf("reset: %v; trying again in 250ms", err)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (the cluster held a peer offline until the reset's deadline)", err)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// resetOnce is one try of reset.
+func (h *natsHarness) resetOnce(ctx context.Context, maxDeliver int) error {
 	nc, js, err := h.conn(ctx)
 	if err != nil {
 		return err
