@@ -12,6 +12,7 @@ import (
 
 	"github.com/lameduck/lameduck"
 	"github.com/lameduck/lameduck/health"
+	"github.com/lameduck/lameduck/internal/testsupport"
 	"github.com/lameduck/lameduck/lameducktest"
 )
 
@@ -20,7 +21,7 @@ import (
 func TestOnTransition(t *testing.T) {
 	var mu sync.Mutex
 	var events, checks, probes []string
-	lc, clk := lameducktest.New(t, lameduck.Config{ShutdownDelay: time.Second, OnTransition: func(tr lameduck.Transition) {
+	lc, clk := testsupport.NewLifecycle(t, lameduck.Config{ShutdownDelay: time.Second, OnTransition: func(tr lameduck.Transition) {
 		mu.Lock()
 		defer mu.Unlock()
 		switch tr.Kind {

@@ -1,9 +1,10 @@
 // Package lameducktest helps test code that uses lameduck, so a service's
 // own drain is tested exactly and fast: a fake [Clock] that tests advance by
 // hand (a lame-duck window of 5s or a teardown budget of 30s passes in
-// microseconds and exactly), [New] for a Lifecycle on that clock with no
-// signals and no environment, [Start] to run it, and [EndWindow] to take it
-// through the window.
+// microseconds and exactly), [Configure] to set a lameduck.Config on that
+// clock with no signals and no environment (lameduck.New then builds the
+// Lifecycle from it, as in the code under test), [Start] to run it, and
+// [EndWindow] to take it through the window.
 //
 // It imports only the standard library and lameduck.
 package lameducktest

@@ -11,14 +11,23 @@ import (
 	"github.com/lameduck/lameduck"
 )
 
-// New returns a Lifecycle for a test, and the fake clock it runs on: cfg
-// with Clock set to a new [Clock], IgnoreSignals set (the test process's
-// own signals are left alone), an empty environment (LookupEnv reads
-// nothing, so the host's LAMEDUCK_* variables cannot change the test), and
-// Logger writing to t's output (until the test is over; later lines are
-// dropped) unless cfg sets one. It fails t when New
-// refuses cfg.
-func New(t testing.TB, cfg lameduck.Config) (*lameduck.Lifecycle, *Clock) {
+// Configure sets up cfg for a test and returns the fake clock it now runs
+// on; build the Lifecycle from it with lameduck.New (or worker.New, with
+// the runner's Config.Lifecycle), as the code under test does:
+//
+//	cfg := lameduck.Config{ShutdownDelay: 5 * time.Second}
+//	clk := lameducktest.Configure(t, &cfg)
+//	lc, err := lameduck.New(cfg)
+//
+// It sets Clock to a new [Clock] reading 2026-01-01 00:00 UTC (replacing
+// any clock cfg had), IgnoreSignals (the test process's own signals are
+// left alone), an empty environment unless cfg sets LookupEnv (LookupEnv
+// reads nothing, so the host's LAMEDUCK_* variables cannot change the
+// test), and Logger writing to t's output unless cfg sets one (until the
+// test is over; later lines are dropped). It leaves every other field as
+// it is. The clock belongs to one Lifecycle: call Configure again for
+// another.
+func Configure(t testing.TB, cfg *lameduck.Config) *Clock {
 	t.Helper()
 	clk := NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	cfg.Clock = clk
@@ -29,11 +38,7 @@ func New(t testing.TB, cfg lameduck.Config) (*lameduck.Lifecycle, *Clock) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(testWriter(t), nil))
 	}
-	lc, err := lameduck.New(cfg)
-	if err != nil {
-		t.Fatalf("lameducktest.New: %v", err)
-	}
-	return lc, clk
+	return clk
 }
 
 // Start runs lc.Run in a goroutine and returns a function that waits for

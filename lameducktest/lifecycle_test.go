@@ -3,6 +3,7 @@ package lameducktest_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"runtime"
@@ -17,7 +18,12 @@ import (
 // A user's own drain test: a write started while draining is joined before
 // Run returns, on a fake clock, in microseconds.
 func TestUsersOwnDrain(t *testing.T) {
-	lc, clk := lameducktest.New(t, lameduck.Config{ShutdownDelay: 5 * time.Second})
+	cfg := lameduck.Config{ShutdownDelay: 5 * time.Second}
+	clk := lameducktest.Configure(t, &cfg)
+	lc, err := lameduck.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -53,7 +59,7 @@ func TestUsersOwnDrain(t *testing.T) {
 }
 
 func TestEndWindowBeforeReady(t *testing.T) {
-	lc, clk := lameducktest.New(t, lameduck.Config{ShutdownDelay: 5 * time.Second})
+	lc, clk := newLifecycle(t, lameduck.Config{ShutdownDelay: 5 * time.Second})
 	release := make(chan struct{})
 	lc.AddStartupTask("slow boot", func(ctx context.Context) error {
 		select {
@@ -67,6 +73,54 @@ func TestEndWindowBeforeReady(t *testing.T) {
 	lameducktest.EndWindow(t, lc, clk) // never ready: no window to wait
 	if err := wait(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// newLifecycle returns a Lifecycle made by lameduck.New from cfg as
+// Configure sets it up, and its clock; it fails t when New refuses cfg.
+func newLifecycle(t *testing.T, cfg lameduck.Config) (*lameduck.Lifecycle, *lameducktest.Clock) {
+	t.Helper()
+	clk := lameducktest.Configure(t, &cfg)
+	lc, err := lameduck.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lc, clk
+}
+
+// Configure puts the Config on a fresh fake clock with no signals and no
+// environment, and keeps the LookupEnv and Logger a test set: a host's
+// LAMEDUCK_SHUTDOWN_DELAY does not reach the Lifecycle.
+func TestConfigure(t *testing.T) {
+	t.Setenv("LAMEDUCK_SHUTDOWN_DELAY", "9s")
+	var cfg lameduck.Config
+	clk := lameducktest.Configure(t, &cfg)
+	if cfg.Clock != clk || !cfg.IgnoreSignals || cfg.Logger == nil {
+		t.Fatalf("Configure set Clock %v (want %v), IgnoreSignals %v, Logger %v", cfg.Clock, clk, cfg.IgnoreSignals, cfg.Logger)
+	}
+	if want := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC); !clk.Now().Equal(want) {
+		t.Errorf("the clock reads %s, want %s", clk.Now(), want)
+	}
+	lc, err := lameduck.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := lc.Config().ShutdownDelay; d == 9*time.Second {
+		t.Errorf("ShutdownDelay %s: the host's environment reached the Lifecycle", d)
+	}
+
+	lookup := func(k string) (string, bool) { return "2s", k == "LAMEDUCK_SHUTDOWN_DELAY" }
+	logger := slog.New(slog.DiscardHandler)
+	cfg = lameduck.Config{LookupEnv: lookup, Logger: logger}
+	lameducktest.Configure(t, &cfg)
+	if cfg.Logger != logger {
+		t.Error("Configure replaced the test's Logger")
+	}
+	if lc, err = lameduck.New(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if d := lc.Config().ShutdownDelay; d != 2*time.Second {
+		t.Errorf("ShutdownDelay %s, want the test's LookupEnv's 2s", d)
 	}
 }
 
@@ -92,7 +146,7 @@ func startNoWait(t *testing.T, lc *lameduck.Lifecycle) func() error {
 // The test began the sequence itself, while serving: EndWindow takes it
 // through the rest of the window, measured from that start.
 func TestEndWindowAfterBeginShutdown(t *testing.T) {
-	lc, clk := lameducktest.New(t, lameduck.Config{ShutdownDelay: 5 * time.Second})
+	lc, clk := newLifecycle(t, lameduck.Config{ShutdownDelay: 5 * time.Second})
 	wait := lameducktest.Start(t, lc)
 	lc.BeginShutdown("rolling update")
 	lameducktest.EndWindow(t, lc, clk)
@@ -109,7 +163,7 @@ func TestEndWindowAfterBeginShutdown(t *testing.T) {
 // BeginShutdown before Run: the pod never became ready, so there is no
 // window, and EndWindow returns without advancing the clock.
 func TestEndWindowAfterBeginShutdownBeforeRun(t *testing.T) {
-	lc, clk := lameducktest.New(t, lameduck.Config{ShutdownDelay: 5 * time.Second})
+	lc, clk := newLifecycle(t, lameduck.Config{ShutdownDelay: 5 * time.Second})
 	lc.BeginShutdown("test")
 	wait := lameducktest.Start(t, lc)
 	before := clk.Now()
@@ -143,7 +197,7 @@ func (r *fatalRecorder) Fatalf(format string, args ...any) {
 // In idle mode there is no fixed window to advance through: EndWindow says
 // so at once instead of hanging.
 func TestEndWindowFailsAtOnceInIdleMode(t *testing.T) {
-	lc, clk := lameducktest.New(t, lameduck.Config{ShutdownDelay: time.Second, DrainMode: lameduck.DrainIdle})
+	lc, clk := newLifecycle(t, lameduck.Config{ShutdownDelay: time.Second, DrainMode: lameduck.DrainIdle})
 	wait := lameducktest.Start(t, lc)
 	rec := &fatalRecorder{TB: t}
 	done := make(chan struct{})

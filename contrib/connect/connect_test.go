@@ -215,7 +215,7 @@ func inFlight(t *testing.T, lc *lameduck.Lifecycle, n int) {
 // ends it, however long the calls in it take on a loaded machine.
 func TestDrainEveryProtocol(t *testing.T) {
 	logs := &testsupport.LogBuffer{}
-	lc, clk := lameducktest.New(t, lameduck.Config{ShutdownDelay: 5 * time.Second, ShutdownTeardown: 10 * time.Second,
+	lc, clk := testsupport.NewLifecycle(t, lameduck.Config{ShutdownDelay: 5 * time.Second, ShutdownTeardown: 10 * time.Second,
 		Logger: testLogger(t, logs)})
 	s := serve(t, lc)
 	s.wait = lameducktest.Start(t, lc)
@@ -503,7 +503,7 @@ func TestCutAtTheBudget(t *testing.T) {
 }
 
 func TestAddServerRefusesNil(t *testing.T) {
-	lc, _ := lameducktest.New(t, lameduck.Config{})
+	lc, _ := testsupport.NewLifecycle(t, lameduck.Config{})
 	err := ldconnect.New(lc).AddServer(nil, nil)
 	if err == nil || !strings.Contains(err.Error(), "*http.Server is nil") {
 		t.Fatalf("AddServer(nil): %v", err)
@@ -515,7 +515,7 @@ func TestAddServerRefusesNil(t *testing.T) {
 // protocol and Retry-After: 1, while the health service still answers.
 func TestRejectModeRefusesInTheProtocol(t *testing.T) {
 	logs := &testsupport.LogBuffer{}
-	lc, clk := lameducktest.New(t, lameduck.Config{ShutdownDelay: 5 * time.Second, ShutdownTeardown: 10 * time.Second,
+	lc, clk := testsupport.NewLifecycle(t, lameduck.Config{ShutdownDelay: 5 * time.Second, ShutdownTeardown: 10 * time.Second,
 		SendRetryAfter: true, Logger: testLogger(t, logs)})
 	srv := ldconnect.New(lc)
 	svc := &service{release: make(chan struct{}), streamRelease: make(chan struct{})}
@@ -632,7 +632,7 @@ func (r *recorder) Flush() {}
 // its minimum; the Watch still ends at the window's end.
 func TestHealthCallsAreNotApplicationTraffic(t *testing.T) {
 	logs := &testsupport.LogBuffer{}
-	lc, clk := lameducktest.New(t, lameduck.Config{DrainMode: lameduck.DrainIdle, ShutdownDelay: time.Second,
+	lc, clk := testsupport.NewLifecycle(t, lameduck.Config{DrainMode: lameduck.DrainIdle, ShutdownDelay: time.Second,
 		IdleWindow: 2 * time.Second, DrainTimeout: 20 * time.Second, ShutdownTeardown: 5 * time.Second,
 		Logger: testLogger(t, logs)})
 	s := serve(t, lc)

@@ -34,7 +34,7 @@ func TestMain(m *testing.M) {
 // Connection: close, and at the budget cuts and names a stuck request.
 func TestFastHTTPServer(t *testing.T) {
 	logs := &testsupport.LogBuffer{}
-	lc, clk := lameducktest.New(t, lameduck.Config{ShutdownDelay: 2 * time.Second, ShutdownTeardown: 3 * time.Second,
+	lc, clk := testsupport.NewLifecycle(t, lameduck.Config{ShutdownDelay: 2 * time.Second, ShutdownTeardown: 3 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	defer func() {
 		if t.Failed() {

@@ -244,7 +244,7 @@ func TestIdleAppStopsAtOnce(t *testing.T) {
 }
 
 func TestNewRegistersTheApp(t *testing.T) {
-	lc, _ := lameducktest.New(t, lameduck.Config{})
+	lc, _ := testsupport.NewLifecycle(t, lameduck.Config{})
 	if _, err := ldfiberv3.New(lc, ""); err == nil || !strings.Contains(err.Error(), "Addr") {
 		t.Fatalf("New with no address: %v; want an error naming Addr", err)
 	}

@@ -375,7 +375,7 @@ func TestHealthCheck(t *testing.T) {
 // application RPCs: the Watch held the idle drain to DRAIN_TIMEOUT.
 func TestHealthRPCsAreNotApplicationTraffic(t *testing.T) {
 	logs := &testsupport.LogBuffer{}
-	lc, clk := lameducktest.New(t, lameduck.Config{DrainMode: lameduck.DrainIdle, ShutdownDelay: time.Second,
+	lc, clk := testsupport.NewLifecycle(t, lameduck.Config{DrainMode: lameduck.DrainIdle, ShutdownDelay: time.Second,
 		IdleWindow: 2 * time.Second, DrainTimeout: 20 * time.Second, ShutdownTeardown: 5 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(io.MultiWriter(logs, t.Output()), nil))})
 	s := serve(t, lc, logs)

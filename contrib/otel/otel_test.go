@@ -215,7 +215,7 @@ func TestEveryMeasureIsReported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lc, _ := lameducktest.New(t, lameduck.Config{})
+	lc, _ := testsupport.NewLifecycle(t, lameduck.Config{})
 	m.Watch(lc)
 	at := time.Now()
 	m.Observe(lameduck.Transition{Kind: lameduck.TransitionCheck, Check: health.Result{Name: "db", Outcome: health.OutcomeOK, Duration: time.Millisecond}})

@@ -7,7 +7,7 @@ import (
 
 	"github.com/lameduck/lameduck"
 	ldprometheus "github.com/lameduck/lameduck/contrib/prometheus"
-	"github.com/lameduck/lameduck/lameducktest"
+	"github.com/lameduck/lameduck/internal/testsupport"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -16,7 +16,7 @@ import (
 func TestMaintenanceGauge(t *testing.T) {
 	const token = "s3cret-token-long-enough"
 	col := ldprometheus.NewCollector()
-	lc, _ := lameducktest.New(t, lameduck.Config{Maintenance: true, PreStopToken: token})
+	lc, _ := testsupport.NewLifecycle(t, lameduck.Config{Maintenance: true, PreStopToken: token})
 	col.Watch(lc)
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(col)

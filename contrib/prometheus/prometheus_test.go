@@ -84,7 +84,7 @@ func want(t testing.TB, fams map[string]*dto.MetricFamily, name string, labels m
 // in flight; then the shutdown steps.
 func TestScrape(t *testing.T) {
 	col := ldprometheus.NewCollector()
-	lc, clk := lameducktest.New(t, lameduck.Config{ShutdownDelay: 2 * time.Second, OnTransition: col.Observe,
+	lc, clk := testsupport.NewLifecycle(t, lameduck.Config{ShutdownDelay: 2 * time.Second, OnTransition: col.Observe,
 		CheckTimeout: 10 * time.Second}) // "ok" and "error" even when a loaded machine delays a ping past 1s
 	col.Watch(lc)
 	reg := prometheus.NewPedanticRegistry()
@@ -200,7 +200,7 @@ func TestLint(t *testing.T) {
 // Prometheus name and help, as the type the list says, and nothing else is.
 func TestEveryMeasureIsExported(t *testing.T) {
 	col := ldprometheus.NewCollector()
-	lc, _ := lameducktest.New(t, lameduck.Config{})
+	lc, _ := testsupport.NewLifecycle(t, lameduck.Config{})
 	col.Watch(lc)
 	col.Observe(lameduck.Transition{Kind: lameduck.TransitionCheck, Check: health.Result{Name: "db", Outcome: health.OutcomeOK, Duration: time.Millisecond}})
 	col.Observe(lameduck.Transition{Kind: lameduck.TransitionProbe, Path: "/readyz", Code: 200})

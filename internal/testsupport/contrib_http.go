@@ -46,7 +46,7 @@ func NewHTTPRig(t testing.TB, cfg lameduck.Config) *HTTPRig {
 	if cfg.CheckTimeout == 0 {
 		cfg.CheckTimeout = Timeout
 	}
-	r.LC, r.Clk = lameducktest.New(t, cfg)
+	r.LC, r.Clk = NewLifecycle(t, cfg)
 	r.Logs.LogOnFailure(t)
 	return r
 }

@@ -37,7 +37,7 @@ type Phases struct {
 func NewPhases(t testing.TB) *Phases {
 	t.Helper()
 	p := &Phases{Logs: &LogBuffer{}, Boot: make(chan struct{}), Failing: &atomic.Bool{}}
-	p.LC, p.Clk = lameducktest.New(t, lameduck.Config{ShutdownDelay: 5 * time.Second, ShutdownTeardown: 5 * time.Second,
+	p.LC, p.Clk = NewLifecycle(t, lameduck.Config{ShutdownDelay: 5 * time.Second, ShutdownTeardown: 5 * time.Second,
 		CheckTimeout: Timeout, Logger: slog.New(slog.NewTextHandler(io.MultiWriter(p.Logs, t.Output()), nil))})
 	if err := p.LC.AddStartupTask("boot", func(ctx context.Context) error {
 		select {

@@ -37,7 +37,7 @@ type Answer struct {
 // "show"), which the tests read.
 func Serve(t testing.TB, checks ...health.Check) *Ready {
 	t.Helper()
-	lc, clk := lameducktest.New(t, lameduck.Config{ShutdownDelay: time.Second, CheckDetails: lameduck.CheckDetailsShow,
+	lc, clk := NewLifecycle(t, lameduck.Config{ShutdownDelay: time.Second, CheckDetails: lameduck.CheckDetailsShow,
 		CheckTimeout: Timeout})
 	for _, c := range checks {
 		if err := lc.AddCheck(c); err != nil {

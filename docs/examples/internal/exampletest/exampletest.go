@@ -43,7 +43,12 @@ func (r reply) status() string {
 //     then answers 200, and Run returns nil.
 func Drive(t *testing.T, framework string, build func(lc *lameduck.Lifecycle, slow http.Handler) http.Handler) {
 	t.Helper()
-	lc, clk := lameducktest.New(t, lameduck.Config{ShutdownDelay: 5 * time.Second, ShutdownTeardown: 30 * time.Second})
+	cfg := lameduck.Config{ShutdownDelay: 5 * time.Second, ShutdownTeardown: 30 * time.Second}
+	clk := lameducktest.Configure(t, &cfg)
+	lc, err := lameduck.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	release := make(chan struct{})
 	slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		select {
