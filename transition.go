@@ -55,8 +55,9 @@ func (k TransitionKind) String() string {
 
 // Transition is one thing that happened to a Lifecycle, handed to
 // Config.OnTransition: the raw material of metrics (the
-// contrib/prometheus module turns it into Prometheus series). Only the
-// fields of its Kind are set.
+// contrib/prometheus module turns it into Prometheus series). Kind, At,
+// Phase and Lifecycle are always set; of the others, only the fields of
+// its Kind.
 type Transition struct {
 	Kind TransitionKind
 	// At is when it happened, on the Lifecycle's clock (for
@@ -77,6 +78,12 @@ type Transition struct {
 	// Count is how many requests were cut (TransitionCut) or tasks
 	// abandoned (TransitionAbandoned).
 	Count int
+	// Lifecycle is the Lifecycle it happened to: a hook attached to a
+	// Config before New (contrib/prometheus's, contrib/otel's) learns
+	// there which Lifecycle to read (its Phase, InFlight, Maintenance)
+	// between transitions. The hook must not start or end it from the
+	// call (no Run, no BeginShutdown; see Config.OnTransition).
+	Lifecycle *Lifecycle
 }
 
 // transition hands t to Config.OnTransition, if set.
@@ -85,6 +92,7 @@ func (l *Lifecycle) transition(t Transition) {
 		if t.Phase == 0 && t.Kind != TransitionEvent {
 			t.Phase = l.Phase()
 		}
+		t.Lifecycle = l
 		h(t)
 	}
 }

@@ -17,13 +17,15 @@ import (
 )
 
 // OnTransition hears the events in order, each check verdict and each
-// probe answer.
+// probe answer, each naming the Lifecycle it happened to.
 func TestOnTransition(t *testing.T) {
 	var mu sync.Mutex
 	var events, checks, probes []string
+	var from []*lameduck.Lifecycle
 	lc, clk := testsupport.NewLifecycle(t, lameduck.Config{ShutdownDelay: time.Second, OnTransition: func(tr lameduck.Transition) {
 		mu.Lock()
 		defer mu.Unlock()
+		from = append(from, tr.Lifecycle)
 		switch tr.Kind {
 		case lameduck.TransitionEvent:
 			events = append(events, tr.Event.Name()+">"+tr.Phase.String())
@@ -72,6 +74,11 @@ func TestOnTransition(t *testing.T) {
 	}
 	if !slices.Equal(checks, []string{"db=ok"}) {
 		t.Errorf("checks %v, want [db=ok]", checks)
+	}
+	for i, got := range from {
+		if got != lc {
+			t.Errorf("transition %d names Lifecycle %p, want the one it happened to, %p", i, got, lc)
+		}
 	}
 }
 
