@@ -39,6 +39,10 @@ type Config struct {
 	// Version is the k8s.io/kubernetes module version built. Default
 	// v1.34.4 (v1.35.4 and v1.37.2 work too).
 	Version string
+	// TraefikVersion is the github.com/traefik/traefik/v3 module version
+	// Build makes for the suite's ingress. Default v3.6.12 (v3.7 adds a
+	// nested module the module proxy does not serve).
+	TraefikVersion string
 	// NodeName is the Node's name. Default "lameduck-e2e".
 	NodeName string
 	// Logf receives progress lines. Default: stderr, each line prefixed
@@ -62,6 +66,7 @@ const (
 func (c Config) withDefaults() Config {
 	c.Work = cmp.Or(c.Work, os.Getenv("LDTEST_KUBE_WORK"), "/var/tmp/lameduck-kube")
 	c.Version = cmp.Or(c.Version, os.Getenv("LDTEST_KUBE_VERSION"), "v1.34.4")
+	c.TraefikVersion = cmp.Or(c.TraefikVersion, "v3.6.12")
 	c.NodeName = cmp.Or(c.NodeName, "lameduck-e2e")
 	if c.Logf == nil {
 		c.Logf = stderrLogf

@@ -3,6 +3,7 @@ package cluster
 import (
 	"archive/tar"
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -21,7 +22,7 @@ import (
 )
 
 // An Image is a container image made of one static Go binary, built from a
-// package of the repository's go.work.
+// package of the repository's go.work (or Built already).
 type Image struct {
 	// Name is the image reference pods use, "localhost/<name>:<tag>"; pods
 	// must set imagePullPolicy: Never (there is no registry).
@@ -34,6 +35,10 @@ type Image struct {
 	Binary string
 	// Args is the image's default command (CMD), after the entrypoint.
 	Args []string
+	// Built is the path of a static binary built already (Traefik's, which
+	// Build makes outside the repository's go.work); when set, LoadImages
+	// puts it in the image and Package is not built.
+	Built string
 }
 
 // PauseImage is the pod sandbox image: it blocks until SIGTERM or SIGINT.
@@ -52,9 +57,15 @@ func LoadImages(ctx context.Context, cfg Config, root string, images ...Image) e
 	}
 	for _, im := range images {
 		short := strings.NewReplacer("/", "_", ":", "_").Replace(strings.TrimPrefix(im.Name, "localhost/"))
-		binPath := filepath.Join(dir, short+".bin")
-		if err := BuildShipped(ctx, root, binPath, im.Package); err != nil {
-			return fmt.Errorf("kube: image %s: %w", im.Name, err)
+		binPath := im.Built
+		if _, err := os.Stat(binPath); binPath != "" && err != nil {
+			return fmt.Errorf("kube: image %s: %w (`go run ./e2e/kube/cmd/kubecluster build` makes it)", im.Name, err)
+		}
+		if binPath == "" {
+			binPath = filepath.Join(dir, short+".bin")
+			if err := BuildShipped(ctx, root, binPath, im.Package); err != nil {
+				return fmt.Errorf("kube: image %s: %w", im.Name, err)
+			}
 		}
 		archive := filepath.Join(dir, short+".oci.tar")
 		if err := writeOCIArchive(im, binPath, archive); err != nil {
@@ -63,7 +74,7 @@ func LoadImages(ctx context.Context, cfg Config, root string, images ...Image) e
 		if err := run(ctx, "ctr", "--address", cfg.ContainerdSocket(), "-n", "k8s.io", "images", "import", archive); err != nil {
 			return fmt.Errorf("kube: importing %s: %w", im.Name, err)
 		}
-		cfg.Logf("image %s imported (%s)", im.Name, im.Package)
+		cfg.Logf("image %s imported (%s)", im.Name, cmp.Or(im.Package, im.Built))
 	}
 	return nil
 }

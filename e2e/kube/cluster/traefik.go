@@ -1,0 +1,109 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/mod/modfile"
+)
+
+// traefikModule is Traefik's module: the ingress controller the suite runs
+// in the cluster to route to a Service's endpoints, as users' ingresses do.
+const traefikModule = "github.com/traefik/traefik/v3"
+
+// TraefikBin is the Traefik binary Build makes of Config.TraefikVersion:
+// static (CGO_ENABLED=0), for the cluster's image of it.
+func (c Config) TraefikBin() string {
+	c = c.withDefaults()
+	return filepath.Join(c.Work, "bin-traefik-"+c.TraefikVersion, "traefik")
+}
+
+// buildTraefik builds Traefik's command at Config.TraefikVersion into
+// TraefikBin, unless it is there already. Traefik is not built with `go
+// install …@version`: its go.mod replaces three modules with forks
+// (containous/mux and others), and replace directives apply only in the
+// main module. buildTraefik writes a module of its own under Config.Work
+// that requires Traefik, copies its replace lines, and names its command
+// with a tool directive (so `go mod tidy` keeps what it needs), then builds
+// it with the version stamped as Traefik's release does. Cold, on 2 cores:
+// about 4 minutes (measured 2026-12-07) and 200 MB of modules.
+func buildTraefik(ctx context.Context, cfg Config) error {
+	cfg = cfg.withDefaults()
+	out := cfg.TraefikBin()
+	if _, err := os.Stat(out); err == nil {
+		return nil
+	}
+	src := filepath.Join(cfg.Work, "src-traefik-"+cfg.TraefikVersion)
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		return err
+	}
+	if _, err := os.Stat(filepath.Join(src, "go.sum")); err != nil {
+		cfg.Logf("resolving %s@%s", traefikModule, cfg.TraefikVersion)
+		if err := writeTraefikModule(ctx, cfg, src); err != nil {
+			return err
+		}
+		if err := goCmd(ctx, src, nil, "mod", "tidy"); err != nil {
+			os.Remove(filepath.Join(src, "go.sum"))
+			return fmt.Errorf("kube: go mod tidy in %s: %w", src, err)
+		}
+	}
+	cfg.Logf("building traefik %s (about 4 min on 2 cores with a cold Go build cache)", cfg.TraefikVersion)
+	start := time.Now()
+	tmp := out + ".tmp"
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return err
+	}
+	ld := "-s -w -X " + traefikModule + "/pkg/version.Version=" + cfg.TraefikVersion
+	if err := goCmd(ctx, src, []string{"CGO_ENABLED=0"}, "build", "-trimpath", "-ldflags", ld, "-o", tmp, traefikModule+"/cmd/traefik"); err != nil {
+		return fmt.Errorf("kube: building traefik %s: %w", cfg.TraefikVersion, err)
+	}
+	if err := os.Rename(tmp, out); err != nil { // moved in only once built, so a cut build is rebuilt
+		return err
+	}
+	cfg.Logf("built traefik %s in %s", cfg.TraefikVersion, time.Since(start).Round(time.Second))
+	return nil
+}
+
+// writeTraefikModule writes src/go.mod: a module that requires Traefik at
+// Config.TraefikVersion with the same Go version and replace lines as
+// Traefik's own go.mod, and its command as a tool.
+func writeTraefikModule(ctx context.Context, cfg Config, src string) error {
+	var dl struct{ GoMod, Error string }
+	out, err := goOutput(ctx, src, "mod", "download", "-json", traefikModule+"@"+cfg.TraefikVersion)
+	if jerr := json.Unmarshal(out, &dl); jerr != nil || dl.GoMod == "" {
+		return fmt.Errorf("kube: go mod download %s@%s: %v %s %s", traefikModule, cfg.TraefikVersion, err, dl.Error, out)
+	}
+	data, err := os.ReadFile(dl.GoMod)
+	if err != nil {
+		return err
+	}
+	theirs, err := modfile.Parse(dl.GoMod, data, nil)
+	if err != nil {
+		return err
+	}
+	mod := &modfile.File{}
+	mod.AddModuleStmt("traefikbuild")
+	mod.AddGoStmt(theirs.Go.Version)
+	mod.AddNewRequire(traefikModule, cfg.TraefikVersion, false)
+	for _, r := range theirs.Replace {
+		if modfile.IsDirectoryPath(r.New.Path) {
+			return fmt.Errorf("kube: %s@%s replaces %s with the directory %s, which its module does not ship", traefikModule, cfg.TraefikVersion, r.Old.Path, r.New.Path)
+		}
+		if err := mod.AddReplace(r.Old.Path, r.Old.Version, r.New.Path, r.New.Version); err != nil {
+			return err
+		}
+	}
+	if err := mod.AddTool(traefikModule + "/cmd/traefik"); err != nil {
+		return err
+	}
+	mod.Cleanup()
+	text, err := mod.Format()
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(src, "go.mod"), text, 0o644)
+}
