@@ -40,9 +40,15 @@ const (
 	// nginx over an HTTP/1.1 keep-alive pool, and nginx's 502s count as
 	// failed.
 	nginxUpstream clientShape = "nginx, service-upstream"
+	// traefikEndpoints is Traefik in the cluster as the namespace's
+	// ingress controller, routing to the Service's endpoints as it reads
+	// them from EndpointSlices (startTraefik), not through the ClusterIP;
+	// the load reaches Traefik over an HTTP/1.1 keep-alive pool, and its
+	// 502s and 503s count as failed.
+	traefikEndpoints clientShape = "Traefik, endpoints"
 )
 
-var clientShapes = []clientShape{fresh, keepAlive, h2c, nginxUpstream}
+var clientShapes = []clientShape{fresh, keepAlive, h2c, nginxUpstream, traefikEndpoints}
 
 // load is open-loop traffic through a URL: rate requests a second whatever
 // the server does (vegeta's constant pacer), alternating GET / and POST
@@ -249,7 +255,7 @@ func startNamedLoad(url string, rate int, shape clientShape, idPrefix string) *l
 	switch shape {
 	case fresh:
 		tr.DisableKeepAlives, tr.MaxIdleConnsPerHost = true, -1
-	case keepAlive, nginxUpstream:
+	case keepAlive, nginxUpstream, traefikEndpoints:
 		tr.MaxIdleConnsPerHost = 64
 		wrapDial(tr, func(c net.Conn) net.Conn { return &finConn{Conn: c} })
 	case h2c:

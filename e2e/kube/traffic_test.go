@@ -19,9 +19,10 @@ import (
 )
 
 // controlRate is each client shape's rate in TestTrafficBesideControls, in
-// requests a second: four shapes against two servers at once is 800 a
-// second, what this suite's two cores sustain beside the cluster.
-const controlRate = 100
+// requests a second: five shapes against two servers at once is 800 a
+// second, what this suite's two cores sustain beside the cluster, nginx
+// and two Traefiks.
+const controlRate = 80
 
 // contender is a server a user could put behind the Service: lameduck's
 // chart as shipped, or one of what users write instead.
@@ -198,9 +199,11 @@ func outcomeTable(outs []outcome, ways []string) string {
 // TestTrafficBesideControls is the suite's proof against what users would
 // write instead of lameduck, in the same run: each contender (the chart as
 // shipped; a hand-written lame duck; Go's default server with a native
-// `preStop: sleep`; Go's default server alone) takes load from the three
-// client shapes at once (fresh connections, an HTTP/1.1 keep-alive pool,
-// HTTP/2 over h2c; controlRate each, through the Service's ClusterIP) while
+// `preStop: sleep`; Go's default server alone) takes load from every
+// client shape at once (clientShapes: fresh connections, an HTTP/1.1
+// keep-alive pool and HTTP/2 over h2c through the Service's ClusterIP;
+// nginx proxying to the ClusterIP; Traefik routing to the endpoints;
+// controlRate each) while
 // its pods leave in every way a cluster makes them leave (leaveEveryWay).
 // Two contenders run at a time, each in a namespace of its own. It is the
 // suite's last test (go test runs a package's tests in the order of its
@@ -265,9 +268,12 @@ func runContender(t testing.TB, c contender, rate int, leave func(e *env, name s
 	var proxy *nginxProxy
 	for i, s := range clientShapes {
 		target := url
-		if s == nginxUpstream {
+		switch s {
+		case nginxUpstream:
 			proxy = startNginx(t, url)
 			target = proxy.URL
+		case traefikEndpoints:
+			target = e.startTraefik(name)
 		}
 		loads[i] = startShapedLoad(target, rate, s)
 	}
