@@ -42,11 +42,11 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 
 	"connectrpc.com/connect"
 	"connectrpc.com/grpchealth"
 	"github.com/lameduck/lameduck"
+	"github.com/lameduck/lameduck/internal/rpcserve"
 )
 
 // Server ties Connect handlers to one Lifecycle: its interceptor ends
@@ -203,9 +203,6 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	app.ServeHTTP(w, r)
 }
 
-// errDrained is the cause of a stream context cancelled at the window's end.
-var errDrained = errors.New("lameduck: the lame-duck window ended")
-
 // endedAtDrain is the error of a stream ended at the window's end.
 func endedAtDrain() error {
 	return connect.NewError(connect.CodeUnavailable, errors.New("lameduck: the server is shutting down; reconnect to another instance"))
@@ -229,26 +226,8 @@ func (i *interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) co
 			// teardown's budget bounds them.
 			return next(ctx, conn)
 		}
-		ctx, cancel := context.WithCancelCause(ctx)
-		defer cancel(nil)
-		drain := i.lc.WindowEnded()
-		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		defer wg.Wait()   // runs second: the watcher has left
-		defer close(stop) // runs first
-		wg.Go(func() {
-			select {
-			case <-drain:
-				cancel(errDrained)
-			case <-stop:
-			}
-		})
-		err := next(ctx, conn)
-		if errors.Is(context.Cause(ctx), errDrained) {
-			// The handler saw its context end: whatever it returned, the
-			// client is told to go elsewhere.
-			return endedAtDrain()
-		}
-		return err
+		// At the window's end the handler's context ends, and the client
+		// is told to go elsewhere, whatever the handler returns.
+		return rpcserve.UntilWindowEnd(ctx, i.lc, func(ctx context.Context) error { return next(ctx, conn) }, endedAtDrain)
 	}
 }

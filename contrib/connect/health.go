@@ -1,16 +1,15 @@
 package ldconnect
 
 import (
-	"cmp"
 	"context"
 	"fmt"
-	"net/http"
 	"sync"
 	"time"
 
 	"connectrpc.com/connect"
 	"connectrpc.com/grpchealth"
 	"github.com/lameduck/lameduck"
+	"github.com/lameduck/lameduck/internal/rpcserve"
 )
 
 // The service names of the health service that answer like the HTTP
@@ -54,15 +53,12 @@ const watchEvery = 2 * time.Second
 // ends with connect.CodeUnavailable at the end of the lame-duck window, as
 // every server stream does. Its methods are safe for concurrent use.
 type Health struct {
-	lc *lameduck.Lifecycle
-
-	mu      sync.Mutex
-	down    map[string]bool // guarded by mu: services named by SetServing, true while marked not serving
-	changed chan struct{}   // guarded by mu: closed and replaced on each SetServing
+	lc    *lameduck.Lifecycle
+	marks *rpcserve.Marks // what SetServing was told
 }
 
 func newHealth(lc *lameduck.Lifecycle) *Health {
-	return &Health{lc: lc, down: map[string]bool{}, changed: make(chan struct{})}
+	return &Health{lc: lc, marks: rpcserve.NewMarks()}
 }
 
 // SetServing names service (such as "acme.ping.v1.PingService") to the
@@ -71,47 +67,27 @@ func newHealth(lc *lameduck.Lifecycle) *Health {
 // fails; once /readyz has turned 503 in the shutdown sequence every service
 // but "liveness" answers NOT_SERVING, whatever SetServing says later (the rule of grpc-go's
 // health.Server.Shutdown). Marking "liveness" has no effect on its answer.
-func (h *Health) SetServing(service string, serving bool) {
-	h.mu.Lock()
-	h.down[service] = !serving
-	close(h.changed)
-	h.changed = make(chan struct{})
-	h.mu.Unlock()
-}
-
-// lookup reports whether service was named by SetServing and whether it is
-// marked down, and the channel closed on the next SetServing.
-func (h *Health) lookup(service string) (known, down bool, changed <-chan struct{}) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	d, ok := h.down[service]
-	return ok, d, h.changed
-}
+func (h *Health) SetServing(service string, serving bool) { h.marks.Set(service, serving) }
 
 // Check answers one health question (grpc.health.v1.Health/Check), as
 // [Health] describes. It returns a connect.CodeNotFound error for a service
 // it does not know.
 func (h *Health) Check(ctx context.Context, req *grpchealth.CheckRequest) (*grpchealth.CheckResponse, error) {
-	// The paths the Lifecycle was configured with (LAMEDUCK_READINESS_PATH,
-	// LAMEDUCK_LIVENESS_PATHS), not the defaults: gRPC and HTTP health
-	// must never disagree.
-	cfg := h.lc.Config()
-	path := cmp.Or(cfg.ReadinessPath, lameduck.PathReadiness)
-	known, down, _ := h.lookup(req.Service)
+	known, down, _ := h.marks.Lookup(req.Service)
+	liveness := false
 	switch req.Service {
 	case ServiceLiveness:
-		path = lameduck.PathLiveness
-		if len(cfg.LivenessPaths) > 0 {
-			path = cfg.LivenessPaths[0]
-		}
-		down = false
+		liveness, down = true, false
 	case "", ServiceReadiness:
 	default:
 		if !known {
 			return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("unknown service %q", req.Service))
 		}
 	}
-	if down || h.probe(ctx, path) != http.StatusOK {
+	// rpcserve.ProbeOK asks the paths the Lifecycle was configured with
+	// (LAMEDUCK_READINESS_PATH, LAMEDUCK_LIVENESS_PATHS), not the
+	// defaults: gRPC and HTTP health must never disagree.
+	if down || !rpcserve.ProbeOK(ctx, h.lc, liveness) {
 		return &grpchealth.CheckResponse{Status: grpchealth.StatusNotServing}, nil
 	}
 	return &grpchealth.CheckResponse{Status: grpchealth.StatusServing}, nil
@@ -128,71 +104,18 @@ func (h *Health) Watch(_ context.Context, req *grpchealth.CheckRequest, onChange
 	switch req.Service {
 	case "", ServiceLiveness, ServiceReadiness:
 	default:
-		if known, _, _ := h.lookup(req.Service); !known {
+		if known, _, _ := h.marks.Lookup(req.Service); !known {
 			return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("unknown service %q", req.Service))
 		}
 	}
-	ev := h.lc.Events()
-	booted, signalled := ev.StartupDone.Done(), ev.ShutdownInitiated.Done()
+	wakes := h.marks.Wakes(h.lc, req.Service, watchEvery)
 	quit := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		tick := time.NewTicker(watchEvery)
-		defer tick.Stop()
-		for {
-			_, _, changed := h.lookup(req.Service)
-			select {
-			case <-quit:
-				return
-			case <-booted:
-				booted = nil
-			case <-signalled:
-				signalled = nil
-			case <-changed:
-			case <-tick.C:
-			}
+		defer wakes.Stop()
+		for wakes.Next(quit) {
 			onChange()
 		}
 	})
 	return sync.OnceFunc(func() { close(quit); wg.Wait() }), nil
-}
-
-// probe asks the Lifecycle's probe handler and returns its status code.
-func (h *Health) probe(ctx context.Context, path string) int {
-	req, err := http.NewRequestWithContext(ctx, http.MethodHead, path, nil)
-	if err != nil {
-		return http.StatusInternalServerError
-	}
-	w := &codeOnly{}
-	h.lc.ProbeHandler().ServeHTTP(w, req)
-	if w.code == 0 {
-		return http.StatusOK
-	}
-	return w.code
-}
-
-// codeOnly is an http.ResponseWriter that keeps the status code alone.
-type codeOnly struct {
-	hdr  http.Header
-	code int
-}
-
-func (w *codeOnly) Header() http.Header {
-	if w.hdr == nil {
-		w.hdr = http.Header{}
-	}
-	return w.hdr
-}
-
-func (w *codeOnly) Write(b []byte) (int, error) {
-	if w.code == 0 {
-		w.code = http.StatusOK
-	}
-	return len(b), nil
-}
-
-func (w *codeOnly) WriteHeader(code int) {
-	if w.code == 0 {
-		w.code = code
-	}
 }

@@ -40,6 +40,7 @@ import (
 	"time"
 
 	"github.com/lameduck/lameduck"
+	"github.com/lameduck/lameduck/internal/rpcserve"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -187,9 +188,6 @@ func refused(msg string) error { return status.Error(codes.Unavailable, msg) }
 // endedAtDrain is the status of a stream ended at the window's end.
 var endedAtDrain = status.Error(codes.Unavailable, "lameduck: the server is shutting down; reconnect to another instance")
 
-// errDrained is the cause of a stream context cancelled at the window's end.
-var errDrained = errors.New("lameduck: the lame-duck window ended")
-
 // healthPrefix begins the full method name of every RPC of the health
 // service (grpc.health.v1.Health: Check, Watch, List), which AddServer
 // registers on every grpc.Server it serves.
@@ -227,27 +225,11 @@ func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 		// teardown's budget bounds them.
 		return handler(srv, ss)
 	}
-	ctx, cancel := context.WithCancelCause(ss.Context())
-	defer cancel(nil)
-	drain := s.lc.WindowEnded()
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	defer wg.Wait()   // runs second: the watcher has left
-	defer close(stop) // runs first
-	wg.Go(func() {
-		select {
-		case <-drain:
-			cancel(errDrained)
-		case <-stop:
-		}
-	})
-	err := handler(srv, &drainStream{ServerStream: ss, ctx: ctx})
-	if errors.Is(context.Cause(ctx), errDrained) {
-		// The handler saw its context end: whatever it returned, the
-		// client is told to go elsewhere.
-		return endedAtDrain
-	}
-	return err
+	// At the window's end the handler's context ends, and the client is
+	// told to go elsewhere, whatever the handler returns.
+	return rpcserve.UntilWindowEnd(ss.Context(), s.lc, func(ctx context.Context) error {
+		return handler(srv, &drainStream{ServerStream: ss, ctx: ctx})
+	}, func() error { return endedAtDrain })
 }
 
 // drainStream is a ServerStream whose context also ends at the window's

@@ -1,13 +1,12 @@
 package ldgrpc
 
 import (
-	"cmp"
 	"context"
-	"net/http"
 	"sync"
 	"time"
 
 	"github.com/lameduck/lameduck"
+	"github.com/lameduck/lameduck/internal/rpcserve"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -54,16 +53,15 @@ const watchEvery = 2 * time.Second
 // stream does. Its methods are safe for concurrent use.
 type Health struct {
 	healthpb.UnimplementedHealthServer
-	lc *lameduck.Lifecycle
+	lc    *lameduck.Lifecycle
+	marks *rpcserve.Marks // what SetServing was told
 
 	mu      sync.Mutex
-	servers []*grpc.Server  // guarded by mu
-	down    map[string]bool // guarded by mu: services marked not serving
-	changed chan struct{}   // guarded by mu: closed and replaced on each SetServing
+	servers []*grpc.Server // guarded by mu
 }
 
 func newHealth(lc *lameduck.Lifecycle) *Health {
-	return &Health{lc: lc, down: map[string]bool{}, changed: make(chan struct{})}
+	return &Health{lc: lc, marks: rpcserve.NewMarks()}
 }
 
 func (h *Health) add(gs *grpc.Server) {
@@ -78,22 +76,16 @@ func (h *Health) add(gs *grpc.Server) {
 // whenever readiness fails; from the shutdown signal on every service
 // answers NOT_SERVING, whatever SetServing says later (the rule of grpc-go's
 // health.Server.Shutdown).
-func (h *Health) SetServing(service string, serving bool) {
-	h.mu.Lock()
-	h.down[service] = !serving
-	close(h.changed)
-	h.changed = make(chan struct{})
-	h.mu.Unlock()
-}
+func (h *Health) SetServing(service string, serving bool) { h.marks.Set(service, serving) }
 
 // known reports whether service is registered on a served grpc.Server or
 // was named by SetServing, and whether it is marked down.
 func (h *Health) known(service string) (known, down bool) {
+	if known, down, _ := h.marks.Lookup(service); known {
+		return true, down
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if d, ok := h.down[service]; ok {
-		return true, d
-	}
 	for _, gs := range h.servers {
 		if _, ok := gs.GetServiceInfo()[service]; ok {
 			return true, false
@@ -104,17 +96,8 @@ func (h *Health) known(service string) (known, down bool) {
 
 // status answers for service; ok false means unknown.
 func (h *Health) status(ctx context.Context, service string) (healthpb.HealthCheckResponse_ServingStatus, bool) {
-	// The paths the Lifecycle was configured with (LAMEDUCK_READINESS_PATH,
-	// LAMEDUCK_LIVENESS_PATHS), not the defaults: gRPC and HTTP health
-	// must never disagree.
-	cfg := h.lc.Config()
-	path := cmp.Or(cfg.ReadinessPath, lameduck.PathReadiness)
 	switch service {
 	case ServiceLiveness:
-		path = lameduck.PathLiveness
-		if len(cfg.LivenessPaths) > 0 {
-			path = cfg.LivenessPaths[0]
-		}
 	case "", ServiceReadiness:
 		if _, down := h.known(service); down && h.lc.Phase() == lameduck.PhaseServing {
 			return healthpb.HealthCheckResponse_NOT_SERVING, true
@@ -128,50 +111,13 @@ func (h *Health) status(ctx context.Context, service string) (healthpb.HealthChe
 			return healthpb.HealthCheckResponse_NOT_SERVING, true
 		}
 	}
-	if h.probe(ctx, path) == http.StatusOK {
+	// rpcserve.ProbeOK asks the paths the Lifecycle was configured with
+	// (LAMEDUCK_READINESS_PATH, LAMEDUCK_LIVENESS_PATHS), not the
+	// defaults: gRPC and HTTP health must never disagree.
+	if rpcserve.ProbeOK(ctx, h.lc, service == ServiceLiveness) {
 		return healthpb.HealthCheckResponse_SERVING, true
 	}
 	return healthpb.HealthCheckResponse_NOT_SERVING, true
-}
-
-// probe asks the Lifecycle's probe handler and returns its status code.
-func (h *Health) probe(ctx context.Context, path string) int {
-	req, err := http.NewRequestWithContext(ctx, http.MethodHead, path, nil)
-	if err != nil {
-		return http.StatusInternalServerError
-	}
-	w := &codeOnly{}
-	h.lc.ProbeHandler().ServeHTTP(w, req)
-	if w.code == 0 {
-		return http.StatusOK
-	}
-	return w.code
-}
-
-// codeOnly is an http.ResponseWriter that keeps the status code alone.
-type codeOnly struct {
-	hdr  http.Header
-	code int
-}
-
-func (w *codeOnly) Header() http.Header {
-	if w.hdr == nil {
-		w.hdr = http.Header{}
-	}
-	return w.hdr
-}
-
-func (w *codeOnly) Write(b []byte) (int, error) {
-	if w.code == 0 {
-		w.code = http.StatusOK
-	}
-	return len(b), nil
-}
-
-func (w *codeOnly) WriteHeader(code int) {
-	if w.code == 0 {
-		w.code = code
-	}
 }
 
 // Check answers one health question (grpc.health.v1.Health/Check).
@@ -187,10 +133,8 @@ func (h *Health) Check(ctx context.Context, req *healthpb.HealthCheckRequest) (*
 // current one at once, then each change.
 func (h *Health) Watch(req *healthpb.HealthCheckRequest, stream healthpb.Health_WatchServer) error {
 	ctx := stream.Context()
-	ev := h.lc.Events()
-	booted, signalled := ev.StartupDone.Done(), ev.ShutdownInitiated.Done()
-	tick := time.NewTicker(watchEvery)
-	defer tick.Stop()
+	wakes := h.marks.Wakes(h.lc, req.GetService(), watchEvery)
+	defer wakes.Stop()
 	last := healthpb.HealthCheckResponse_ServingStatus(-1)
 	for {
 		st, _ := h.status(ctx, req.GetService())
@@ -200,18 +144,8 @@ func (h *Health) Watch(req *healthpb.HealthCheckRequest, stream healthpb.Health_
 			}
 			last = st
 		}
-		h.mu.Lock()
-		changed := h.changed
-		h.mu.Unlock()
-		select {
-		case <-ctx.Done():
+		if !wakes.Next(ctx.Done()) {
 			return status.FromContextError(ctx.Err()).Err()
-		case <-booted:
-			booted = nil
-		case <-signalled:
-			signalled = nil
-		case <-changed:
-		case <-tick.C:
 		}
 	}
 }
@@ -221,10 +155,10 @@ func (h *Health) Watch(req *healthpb.HealthCheckRequest, stream healthpb.Health_
 // registered on the served grpc.Servers and those named by SetServing.
 func (h *Health) List(ctx context.Context, _ *healthpb.HealthListRequest) (*healthpb.HealthListResponse, error) {
 	names := map[string]bool{"": true, ServiceLiveness: true, ServiceReadiness: true}
-	h.mu.Lock()
-	for name := range h.down {
+	for _, name := range h.marks.Names() {
 		names[name] = true
 	}
+	h.mu.Lock()
 	for _, gs := range h.servers {
 		for name := range gs.GetServiceInfo() {
 			names[name] = true
