@@ -153,7 +153,10 @@ func runDemo(ctx context.Context, o demoOptions) error {
 		cfg.Fields = pings.fields
 	}
 	reg := prometheus.NewRegistry()
-	lc, err := ldprometheus.New(cfg, reg) // a fresh registry: only an invalid setting fails
+	if err := ldprometheus.Instrument(&cfg, reg); err != nil {
+		return exitError{err} // not reached: a fresh registry holds none of lameduck's series
+	}
+	lc, err := lameduck.New(cfg)
 	if err != nil {
 		logErrors(log, o.logFormat, "lameduck: invalid configuration; nothing was started", err)
 		return exitError{err}

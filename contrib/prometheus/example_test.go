@@ -10,16 +10,21 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// One call wires the metrics into a Lifecycle. Serve /metrics on a listener
-// of its own, outside the Lifecycle, and shut it down after Run returns: the
-// teardown closes the application's and the probe listeners before the
-// shutdown ends, and a scrape should read it to the end (docs/prometheus.md,
-// "Where to serve /metrics").
+// One call attaches the metrics to the Config; lameduck.New builds the
+// Lifecycle from it. Serve /metrics on a listener of its own, outside the
+// Lifecycle, and shut it down after Run returns: the teardown closes the
+// application's and the probe listeners before the shutdown ends, and a
+// scrape should read it to the end (docs/prometheus.md, "Where to serve
+// /metrics").
 func Example() {
 	reg := prometheus.NewRegistry()
-	lc, err := ldprometheus.New(lameduck.Config{
+	cfg := lameduck.Config{
 		LookupEnv: func(string) (string, bool) { return "", false }, // the example ignores LAMEDUCK_* variables
-	}, reg)
+	}
+	if err := ldprometheus.Instrument(&cfg, reg); err != nil {
+		log.Fatal(err)
+	}
+	lc, err := lameduck.New(cfg)
 	if err != nil {
 		log.Fatal(err)
 	}

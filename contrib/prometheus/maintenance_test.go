@@ -6,33 +6,33 @@ import (
 	"testing"
 
 	"github.com/lameduck/lameduck"
-	ldprometheus "github.com/lameduck/lameduck/contrib/prometheus"
-	"github.com/lameduck/lameduck/internal/testsupport"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // lameduck_maintenance follows the maintenance switch at each scrape: 0,
-// 1 once POST /maintenance/on is accepted, 0 again after /off.
+// 1 once POST /maintenance/on is accepted, 0 again after /off. It is
+// exported from the Lifecycle's first transition (here the first probe).
 func TestMaintenanceGauge(t *testing.T) {
 	const token = "s3cret-token-long-enough"
-	col := ldprometheus.NewCollector()
-	lc, _ := testsupport.NewLifecycle(t, lameduck.Config{Maintenance: true, PreStopToken: token})
-	col.Watch(lc)
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(col)
-	turn := func(path string) {
+	lc, _ := instrumented(t, reg, lameduck.Config{Maintenance: true, PreStopToken: token})
+	probe := func(method, path string) {
 		t.Helper()
-		req := httptest.NewRequest(http.MethodPost, path, nil)
+		req := httptest.NewRequest(method, path, nil)
 		req.Header.Set(lameduck.PreStopTokenHeader, token)
 		rec := httptest.NewRecorder()
 		lc.ProbeHandler().ServeHTTP(rec, req)
 		if rec.Code != 200 {
-			t.Fatalf("POST %s: %d %s", path, rec.Code, rec.Body)
+			t.Fatalf("%s %s: %d %s", method, path, rec.Code, rec.Body)
 		}
 	}
+	if _, ok := value(gather(t, reg), "lameduck_maintenance", nil); ok {
+		t.Error("lameduck_maintenance exported before the Lifecycle's first transition")
+	}
+	probe(http.MethodGet, "/healthz")
 	want(t, gather(t, reg), "lameduck_maintenance", nil, 0)
-	turn("/maintenance/on")
+	probe(http.MethodPost, "/maintenance/on")
 	want(t, gather(t, reg), "lameduck_maintenance", nil, 1)
-	turn("/maintenance/off")
+	probe(http.MethodPost, "/maintenance/off")
 	want(t, gather(t, reg), "lameduck_maintenance", nil, 0)
 }

@@ -7,10 +7,13 @@
 //	import ldprometheus "github.com/lameduck/lameduck/contrib/prometheus"
 //
 // It is a module of its own: the core never imports client_golang. It
-// builds on lameduck.Config.OnTransition. One call wires it, as
-// ldotel.New does for OpenTelemetry:
+// builds on lameduck.Config.OnTransition. One call attaches it to the
+// Config the Lifecycle is then built from, as ldotel.Instrument does for
+// OpenTelemetry:
 //
-//	lc, err := ldprometheus.New(lameduck.Config{}, prometheus.DefaultRegisterer)
+//	var cfg lameduck.Config
+//	if err := ldprometheus.Instrument(&cfg, prometheus.DefaultRegisterer); err != nil { ... }
+//	lc, err := lameduck.New(cfg)
 //
 // contrib/otel exports the same metrics, from the same list and the same
 // bookkeeping, through OpenTelemetry. The operator's page, with every
@@ -21,7 +24,7 @@
 // units, _total for counters; https://prometheus.io/docs/practices/naming/):
 //
 //	lameduck_phase{phase}                                 1 for the current phase, 0 for the others
-//	lameduck_requests_in_flight                           application requests in flight (after Watch)
+//	lameduck_requests_in_flight                           application requests in flight (from the first transition)
 //	lameduck_check_status{check,critical,outcome}         1 for each check's last outcome, 0 for the others
 //	lameduck_check_results_total{check,outcome}           verdicts, by outcome
 //	lameduck_check_duration_seconds{check}                histogram of ping durations (stalled excluded), buckets 1ms … 5s
@@ -30,7 +33,7 @@
 //	lameduck_requests_cut_total                           requests closed by force at the teardown budget
 //	lameduck_join_overruns_total                          background joins that ran out of budget
 //	lameduck_background_tasks_abandoned_total             tasks still running when a join ran out
-//	lameduck_maintenance                                  1 while the maintenance switch is on (after Watch)
+//	lameduck_maintenance                                  1 while the maintenance switch is on (from the first transition)
 package ldprometheus
 
 import (
@@ -45,55 +48,50 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// New returns a Lifecycle configured by cfg (see lameduck.New) whose
-// metrics are registered with reg, wired in one call: it creates a
-// [Collector] ([NewCollector]), chains [Collector.Observe] after
-// cfg.OnTransition (which still hears every transition, first), registers
-// the Collector with reg, creates the Lifecycle and calls [Collector.Watch]
-// with it. Serve reg's series with promhttp (prometheus.DefaultRegisterer's
-// through promhttp.Handler(), a registry of your own through
-// promhttp.HandlerFor).
+// Instrument attaches lameduck's series to cfg, for the Lifecycle that
+// lameduck.New (or worker.New, given the runner's Config.Lifecycle) then
+// builds from it: it registers a collector of every series with reg and
+// chains the collector's hook after cfg.OnTransition, which still hears
+// every transition, first. Serve reg's series with promhttp
+// (prometheus.DefaultRegisterer's through promhttp.Handler(), a registry of
+// your own through promhttp.HandlerFor).
 //
-// It returns an error when reg is nil; reg's Register error, wrapped (a
-// prometheus.AlreadyRegisteredError when reg already holds lameduck's
-// series: one Lifecycle per registry); or lameduck.New's (an invalid
-// setting, lameduck.ErrInvalidConfig). Nothing stays registered then.
-func New(cfg lameduck.Config, reg prometheus.Registerer) (*lameduck.Lifecycle, error) {
-	if reg == nil {
-		return nil, errors.New("lameduck: ldprometheus.New: the Registerer is nil; pass prometheus.DefaultRegisterer or a registry of your own")
+// Set your own OnTransition before calling Instrument: one set after it
+// replaces the collector's hook. Build one Lifecycle from cfg: the series
+// count the transitions of every Lifecycle built from it, and read the
+// phase, the requests in flight and the maintenance switch of the first
+// one to report a transition (Transition.Lifecycle). Until that first
+// transition (an event, a check's verdict, a probe's answer),
+// lameduck_requests_in_flight and lameduck_maintenance are not exported
+// and the phase is starting.
+//
+// It returns an error when cfg or reg is nil, or reg's Register error,
+// wrapped (a prometheus.AlreadyRegisteredError when reg already holds
+// lameduck's series: one instrumented Config per registry); cfg is left
+// as it was then. The series stay registered when lameduck.New later
+// refuses cfg.
+func Instrument(cfg *lameduck.Config, reg prometheus.Registerer) error {
+	if cfg == nil {
+		return errors.New("lameduck: ldprometheus.Instrument: the Config is nil; pass the address of the Config you give lameduck.New")
 	}
-	col := NewCollector()
+	if reg == nil {
+		return errors.New("lameduck: ldprometheus.Instrument: the Registerer is nil; pass prometheus.DefaultRegisterer or a registry of your own")
+	}
+	col := newCollector()
 	if err := reg.Register(col); err != nil {
-		return nil, fmt.Errorf("lameduck: ldprometheus.New: registering lameduck's series: %w", err)
+		return fmt.Errorf("lameduck: ldprometheus.Instrument: registering lameduck's series: %w", err)
 	}
 	if prev := cfg.OnTransition; prev != nil {
-		cfg.OnTransition = func(t lameduck.Transition) { prev(t); col.Observe(t) }
+		cfg.OnTransition = func(t lameduck.Transition) { prev(t); col.tr.Observe(t) }
 	} else {
-		cfg.OnTransition = col.Observe
+		cfg.OnTransition = col.tr.Observe
 	}
-	lc, err := lameduck.New(cfg)
-	if err != nil {
-		reg.Unregister(col)
-		return nil, err
-	}
-	col.Watch(lc)
-	return lc, nil
+	return nil
 }
 
-// Collector is a prometheus.Collector for one Lifecycle. Use [New] to wire
-// it in one call, or, to compose it with another OnTransition hook
-// (contrib/otel's Metrics, say), create it with [NewCollector], pass its
-// Observe method as Config.OnTransition, call Watch with the Lifecycle,
-// and register it:
-//
-//	col := ldprometheus.NewCollector()
-//	lc, err := lameduck.New(lameduck.Config{OnTransition: col.Observe})
-//	...
-//	col.Watch(lc)
-//	reg.MustRegister(col)
-//
-// The zero value is not usable. All methods are safe for concurrent use.
-type Collector struct {
+// collector is the prometheus.Collector of one instrumented Config. All
+// methods are safe for concurrent use.
+type collector struct {
 	tr *measure.Tracker
 
 	phaseDesc *prometheus.Desc
@@ -131,12 +129,12 @@ func counter(m measure.Metric) prometheus.Counter {
 	return prometheus.NewCounter(prometheus.CounterOpts{Name: m.Prom, Help: m.Help})
 }
 
-// NewCollector returns a Collector with no observation yet: phase
-// starting, no checks, every counter at zero. Its series are the list every lameduck
-// metrics integration shares, under Prometheus' names (see the package
-// doc).
-func NewCollector() *Collector {
-	c := &Collector{
+// newCollector returns a collector with no observation yet: phase
+// starting, no checks, every counter at zero. Its series are the list every
+// lameduck metrics integration shares, under Prometheus' names (see the
+// package doc).
+func newCollector() *collector {
+	c := &collector{
 		phaseDesc: desc(measure.Phase),
 		inFlight:  desc(measure.InFlight),
 		maintD:    desc(measure.Maintenance),
@@ -155,18 +153,8 @@ func NewCollector() *Collector {
 	return c
 }
 
-// Watch makes the Collector read lc's phase and in-flight requests at each
-// scrape. Without it, lameduck_phase follows the events Observe hears and
-// lameduck_requests_in_flight is not exported.
-func (c *Collector) Watch(lc *lameduck.Lifecycle) { c.tr.Watch(lc) }
-
-// Observe records t. Pass it as lameduck.Config.OnTransition. It does not
-// block beyond the metrics' own locks and allocates only for a check or
-// path it has not seen before.
-func (c *Collector) Observe(t lameduck.Transition) { c.tr.Observe(t) }
-
-// sink records the Tracker's counts in the Collector's series.
-type sink struct{ c *Collector }
+// sink records the Tracker's counts in the collector's series.
+type sink struct{ c *collector }
 
 func (s sink) CheckResult(check string, o health.Outcome) {
 	s.c.results.WithLabelValues(check, string(o)).Inc()
@@ -188,7 +176,7 @@ func (s sink) Abandoned(n int) { s.c.overruns.Inc(); s.c.abandoned.Add(float64(n
 
 // Describe sends the descriptors of every series, for
 // prometheus.Registerer.
-func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.phaseDesc
 	ch <- c.inFlight
 	ch <- c.maintD
@@ -198,14 +186,14 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-// metrics are the series client_golang keeps for the Collector.
-func (c *Collector) metrics() []prometheus.Collector {
+// metrics are the series client_golang keeps for the collector.
+func (c *collector) metrics() []prometheus.Collector {
 	return []prometheus.Collector{c.results, c.durations, c.probes, c.steps, c.cut, c.overruns, c.abandoned}
 }
 
 // Collect sends the current value of every series, for
 // prometheus.Gatherer.
-func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	if n, ok := c.tr.InFlight(); ok {
 		ch <- prometheus.MustNewConstMetric(c.inFlight, prometheus.GaugeValue, float64(n))
 	}

@@ -83,12 +83,9 @@ func want(t testing.TB, fams map[string]*dto.MetricFamily, name string, labels m
 // A served Lifecycle scraped over HTTP: the phase, the checks, the probes,
 // in flight; then the shutdown steps.
 func TestScrape(t *testing.T) {
-	col := ldprometheus.NewCollector()
-	lc, clk := testsupport.NewLifecycle(t, lameduck.Config{ShutdownDelay: 2 * time.Second, OnTransition: col.Observe,
-		CheckTimeout: 10 * time.Second}) // "ok" and "error" even when a loaded machine delays a ping past 1s
-	col.Watch(lc)
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(col)
+	lc, clk := instrumented(t, reg, lameduck.Config{ShutdownDelay: 2 * time.Second,
+		CheckTimeout: 10 * time.Second}) // "ok" and "error" even when a loaded machine delays a ping past 1s
 	must := func(err error) {
 		t.Helper()
 		if err != nil {
@@ -153,6 +150,28 @@ func TestScrape(t *testing.T) {
 	}
 }
 
+// instrumented returns a Lifecycle built from cfg instrumented with reg, on
+// lameducktest's fake clock, and the clock.
+func instrumented(t testing.TB, reg prometheus.Registerer, cfg lameduck.Config) (*lameduck.Lifecycle, *lameducktest.Clock) {
+	t.Helper()
+	if err := ldprometheus.Instrument(&cfg, reg); err != nil {
+		t.Fatal(err)
+	}
+	return testsupport.NewLifecycle(t, cfg)
+}
+
+// observing returns a Config instrumented with a new registry, and the
+// registry: a test hands cfg.OnTransition the transitions it makes up.
+func observing(t testing.TB) (lameduck.Config, *prometheus.Registry) {
+	t.Helper()
+	var cfg lameduck.Config
+	reg := prometheus.NewPedanticRegistry()
+	if err := ldprometheus.Instrument(&cfg, reg); err != nil {
+		t.Fatal(err)
+	}
+	return cfg, reg
+}
+
 func gather(t testing.TB, reg *prometheus.Registry) map[string]*dto.MetricFamily {
 	t.Helper()
 	list, err := reg.Gather()
@@ -168,11 +187,9 @@ func gather(t testing.TB, reg *prometheus.Registry) map[string]*dto.MetricFamily
 
 // The requests cut and the tasks abandoned, as the core reports them.
 func TestCutAndAbandoned(t *testing.T) {
-	col := ldprometheus.NewCollector()
-	col.Observe(lameduck.Transition{Kind: lameduck.TransitionCut, Count: 3})
-	col.Observe(lameduck.Transition{Kind: lameduck.TransitionAbandoned, Count: 2})
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(col)
+	cfg, reg := observing(t)
+	cfg.OnTransition(lameduck.Transition{Kind: lameduck.TransitionCut, Count: 3})
+	cfg.OnTransition(lameduck.Transition{Kind: lameduck.TransitionAbandoned, Count: 2})
 	fams := gather(t, reg)
 	want(t, fams, "lameduck_requests_cut_total", nil, 3)
 	want(t, fams, "lameduck_join_overruns_total", nil, 1)
@@ -182,12 +199,12 @@ func TestCutAndAbandoned(t *testing.T) {
 // promtool's linter (the same rules as `promtool check metrics`) finds
 // nothing to say about any series.
 func TestLint(t *testing.T) {
-	col := ldprometheus.NewCollector()
-	col.Observe(lameduck.Transition{Kind: lameduck.TransitionCheck, Check: health.Result{Name: "db", Outcome: health.OutcomeOK, Duration: time.Millisecond}})
-	col.Observe(lameduck.Transition{Kind: lameduck.TransitionProbe, Path: "/readyz", Code: 200})
-	col.Observe(lameduck.Transition{Kind: lameduck.TransitionCut, Count: 1})
-	col.Observe(lameduck.Transition{Kind: lameduck.TransitionAbandoned, Count: 1})
-	problems, err := testutil.CollectAndLint(col)
+	cfg, reg := observing(t)
+	cfg.OnTransition(lameduck.Transition{Kind: lameduck.TransitionCheck, Check: health.Result{Name: "db", Outcome: health.OutcomeOK, Duration: time.Millisecond}})
+	cfg.OnTransition(lameduck.Transition{Kind: lameduck.TransitionProbe, Path: "/readyz", Code: 200})
+	cfg.OnTransition(lameduck.Transition{Kind: lameduck.TransitionCut, Count: 1})
+	cfg.OnTransition(lameduck.Transition{Kind: lameduck.TransitionAbandoned, Count: 1})
+	problems, err := testutil.GatherAndLint(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,18 +216,20 @@ func TestLint(t *testing.T) {
 // Every metric of the list contrib/otel reports too is exported, under its
 // Prometheus name and help, as the type the list says, and nothing else is.
 func TestEveryMeasureIsExported(t *testing.T) {
-	col := ldprometheus.NewCollector()
-	lc, _ := testsupport.NewLifecycle(t, lameduck.Config{})
-	col.Watch(lc)
-	col.Observe(lameduck.Transition{Kind: lameduck.TransitionCheck, Check: health.Result{Name: "db", Outcome: health.OutcomeOK, Duration: time.Millisecond}})
-	col.Observe(lameduck.Transition{Kind: lameduck.TransitionProbe, Path: "/readyz", Code: 200})
+	cfg, reg := observing(t)
+	lc, _ := testsupport.NewLifecycle(t, lameduck.Config{}) // the Lifecycle the transitions name
 	at := time.Now()
-	col.Observe(lameduck.Transition{Kind: lameduck.TransitionEvent, Event: lc.Events().ShutdownInitiated, At: at})
-	col.Observe(lameduck.Transition{Kind: lameduck.TransitionEvent, Event: lc.Events().WindowEnded, At: at.Add(time.Second)})
-	col.Observe(lameduck.Transition{Kind: lameduck.TransitionCut, Count: 1})
-	col.Observe(lameduck.Transition{Kind: lameduck.TransitionAbandoned, Count: 1})
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(col)
+	for _, tr := range []lameduck.Transition{
+		{Kind: lameduck.TransitionCheck, Check: health.Result{Name: "db", Outcome: health.OutcomeOK, Duration: time.Millisecond}},
+		{Kind: lameduck.TransitionProbe, Path: "/readyz", Code: 200},
+		{Kind: lameduck.TransitionEvent, Event: lc.Events().ShutdownInitiated, At: at},
+		{Kind: lameduck.TransitionEvent, Event: lc.Events().WindowEnded, At: at.Add(time.Second)},
+		{Kind: lameduck.TransitionCut, Count: 1},
+		{Kind: lameduck.TransitionAbandoned, Count: 1},
+	} {
+		tr.Lifecycle = lc
+		cfg.OnTransition(tr)
+	}
 	fams := gather(t, reg)
 	types := map[measure.Kind]dto.MetricType{measure.Gauge: dto.MetricType_GAUGE, measure.UpDownCounter: dto.MetricType_GAUGE,
 		measure.Counter: dto.MetricType_COUNTER, measure.Histogram: dto.MetricType_HISTOGRAM}

@@ -31,15 +31,18 @@ func TestStepDurations(t *testing.T) {
 			closers = 500 * time.Millisecond
 		)
 		var logs bytes.Buffer
-		col := ldprometheus.NewCollector()
-		lc, err := lameduck.New(lameduck.Config{
+		cfg := lameduck.Config{
 			ShutdownDelay:    window,
 			ShutdownTeardown: 30 * time.Second,
 			IgnoreSignals:    true,
 			LookupEnv:        func(string) (string, bool) { return "", false },
 			Logger:           slog.New(slog.NewTextHandler(&logs, nil)),
-			OnTransition:     col.Observe,
-		})
+		}
+		reg := prometheus.NewPedanticRegistry()
+		if err := ldprometheus.Instrument(&cfg, reg); err != nil {
+			t.Fatal(err)
+		}
+		lc, err := lameduck.New(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -48,9 +51,6 @@ func TestStepDurations(t *testing.T) {
 				t.Logf("logs:\n%s", logs.String())
 			}
 		}()
-		col.Watch(lc)
-		reg := prometheus.NewPedanticRegistry()
-		reg.MustRegister(col)
 		must := func(err error) {
 			t.Helper()
 			if err != nil {

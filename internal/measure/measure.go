@@ -165,12 +165,15 @@ type CheckState struct {
 // Tracker is the bookkeeping both integrations share: it hears the
 // Lifecycle's transitions (Observe), hands the counts to a Sink, and keeps
 // what the gauges read at each collection (the phase, each check's last
-// verdict, the shutdown steps' ends). The zero value is not usable; use
-// [NewTracker]. Safe for concurrent use.
+// verdict, the shutdown steps' ends). It reads the Lifecycle's own state
+// (its phase, requests in flight, maintenance switch) from the Lifecycle
+// the first Transition it hears names (Transition.Lifecycle): the
+// integrations attach it to a Config, before the Lifecycle exists. The
+// zero value is not usable; use [NewTracker]. Safe for concurrent use.
 type Tracker struct {
 	sink  Sink
-	lc    atomic.Pointer[lameduck.Lifecycle] // set by Watch
-	phase atomic.Int32                       // a lameduck.Phase, from the events; used until Watch
+	lc    atomic.Pointer[lameduck.Lifecycle] // the first Transition's Lifecycle
+	phase atomic.Int32                       // a lameduck.Phase, from the events; used until lc is known
 
 	mu     sync.Mutex
 	last   map[string]CheckState // guarded by mu: check name → last verdict
@@ -182,11 +185,12 @@ func NewTracker(sink Sink) *Tracker {
 	return &Tracker{sink: sink, last: map[string]CheckState{}, events: map[string]time.Time{}}
 }
 
-// Watch makes Phase and InFlight read lc at each collection.
+// Watch makes Phase and InFlight read lc at each collection, before any
+// Transition names it.
 func (t *Tracker) Watch(lc *lameduck.Lifecycle) { t.lc.Store(lc) }
 
-// Phase returns the current phase: the later of lc's (after Watch) and the
-// one the last event led to. Phases only move forward, and the Lifecycle
+// Phase returns the current phase: the later of the Lifecycle's (once
+// known) and the one the last event led to. Phases only move forward, and the Lifecycle
 // reports an event (window-ended, say) a moment before its own phase
 // follows: the later of the two never shows a step's end with the phase
 // before it.
@@ -198,8 +202,8 @@ func (t *Tracker) Phase() lameduck.Phase {
 	return p
 }
 
-// InFlight returns the application requests in flight, and false before
-// Watch (the metric is not exported then).
+// InFlight returns the application requests in flight, and false until
+// the Lifecycle is known (the metric is not exported then).
 func (t *Tracker) InFlight() (int, bool) {
 	if lc := t.lc.Load(); lc != nil {
 		return len(lc.InFlight()), true
@@ -207,8 +211,8 @@ func (t *Tracker) InFlight() (int, bool) {
 	return 0, false
 }
 
-// Maintenance returns 1 while the watched Lifecycle's maintenance switch
-// is on, 0 while it is off, and false before Watch.
+// Maintenance returns 1 while the Lifecycle's maintenance switch is on, 0
+// while it is off, and false until the Lifecycle is known.
 func (t *Tracker) Maintenance() (int, bool) {
 	if lc := t.lc.Load(); lc != nil {
 		if on, _ := lc.Maintenance(); on {
@@ -227,9 +231,14 @@ func (t *Tracker) Checks() map[string]CheckState {
 }
 
 // Observe records tr: pass it as lameduck.Config.OnTransition (through an
-// integration's own Observe). It does not block beyond its own lock and the
-// Sink's.
+// integration's own hook). The first Transition naming a Lifecycle makes
+// it the one the Tracker reads; a later one naming another (a second
+// Lifecycle made from the same Config) is counted but not read. It does
+// not block beyond its own lock and the Sink's.
 func (t *Tracker) Observe(tr lameduck.Transition) {
+	if tr.Lifecycle != nil && t.lc.Load() == nil {
+		t.lc.CompareAndSwap(nil, tr.Lifecycle)
+	}
 	switch tr.Kind {
 	case lameduck.TransitionEvent:
 		t.phase.Store(int32(tr.Phase))

@@ -93,24 +93,40 @@ func TestTracker(t *testing.T) {
 		}
 	}
 	if tr.Phase() != lameduck.PhaseStopped {
-		t.Errorf("Phase = %s before Watch; want the events' stopped", tr.Phase())
+		t.Errorf("Phase = %s with no Lifecycle named; want the events' stopped", tr.Phase())
 	}
-	// After Watch: the Lifecycle's phase, or the event's when the event
-	// came first (the Lifecycle reports an event a moment before its phase
-	// follows).
+	// Once a Transition names the Lifecycle: its phase, or the event's
+	// when the event came first (the Lifecycle reports an event a moment
+	// before its phase follows); its requests in flight and maintenance
+	// switch. A second Lifecycle named later is not read.
 	tr = measure.NewTracker(s)
 	if _, ok := tr.InFlight(); ok {
-		t.Error("InFlight reported before Watch")
+		t.Error("InFlight reported before a Transition named the Lifecycle")
 	}
-	tr.Watch(lc)
+	if _, ok := tr.Maintenance(); ok {
+		t.Error("Maintenance reported before a Transition named the Lifecycle")
+	}
+	tr.Observe(lameduck.Transition{Kind: lameduck.TransitionProbe, Path: "/healthz", Code: 200, Lifecycle: lc})
 	if tr.Phase() != lameduck.PhaseStarting {
-		t.Errorf("Phase = %s after Watch; want the Lifecycle's own (starting)", tr.Phase())
+		t.Errorf("Phase = %s once named; want the Lifecycle's own (starting)", tr.Phase())
+	}
+	other, err := lameduck.New(lameduck.Config{IgnoreSignals: true, LookupEnv: func(string) (string, bool) { return "", false }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other.BeginShutdown("test") // draining: read, it would show
+	tr.Observe(lameduck.Transition{Kind: lameduck.TransitionProbe, Path: "/healthz", Code: 200, Lifecycle: other})
+	if tr.Phase() != lameduck.PhaseStarting {
+		t.Errorf("Phase = %s after a second Lifecycle was named; want the first one's (starting)", tr.Phase())
 	}
 	fire(es.WindowEnded, 2*time.Second, lameduck.PhaseStopping)
 	if tr.Phase() != lameduck.PhaseStopping {
 		t.Errorf("Phase = %s after window-ended, the Lifecycle still starting; want stopping", tr.Phase())
 	}
 	if n, ok := tr.InFlight(); !ok || n != 0 {
-		t.Errorf("InFlight = %d, %v after Watch", n, ok)
+		t.Errorf("InFlight = %d, %v once named", n, ok)
+	}
+	if v, ok := tr.Maintenance(); !ok || v != 0 {
+		t.Errorf("Maintenance = %d, %v once named", v, ok)
 	}
 }
