@@ -10,15 +10,21 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
 
-// One call wires the metrics; any MeterProvider reads them (here the SDK's
-// with an in-memory reader; in production a periodic reader with an OTLP
-// exporter, see docs/otel.md).
+// One call attaches the metrics to the Config; lameduck.New builds the
+// Lifecycle from it. Any MeterProvider reads them (here the SDK's with an
+// in-memory reader; in production a periodic reader with an OTLP exporter,
+// see docs/otel.md).
 func Example() {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	defer mp.Shutdown(context.Background())
 
-	lc, err := ldotel.New(lameduck.Config{IgnoreSignals: true, LookupEnv: func(string) (string, bool) { return "", false }}, mp)
+	cfg := lameduck.Config{IgnoreSignals: true, LookupEnv: func(string) (string, bool) { return "", false }}
+	if err := ldotel.Instrument(&cfg, mp); err != nil {
+		fmt.Println(err)
+		return
+	}
+	lc, err := lameduck.New(cfg)
 	if err != nil {
 		fmt.Println(err)
 		return

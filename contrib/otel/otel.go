@@ -11,9 +11,12 @@
 // It is a module of its own: the core never imports OpenTelemetry, and
 // this module pulls only its metric API (an SDK and an exporter are the
 // application's choice). It builds on lameduck.Config.OnTransition. One
-// call wires it:
+// call attaches it to the Config the Lifecycle is then built from, as
+// ldprometheus.Instrument does for Prometheus:
 //
-//	lc, err := ldotel.New(lameduck.Config{}, otel.GetMeterProvider())
+//	var cfg lameduck.Config
+//	if err := ldotel.Instrument(&cfg, otel.GetMeterProvider()); err != nil { ... }
+//	lc, err := lameduck.New(cfg)
 //
 // The operator's page, with an OTLP exporter, every instrument and its
 // Prometheus twin, is docs/otel.md in the lameduck repository.
@@ -26,7 +29,7 @@
 // http.server.active_requests is):
 //
 //	lameduck.phase{lameduck.phase}                                 gauge, 1: 1 for the current phase, 0 for the others
-//	lameduck.server.active_requests                                up-down counter, {request}: application requests in flight (after Watch)
+//	lameduck.server.active_requests                                up-down counter, {request}: application requests in flight (from the first transition)
 //	lameduck.check.status{lameduck.check.name,lameduck.check.critical,lameduck.check.outcome}  gauge, 1: each check's last outcome
 //	lameduck.check.results{lameduck.check.name,lameduck.check.outcome}  counter, {result}: verdicts
 //	lameduck.check.duration{lameduck.check.name}                   histogram, s: ping durations (stalled excluded)
@@ -35,7 +38,7 @@
 //	lameduck.server.requests.cut                                   counter, {request}: requests closed by force at the teardown budget
 //	lameduck.join.overruns                                         counter, {join}: background joins that ran out of budget
 //	lameduck.background.tasks.abandoned                            counter, {task}: tasks still running when a join ran out
-//	lameduck.maintenance                                           gauge, 1: 1 while the maintenance switch is on (after Watch)
+//	lameduck.maintenance                                           gauge, 1: 1 while the maintenance switch is on (from the first transition)
 package ldotel
 
 import (
@@ -56,41 +59,47 @@ import (
 // instrumentation-library convention asks.
 const ScopeName = "github.com/lameduck/lameduck/contrib/otel"
 
-// New returns a Lifecycle configured by cfg (see lameduck.New) whose
-// metrics are recorded through mp, wired in one call: it creates the
-// instruments ([NewMetrics]), chains [Metrics.Observe] after
-// cfg.OnTransition (which still hears every transition, first), creates
-// the Lifecycle and calls [Metrics.Watch] with it.
+// Instrument attaches lameduck's instruments to cfg, for the Lifecycle
+// that lameduck.New (or worker.New, given the runner's Config.Lifecycle)
+// then builds from it: it creates the instruments on mp's Meter for
+// [ScopeName], registers the callback that reports the phase, the checks'
+// last outcomes, the requests in flight and the maintenance switch at each
+// collection, and chains its hook after cfg.OnTransition, which still
+// hears every transition, first.
 //
-// It returns NewMetrics' error (a nil mp, or an instrument mp refused), or
-// lameduck.New's (an invalid setting); nothing is created then.
-func New(cfg lameduck.Config, mp metric.MeterProvider) (*lameduck.Lifecycle, error) {
-	m, err := NewMetrics(mp)
+// Set your own OnTransition before calling Instrument: one set after it
+// replaces the instruments' hook. Build one Lifecycle from cfg: the
+// instruments count the transitions of every Lifecycle built from it, and
+// read the phase, the requests in flight and the maintenance switch of the
+// first one to report a transition (Transition.Lifecycle). Until that
+// first transition (an event, a check's verdict, a probe's answer),
+// lameduck.server.active_requests and lameduck.maintenance are not
+// reported and the phase is starting.
+//
+// It returns an error when cfg or mp is nil, or wrapping the errors mp
+// returned for the instruments or the callback; cfg is left as it was
+// then. The instruments stay registered with mp when lameduck.New later
+// refuses cfg.
+func Instrument(cfg *lameduck.Config, mp metric.MeterProvider) error {
+	if cfg == nil {
+		return errors.New("lameduck: ldotel.Instrument: the Config is nil; pass the address of the Config you give lameduck.New")
+	}
+	m, err := newMetrics(mp)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if prev := cfg.OnTransition; prev != nil {
-		cfg.OnTransition = func(t lameduck.Transition) { prev(t); m.Observe(t) }
+		cfg.OnTransition = func(t lameduck.Transition) { prev(t); m.tr.Observe(t) }
 	} else {
-		cfg.OnTransition = m.Observe
+		cfg.OnTransition = m.tr.Observe
 	}
-	lc, err := lameduck.New(cfg)
-	if err != nil {
-		_ = m.Unregister()
-		return nil, err
-	}
-	m.Watch(lc)
-	return lc, nil
+	return nil
 }
 
-// Metrics are lameduck's instruments on one Meter, for one Lifecycle. Use
-// [New] to wire them in one call, or [NewMetrics], Config.OnTransition =
-// m.Observe and m.Watch(lc) to compose them with another OnTransition hook
-// (contrib/prometheus's Collector, say). The zero value is not usable. All
-// methods are safe for concurrent use.
-type Metrics struct {
-	tr  *measure.Tracker
-	reg metric.Registration
+// metrics are lameduck's instruments on one Meter, for one instrumented
+// Config. All methods are safe for concurrent use.
+type metrics struct {
+	tr *measure.Tracker
 
 	phase     metric.Int64ObservableGauge
 	inFlight  metric.Int64ObservableUpDownCounter
@@ -105,16 +114,16 @@ type Metrics struct {
 	abandoned metric.Int64Counter
 }
 
-// NewMetrics creates the instruments on mp's Meter for [ScopeName] and
-// registers the callback that reads the phase, the checks' last outcomes
-// and the requests in flight at each collection. It returns an error when
-// mp is nil, or wrapping the first error mp returned for an instrument.
-func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
+// newMetrics creates the instruments on mp's Meter for [ScopeName] and
+// registers the callback that reads the phase, the checks' last outcomes,
+// the requests in flight and the maintenance switch at each collection. It
+// returns an error when mp is nil, or wrapping the errors mp returned.
+func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 	if mp == nil {
-		return nil, errors.New("lameduck: ldotel.NewMetrics: the MeterProvider is nil; pass otel.GetMeterProvider() or the SDK's provider")
+		return nil, errors.New("lameduck: ldotel.Instrument: the MeterProvider is nil; pass otel.GetMeterProvider() or the SDK's provider")
 	}
 	meter := mp.Meter(ScopeName)
-	m := &Metrics{}
+	m := &metrics{}
 	var errs []error
 	add := func(err error) { errs = append(errs, err) }
 	var err error
@@ -142,12 +151,11 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 	m.abandoned, err = counter(meter, measure.TasksAbandoned)
 	add(err)
 	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("lameduck: ldotel.NewMetrics: %w", err)
+		return nil, fmt.Errorf("lameduck: ldotel.Instrument: %w", err)
 	}
 	m.tr = measure.NewTracker(sink{m})
-	m.reg, err = meter.RegisterCallback(m.collect, m.phase, m.inFlight, m.maint, m.status)
-	if err != nil {
-		return nil, fmt.Errorf("lameduck: ldotel.NewMetrics: %w", err)
+	if _, err := meter.RegisterCallback(m.collect, m.phase, m.inFlight, m.maint, m.status); err != nil {
+		return nil, fmt.Errorf("lameduck: ldotel.Instrument: %w", err)
 	}
 	return m, nil
 }
@@ -156,21 +164,8 @@ func counter(meter metric.Meter, m measure.Metric) (metric.Int64Counter, error) 
 	return meter.Int64Counter(m.OTel, metric.WithUnit(m.Unit), metric.WithDescription(m.Help))
 }
 
-// Watch makes the Metrics read lc's phase and in-flight requests at each
-// collection. Without it, lameduck.phase follows the events Observe hears
-// and lameduck.server.active_requests is not reported.
-func (m *Metrics) Watch(lc *lameduck.Lifecycle) { m.tr.Watch(lc) }
-
-// Observe records t. Pass it as lameduck.Config.OnTransition ([New] does).
-// It does not block beyond the instruments' own locks.
-func (m *Metrics) Observe(t lameduck.Transition) { m.tr.Observe(t) }
-
-// Unregister removes the collection callback: the gauges and the up-down
-// counter are no longer reported. It returns the MeterProvider's error.
-func (m *Metrics) Unregister() error { return m.reg.Unregister() }
-
 // collect reports the observable instruments.
-func (m *Metrics) collect(_ context.Context, o metric.Observer) error {
+func (m *metrics) collect(_ context.Context, o metric.Observer) error {
 	cur := m.tr.Phase()
 	for _, p := range measure.Phases {
 		v := int64(0)
@@ -202,7 +197,7 @@ func (m *Metrics) collect(_ context.Context, o metric.Observer) error {
 
 // sink records the Tracker's counts in the instruments. The hook has no
 // context of its own: the records use context.Background().
-type sink struct{ m *Metrics }
+type sink struct{ m *metrics }
 
 func (s sink) CheckResult(check string, o health.Outcome) {
 	s.m.results.Add(context.Background(), 1, metric.WithAttributes(

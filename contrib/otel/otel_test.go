@@ -2,7 +2,6 @@ package ldotel_test
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"slices"
 	"sync"
@@ -103,21 +102,24 @@ func want(t *testing.T, ms map[string]metricdata.Metrics, name string, v float64
 	}
 }
 
-// A served Lifecycle wired by ldotel.New, read through the SDK's in-memory
+// A served Lifecycle built from a Config wired by ldotel.Instrument, read through the SDK's in-memory
 // reader: the phase, the checks, the probes and the requests in flight
 // while serving; during the teardown, with a request holding it, the
 // stopping phase and the 2s window on the fake clock; after the exit, every
 // step of the shutdown.
 func TestShutdownThroughTheManualReader(t *testing.T) {
 	rd := newReader(t)
-	clk := lameducktest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	var heard []lameduck.TransitionKind // the application's own hook still hears everything, first
 	var heardMu sync.Mutex
-	lc, err := ldotel.New(lameduck.Config{ShutdownDelay: 2 * time.Second, ShutdownTeardown: 5 * time.Second,
-		Clock: clk, IgnoreSignals: true, LookupEnv: func(string) (string, bool) { return "", false },
+	cfg := lameduck.Config{ShutdownDelay: 2 * time.Second, ShutdownTeardown: 5 * time.Second,
 		CheckTimeout: 10 * time.Second, // "ok" and "error" even when a loaded machine delays a ping past 1s
 		OnTransition: func(tr lameduck.Transition) { heardMu.Lock(); heard = append(heard, tr.Kind); heardMu.Unlock() },
-	}, rd.mp)
+	}
+	clk := lameducktest.Configure(t, &cfg)
+	if err := ldotel.Instrument(&cfg, rd.mp); err != nil {
+		t.Fatal(err)
+	}
+	lc, err := lameduck.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,19 +213,28 @@ func TestShutdownThroughTheManualReader(t *testing.T) {
 // says, and nothing else is.
 func TestEveryMeasureIsReported(t *testing.T) {
 	rd := newReader(t)
-	m, err := ldotel.NewMetrics(rd.mp)
-	if err != nil {
+	var cfg lameduck.Config // its OnTransition hears the transitions the test makes up
+	if err := ldotel.Instrument(&cfg, rd.mp); err != nil {
 		t.Fatal(err)
 	}
-	lc, _ := testsupport.NewLifecycle(t, lameduck.Config{})
-	m.Watch(lc)
+	if ms := rd.collect(t); len(ms) == 0 {
+		t.Fatal("nothing reported before the first transition")
+	} else if _, ok := ms["lameduck.server.active_requests"]; ok {
+		t.Error("lameduck.server.active_requests reported before the Lifecycle's first transition")
+	}
+	lc, _ := testsupport.NewLifecycle(t, lameduck.Config{}) // the Lifecycle the transitions name
 	at := time.Now()
-	m.Observe(lameduck.Transition{Kind: lameduck.TransitionCheck, Check: health.Result{Name: "db", Outcome: health.OutcomeOK, Duration: time.Millisecond}})
-	m.Observe(lameduck.Transition{Kind: lameduck.TransitionProbe, Path: "/readyz/db", Code: 503})
-	m.Observe(lameduck.Transition{Kind: lameduck.TransitionEvent, Event: lc.Events().ShutdownInitiated, At: at, Phase: lameduck.PhaseDraining})
-	m.Observe(lameduck.Transition{Kind: lameduck.TransitionEvent, Event: lc.Events().WindowEnded, At: at.Add(time.Second), Phase: lameduck.PhaseStopping})
-	m.Observe(lameduck.Transition{Kind: lameduck.TransitionCut, Count: 3})
-	m.Observe(lameduck.Transition{Kind: lameduck.TransitionAbandoned, Count: 2})
+	for _, tr := range []lameduck.Transition{
+		{Kind: lameduck.TransitionCheck, Check: health.Result{Name: "db", Outcome: health.OutcomeOK, Duration: time.Millisecond}},
+		{Kind: lameduck.TransitionProbe, Path: "/readyz/db", Code: 503},
+		{Kind: lameduck.TransitionEvent, Event: lc.Events().ShutdownInitiated, At: at, Phase: lameduck.PhaseDraining},
+		{Kind: lameduck.TransitionEvent, Event: lc.Events().WindowEnded, At: at.Add(time.Second), Phase: lameduck.PhaseStopping},
+		{Kind: lameduck.TransitionCut, Count: 3},
+		{Kind: lameduck.TransitionAbandoned, Count: 2},
+	} {
+		tr.Lifecycle = lc
+		cfg.OnTransition(tr)
+	}
 	ms := rd.collect(t)
 	var names []string
 	for _, mm := range measure.All {
@@ -268,29 +279,21 @@ func TestEveryMeasureIsReported(t *testing.T) {
 	// The later of the Lifecycle's phase (starting: it never ran) and the
 	// one the last event led to.
 	want(t, ms, "lameduck.phase", 1, attribute.String("lameduck.phase", "stopping"))
-	if err := m.Unregister(); err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := rd.collect(t)["lameduck.phase"]; ok {
-		t.Error("lameduck.phase still reported after Unregister")
-	}
+	want(t, ms, "lameduck.server.active_requests", 0)
+	want(t, ms, "lameduck.maintenance", 0)
 }
 
+// A nil Config and a nil MeterProvider are errors, which leave the Config
+// as it was.
 func TestBadArguments(t *testing.T) {
-	if _, err := ldotel.NewMetrics(nil); err == nil {
-		t.Error("NewMetrics(nil) = nil error")
+	if err := ldotel.Instrument(nil, newReader(t).mp); err == nil {
+		t.Error("Instrument with a nil Config = nil error")
 	}
-	if _, err := ldotel.New(lameduck.Config{}, nil); err == nil {
-		t.Error("New with a nil provider = nil error")
+	var cfg lameduck.Config
+	if err := ldotel.Instrument(&cfg, nil); err == nil {
+		t.Error("Instrument with a nil MeterProvider = nil error")
 	}
-	rd := newReader(t)
-	_, err := ldotel.New(lameduck.Config{LookupEnv: func(k string) (string, bool) {
-		if k == "LAMEDUCK_SHUTDOWN_DELAY" {
-			return "5", true
-		}
-		return "", false
-	}}, rd.mp)
-	if !errors.Is(err, lameduck.ErrInvalidConfig) {
-		t.Errorf("New with LAMEDUCK_SHUTDOWN_DELAY=5: %v; want ErrInvalidConfig", err)
+	if cfg.OnTransition != nil {
+		t.Error("a refused Instrument set OnTransition")
 	}
 }

@@ -185,10 +185,6 @@ func NewTracker(sink Sink) *Tracker {
 	return &Tracker{sink: sink, last: map[string]CheckState{}, events: map[string]time.Time{}}
 }
 
-// Watch makes Phase and InFlight read lc at each collection, before any
-// Transition names it.
-func (t *Tracker) Watch(lc *lameduck.Lifecycle) { t.lc.Store(lc) }
-
 // Phase returns the current phase: the later of the Lifecycle's (once
 // known) and the one the last event led to. Phases only move forward, and the Lifecycle
 // reports an event (window-ended, say) a moment before its own phase
