@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lameduck/lameduck/internal/testsupport"
 	"github.com/lameduck/lameduck/worker"
 )
 
@@ -40,10 +41,7 @@ func TestAFetchUnderWayAtTheDrainIsWaitedForAndItsJobHandedBack(t *testing.T) {
 	if err := h.w.AddLoop(worker.Loop{Name: "jobs", Source: src, Handle: hd.Handle, FetchWait: time.Second}); err != nil {
 		t.Fatal(err)
 	}
-	h.run()
-	awaitFetch(t, src)
-	src.idleCycle(t)
-	h.awaitEvent(h.w.Lifecycle().Events().StartupDone)
+	h.boot(src)
 	awaitFetch(t, src)
 	h.w.Lifecycle().BeginShutdown("test")
 	h.awaitEvent(h.w.Lifecycle().Events().ShutdownInitiated)
@@ -79,25 +77,13 @@ func TestAJobDoneAfterTheBoundIsAckedNotCut(t *testing.T) {
 	}}); err != nil {
 		t.Fatal(err)
 	}
-	h.run()
-	awaitFetch(t, src)
-	src.idleCycle(t)
-	h.awaitEvent(h.w.Lifecycle().Events().StartupDone)
+	h.boot(src)
 	j := newJob("job-9")
 	src.deliver(t, j)
-	var ctx context.Context
-	select {
-	case ctx = <-started:
-	case <-time.After(guard):
-		t.Fatal("the job never started")
-	}
+	ctx := testsupport.Recv(t, started, "the job to start")
 	h.shutdown()
 	h.clock.Advance(time.Minute)
-	select {
-	case <-ctx.Done():
-	case <-time.After(guard):
-		t.Fatal("the bound did not cancel the job")
-	}
+	awaitCancel(t, ctx, nil, "the bound did not cancel the job")
 	close(release)
 	if got := j.outcome(t); got != "ack" {
 		t.Fatalf("job ended %q; want acknowledged", got)

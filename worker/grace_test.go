@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lameduck/lameduck/internal/testsupport"
 	"github.com/lameduck/lameduck/worker"
 )
 
@@ -57,18 +58,10 @@ func TestTheDrainBoundFitsTheGraceAndHandsTheJobBack(t *testing.T) {
 	}}); err != nil {
 		t.Fatal(err)
 	}
-	h.run()
-	awaitFetch(t, src)
-	src.idleCycle(t)
-	h.awaitEvent(h.w.Lifecycle().Events().StartupDone)
+	h.boot(src)
 	j := causeJob{newJob("job-9"), make(chan error, 1)}
 	send(t, src.jobs, worker.Job(j), "job-9")
-	var ctx context.Context
-	select {
-	case ctx = <-started:
-	case <-time.After(guard):
-		t.Fatal("the job never started")
-	}
+	ctx := testsupport.Recv(t, started, "the job to start")
 	h.clock.Advance(time.Minute) // a minute old at the signal
 	signal := h.clock.Now()
 	h.shutdown()

@@ -35,6 +35,9 @@ type fakeSource struct {
 	fetches chan struct{} // receives one value as each fetch begins
 	expired chan struct{} // closed by expireAll: every fetch from then on is answered idle
 	once    sync.Once
+	// silent and fail, nil but in a silentSource, end the fetch under way
+	// in silence (an error wrapping worker.ErrNoReply) or with an error.
+	silent, fail chan struct{}
 }
 
 func newSource() *fakeSource {
@@ -53,6 +56,10 @@ func (s *fakeSource) Fetch(ctx context.Context, _ time.Duration) (worker.Job, er
 		return j, nil
 	case <-s.idle:
 		return nil, nil
+	case <-s.silent:
+		return nil, fmt.Errorf("%w: no heartbeat within 2s", worker.ErrNoReply)
+	case <-s.fail:
+		return nil, errors.New("connection refused")
 	case <-s.expired:
 		return nil, nil
 	case <-ctx.Done():
@@ -121,6 +128,15 @@ func (j *fakeJob) outcome(t *testing.T) string {
 	return testsupport.Recv(t, j.ended, "job "+j.id+" to be acknowledged or handed back")
 }
 
+// wantHandedBackAtOnce fails t unless j ends handed back with no delay
+// (HandBack with 0).
+func (j *fakeJob) wantHandedBackAtOnce(t *testing.T) {
+	t.Helper()
+	if got := j.outcome(t); got != "back 0s" {
+		t.Fatalf("job %q ended %q; want handed back at once", j.id, got)
+	}
+}
+
 // handler runs each job until the test releases it or its context ends,
 // and reports each start.
 type handler struct {
@@ -154,6 +170,15 @@ func (h *handler) finish(t *testing.T, err error) {
 func (h *handler) awaitStart(t *testing.T) context.Context {
 	t.Helper()
 	return testsupport.Recv(t, h.started, "the job to start")
+}
+
+// startJob answers src's fetch under way with a new job id and waits until
+// hd runs it; it returns the job and the context Handle was given.
+func startJob(t *testing.T, src *fakeSource, hd *handler, id string) (*fakeJob, context.Context) {
+	t.Helper()
+	j := newJob(id)
+	src.deliver(t, j)
+	return j, hd.awaitStart(t)
 }
 
 type harness struct {
@@ -293,6 +318,32 @@ func awaitFetch(t *testing.T, s *fakeSource) {
 	testsupport.Recv(t, s.fetches, "the loop to fetch")
 }
 
+// boot starts Run and takes the worker through its boot: src's loop's
+// first fetch is answered with an idle cycle, which ends it
+// (StartupDone).
+func (h *harness) boot(src *fakeSource) {
+	h.t.Helper()
+	h.run()
+	awaitFetch(h.t, src)
+	src.idleCycle(h.t)
+	h.awaitEvent(h.w.Lifecycle().Events().StartupDone)
+}
+
+// awaitCancel waits until ctx, a job's context, ends, failing t with
+// never if it has not after guard, and then unless its cause is want
+// (nil: whatever the cause).
+func awaitCancel(t *testing.T, ctx context.Context, want error, never string) {
+	t.Helper()
+	select {
+	case <-ctx.Done():
+	case <-time.After(guard):
+		t.Fatal(never)
+	}
+	if want != nil && !errors.Is(context.Cause(ctx), want) {
+		t.Fatalf("cause %v; want %v", context.Cause(ctx), want)
+	}
+}
+
 // nextPoll waits until the epoch poller sleeps on the fake clock (the only
 // timer while a job runs), then wakes it.
 func (h *harness) nextPoll() {
@@ -302,36 +353,12 @@ func (h *harness) nextPoll() {
 }
 
 // silentSource is a fakeSource whose fetches the test may also end in
-// silence (an error wrapping worker.ErrNoReply) or with an error.
-type silentSource struct {
-	*fakeSource
-	silent chan struct{}
-	fail   chan struct{}
-}
+// silence (an error wrapping worker.ErrNoReply, on silent) or with an
+// error (on fail).
+type silentSource struct{ *fakeSource }
 
 func newSilentSource() *silentSource {
-	return &silentSource{fakeSource: newSource(), silent: make(chan struct{}), fail: make(chan struct{})}
-}
-
-func (s *silentSource) Fetch(ctx context.Context, _ time.Duration) (worker.Job, error) {
-	select {
-	case <-s.expired:
-		return nil, nil
-	default:
-	}
-	s.fetches <- struct{}{}
-	select {
-	case j := <-s.jobs:
-		return j, nil
-	case <-s.idle:
-		return nil, nil
-	case <-s.silent:
-		return nil, fmt.Errorf("%w: no heartbeat within 2s", worker.ErrNoReply)
-	case <-s.fail:
-		return nil, errors.New("connection refused")
-	case <-s.expired:
-		return nil, nil
-	case <-ctx.Done():
-		return nil, nil
-	}
+	s := newSource()
+	s.silent, s.fail = make(chan struct{}), make(chan struct{})
+	return &silentSource{s}
 }

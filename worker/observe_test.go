@@ -18,9 +18,7 @@ func TestProbesAndDrainLogCountTheJobInFlight(t *testing.T) {
 	if _, body := h.probe("/healthz"); body["busy"] != nil {
 		t.Fatalf("idle /healthz %v: no busy field while no job runs", body)
 	}
-	j := newJob("job-4")
-	src.deliver(t, j)
-	hd.awaitStart(t)
+	j, _ := startJob(t, src, hd, "job-4")
 	h.clock.Advance(90*time.Minute + 412*time.Millisecond) // to the millisecond: a short job is not "0s"
 	body := h.expect("/healthz", 200, "ok")
 	if body["busy"] != true || body["job"] != "job-4" || body["job_age"] != "1h30m0.412s" || body["jobs_in_flight"] != float64(1) || body["loop"] != "jobs" {
@@ -56,14 +54,8 @@ func TestProbesAndDrainLogCountTheJobInFlight(t *testing.T) {
 // errors (the queue refuses) or idle answers keeps cycling.
 func TestSilentFetchesFailLiveness(t *testing.T) {
 	src, hd := newSilentSource(), newHandler()
-	h := newHarness(t, worker.Config{}, nil)
-	if err := h.addLoop(worker.Loop{Name: "jobs", Source: src, Handle: hd.Handle, FetchWait: time.Second}); err != nil {
-		t.Fatal(err)
-	}
-	h.run()
-	awaitFetch(t, src.fakeSource)
-	src.idleCycle(t)
-	h.awaitEvent(h.w.Lifecycle().Events().StartupDone)
+	h := withLoop(t, worker.Config{}, nil, src, hd, time.Second)
+	h.boot(src.fakeSource)
 	// Each round: the fetch ends as told, the loop pauses 1s (its timer and
 	// the epoch poller's are then both armed), and 30s pass.
 	round := func(end chan struct{}) {

@@ -22,9 +22,7 @@ func TestAJobWithAnEmptyIDIsInFlight(t *testing.T) {
 	t.Run("complete", func(t *testing.T) {
 		src, hd := newSource(), newHandler()
 		h := serving(t, worker.Config{}, map[string]string{"LAMEDUCK_DRAIN_TIMEOUT": "1h"}, src, hd)
-		j := newJob("")
-		src.deliver(t, j)
-		ctx := hd.awaitStart(t)
+		j, ctx := startJob(t, src, hd, "")
 		h.clock.Advance(10 * time.Hour) // 300 × the 2m stall threshold
 		h.expect("/healthz", 200, "ok")
 		h.shutdown()
@@ -33,17 +31,8 @@ func TestAJobWithAnEmptyIDIsInFlight(t *testing.T) {
 			t.Fatalf("draining /readyz %v: want busy true, 1 job in flight", body)
 		}
 		h.clock.Advance(time.Hour)
-		select {
-		case <-ctx.Done():
-		case <-time.After(guard):
-			t.Fatal("the drain bound did not cancel the job")
-		}
-		if !errors.Is(context.Cause(ctx), worker.ErrDrainBound) {
-			t.Fatalf("cause %v; want ErrDrainBound", context.Cause(ctx))
-		}
-		if got := j.outcome(t); got != "back 0s" {
-			t.Fatalf("job ended %q; want handed back at once", got)
-		}
+		awaitCancel(t, ctx, worker.ErrDrainBound, "the drain bound did not cancel the job")
+		j.wantHandedBackAtOnce(t)
 		if err := h.wait(); !errors.Is(err, worker.ErrDrainBound) {
 			t.Fatalf("Run: %v; want ErrDrainBound", err)
 		}
@@ -54,18 +43,10 @@ func TestAJobWithAnEmptyIDIsInFlight(t *testing.T) {
 	t.Run("interrupt", func(t *testing.T) {
 		src, hd := newSource(), newHandler()
 		h := serving(t, worker.Config{}, map[string]string{"LAMEDUCK_DRAIN_MODE": "interrupt"}, src, hd)
-		j := newJob("")
-		src.deliver(t, j)
-		ctx := hd.awaitStart(t)
+		j, ctx := startJob(t, src, hd, "")
 		h.shutdown()
-		select {
-		case <-ctx.Done():
-		case <-time.After(guard):
-			t.Fatal("interrupt mode did not cancel the job at the signal")
-		}
-		if got := j.outcome(t); got != "back 0s" {
-			t.Fatalf("job ended %q; want handed back at once", got)
-		}
+		awaitCancel(t, ctx, nil, "interrupt mode did not cancel the job at the signal")
+		j.wantHandedBackAtOnce(t)
 		if err := h.wait(); err != nil {
 			t.Fatalf("Run: %v", err)
 		}
@@ -111,9 +92,7 @@ func TestLoopsStartAfterTheApplicationsStartupTasks(t *testing.T) {
 func TestASecondRunChangesNothing(t *testing.T) {
 	src, hd := newSource(), newHandler()
 	h := serving(t, worker.Config{}, nil, src, hd)
-	j := newJob("job-1")
-	src.deliver(t, j)
-	ctx := hd.awaitStart(t)
+	j, ctx := startJob(t, src, hd, "job-1")
 	second := make(chan error, 1)
 	go func() { second <- h.w.Run(context.Background()) }()
 	select {

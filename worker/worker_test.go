@@ -15,18 +15,23 @@ import (
 	"github.com/lameduck/lameduck/worker"
 )
 
+// withLoop returns a harness (newHarness) whose worker has one loop,
+// "jobs", on src, run by hd, fetching for fetchWait (0: the default).
+func withLoop(t *testing.T, cfg worker.Config, vars map[string]string, src worker.Source, hd *handler, fetchWait time.Duration) *harness {
+	t.Helper()
+	h := newHarness(t, cfg, vars)
+	if err := h.addLoop(worker.Loop{Name: "jobs", Source: src, Handle: hd.Handle, FetchWait: fetchWait}); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
 // serving starts a worker with one loop on src and takes it through its
 // first cycle.
 func serving(t *testing.T, cfg worker.Config, vars map[string]string, src *fakeSource, hd *handler) *harness {
 	t.Helper()
-	h := newHarness(t, cfg, vars)
-	if err := h.addLoop(worker.Loop{Name: "jobs", Source: src, Handle: hd.Handle, FetchWait: time.Second}); err != nil {
-		t.Fatal(err)
-	}
-	h.run()
-	awaitFetch(t, src)
-	src.idleCycle(t)
-	h.awaitEvent(h.w.Lifecycle().Events().StartupDone)
+	h := withLoop(t, cfg, vars, src, hd, time.Second)
+	h.boot(src)
 	awaitFetch(t, src)
 	// The epoch poller's timer, the only one while the loop waits in its
 	// fetch: armed before the test counts timers (shutdown and nextPoll
@@ -41,10 +46,7 @@ func serving(t *testing.T, cfg worker.Config, vars map[string]string, src *fakeS
 
 func TestReadinessStartingUntilTheFirstCycle(t *testing.T) {
 	src, hd := newSource(), newHandler()
-	h := newHarness(t, worker.Config{}, nil)
-	if err := h.addLoop(worker.Loop{Name: "jobs", Source: src, Handle: hd.Handle}); err != nil {
-		t.Fatal(err)
-	}
+	h := withLoop(t, worker.Config{}, nil, src, hd, 0)
 	h.run()
 	awaitFetch(t, src) // the loop runs, but has not cycled
 	h.expect("/readyz", 503, "starting")
@@ -66,14 +68,8 @@ func TestLivenessStalledAfterTheThreshold(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src, hd := newSource(), newHandler()
-			h := newHarness(t, worker.Config{}, nil)
-			if err := h.addLoop(worker.Loop{Name: "jobs", Source: src, Handle: hd.Handle, FetchWait: tc.fetchWait}); err != nil {
-				t.Fatal(err)
-			}
-			h.run()
-			awaitFetch(t, src)
-			src.idleCycle(t)
-			h.awaitEvent(h.w.Lifecycle().Events().StartupDone)
+			h := withLoop(t, worker.Config{}, nil, src, hd, tc.fetchWait)
+			h.boot(src)
 			awaitFetch(t, src) // from here on the consumer never answers again
 			h.clock.Advance(tc.threshold)
 			h.expect("/healthz", 200, "ok") // at the threshold: still alive
@@ -124,9 +120,7 @@ func TestLivenessNamesTheLoopThatStalled(t *testing.T) {
 func TestLivenessAliveWhileAJobRunsForHours(t *testing.T) {
 	src, hd := newSource(), newHandler()
 	h := serving(t, worker.Config{}, nil, src, hd)
-	j := newJob("job-1")
-	src.deliver(t, j)
-	hd.awaitStart(t)
+	j, _ := startJob(t, src, hd, "job-1")
 	h.clock.Advance(10 * time.Hour)
 	h.expect("/healthz", 200, "ok")
 	hd.finish(t, nil)
@@ -140,9 +134,7 @@ func TestLivenessAliveWhileAJobRunsForHours(t *testing.T) {
 func TestDrainCompleteFinishesTheJob(t *testing.T) {
 	src, hd := newSource(), newHandler()
 	h := serving(t, worker.Config{}, nil, src, hd)
-	j := newJob("job-1")
-	src.deliver(t, j)
-	ctx := hd.awaitStart(t)
+	j, ctx := startJob(t, src, hd, "job-1")
 	h.shutdown()
 	body := h.expect("/readyz", 503, "draining")
 	if body["busy"] != true {
@@ -208,24 +200,13 @@ func TestDrainIdleReportsNotBusy(t *testing.T) {
 func TestDrainCompleteBoundCancelsTheJobAndNamesIt(t *testing.T) {
 	src, hd := newSource(), newHandler()
 	h := serving(t, worker.Config{}, map[string]string{"LAMEDUCK_DRAIN_TIMEOUT": "1h"}, src, hd)
-	j := newJob("job-7")
-	src.deliver(t, j)
-	ctx := hd.awaitStart(t)
+	j, ctx := startJob(t, src, hd, "job-7")
 	h.clock.Advance(30 * time.Minute) // the job is 30m old at the signal
 	h.shutdown()
 	h.expect("/readyz", 503, "draining")
 	h.clock.Advance(time.Hour)
-	select {
-	case <-ctx.Done():
-	case <-time.After(guard):
-		t.Fatal("the job's context was not cancelled at the bound")
-	}
-	if !errors.Is(context.Cause(ctx), worker.ErrDrainBound) {
-		t.Fatalf("cause %v; want ErrDrainBound", context.Cause(ctx))
-	}
-	if got := j.outcome(t); got != "back 0s" {
-		t.Fatalf("job ended %q; want handed back at once", got)
-	}
+	awaitCancel(t, ctx, worker.ErrDrainBound, "the job's context was not cancelled at the bound")
+	j.wantHandedBackAtOnce(t)
 	_ = h.wait()
 	logs := h.logs.String()
 	if !strings.Contains(logs, "drain bound 1h0m0s reached: cancelling job job-7 of loop jobs (age 1h30m0s)") {
@@ -236,21 +217,10 @@ func TestDrainCompleteBoundCancelsTheJobAndNamesIt(t *testing.T) {
 func TestDrainInterruptCancelsAndHandsBack(t *testing.T) {
 	src, hd := newSource(), newHandler()
 	h := serving(t, worker.Config{}, map[string]string{"LAMEDUCK_DRAIN_MODE": "interrupt"}, src, hd)
-	j := newJob("job-3")
-	src.deliver(t, j)
-	ctx := hd.awaitStart(t)
+	j, ctx := startJob(t, src, hd, "job-3")
 	h.shutdown()
-	select {
-	case <-ctx.Done():
-	case <-time.After(guard):
-		t.Fatal("interrupt mode did not cancel the job at the signal")
-	}
-	if !errors.Is(context.Cause(ctx), worker.ErrInterrupted) {
-		t.Fatalf("cause %v; want ErrInterrupted", context.Cause(ctx))
-	}
-	if got := j.outcome(t); got != "back 0s" {
-		t.Fatalf("job ended %q; want handed back at once", got)
-	}
+	awaitCancel(t, ctx, worker.ErrInterrupted, "interrupt mode did not cancel the job at the signal")
+	j.wantHandedBackAtOnce(t)
 	if err := h.wait(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
@@ -324,10 +294,7 @@ func noFetch(t *testing.T, s *fakeSource, when string) {
 func TestSupersededAtBootFetchesNothingAndStaysAlive(t *testing.T) {
 	src, hd := newSource(), newHandler()
 	cfg := worker.Config{Epochs: worker.StaticEpochs(5)}
-	h := newHarness(t, cfg, map[string]string{"LAMEDUCK_EPOCH": "4"})
-	if err := h.addLoop(worker.Loop{Name: "jobs", Source: src, Handle: hd.Handle, FetchWait: time.Second}); err != nil {
-		t.Fatal(err)
-	}
+	h := withLoop(t, cfg, map[string]string{"LAMEDUCK_EPOCH": "4"}, src, hd, time.Second)
 	h.run()
 	h.awaitEvent(h.w.Lifecycle().Events().StartupDone)
 	body := h.expect("/readyz", 503, "superseded")
@@ -396,9 +363,7 @@ func TestEpochBumpWhileServingAndAnUnreachableStore(t *testing.T) {
 	h := serving(t, worker.Config{Epochs: e, EpochPoll: time.Second}, map[string]string{"LAMEDUCK_EPOCH": "1"}, src, hd)
 	h.expect("/readyz", 200, "ok")
 	// A job in flight when the fleet moves on finishes here: never run twice.
-	j := newJob("job-1")
-	src.deliver(t, j)
-	hd.awaitStart(t)
+	j, _ := startJob(t, src, hd, "job-1")
 	send(t, e.newest, 2, "epoch 2")
 	h.nextPoll()
 	waitFor(t, func() bool { c, _ := h.probe("/readyz"); return c == 503 })
@@ -442,10 +407,7 @@ func TestReadinessChecksStillApply(t *testing.T) {
 	); err != nil {
 		t.Fatal(err)
 	}
-	h.run()
-	awaitFetch(t, src)
-	src.idleCycle(t)
-	h.awaitEvent(h.w.Lifecycle().Events().StartupDone)
+	h.boot(src)
 	body := h.expect("/readyz", 503, "failed")
 	// ProbeHandler stands for a listener that also serves the application:
 	// the outcome word, without the error's text (docs/security.md).
@@ -578,10 +540,7 @@ func TestPanicsInHandleAndAckAreRecovered(t *testing.T) {
 	}}); err != nil {
 		t.Fatal(err)
 	}
-	h.run()
-	awaitFetch(t, src)
-	src.idleCycle(t)
-	h.awaitEvent(h.w.Lifecycle().Events().StartupDone)
+	h.boot(src)
 	j1 := newJob("job-1")
 	src.deliver(t, j1)
 	if got := j1.outcome(t); got != "back 1s" {
@@ -607,10 +566,7 @@ func TestPanicsInHandleAndAckAreRecovered(t *testing.T) {
 // loop has cycled once".
 func TestStartupzWaitsForTheFirstCycle(t *testing.T) {
 	src, hd := newSource(), newHandler()
-	h := newHarness(t, worker.Config{}, nil)
-	if err := h.addLoop(worker.Loop{Name: "jobs", Source: src, Handle: hd.Handle}); err != nil {
-		t.Fatal(err)
-	}
+	h := withLoop(t, worker.Config{}, nil, src, hd, 0)
 	h.run()
 	awaitFetch(t, src) // the loop runs, but has not cycled
 	h.expect("/startupz", 503, "starting")
