@@ -192,6 +192,15 @@ func (s *memServer) handle(c *srvConn, f []string) {
 		n, _ := strconv.ParseInt(f[i], 10, 64)
 		return n
 	}
+	// delivered returns the message delivered under the tag f[2], or nil
+	// once it has answered that there is none.
+	delivered := func() *memMsg {
+		m := s.byTag[uint64(num(2))]
+		if m == nil {
+			c.send("ERR " + rid + " no-such-delivery")
+		}
+		return m
+	}
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -200,18 +209,16 @@ func (s *memServer) handle(c *srvConn, f []string) {
 		s.waiters = append(s.waiters, &waiter{c: c, rid: rid, expires: now.Add(time.Duration(num(2)) * time.Millisecond)})
 		s.poke()
 	case "ACK":
-		m := s.byTag[uint64(num(2))]
+		m := delivered()
 		if m == nil {
-			c.send("ERR " + rid + " no-such-delivery")
 			return
 		}
 		delete(s.byTag, m.tag)
 		delete(s.msgs, m.seq)
 		c.send("OK " + rid)
 	case "NAK":
-		m := s.byTag[uint64(num(2))]
+		m := delivered()
 		if m == nil {
-			c.send("ERR " + rid + " no-such-delivery")
 			return
 		}
 		delete(s.byTag, m.tag)
@@ -228,12 +235,10 @@ func (s *memServer) handle(c *srvConn, f []string) {
 		s.poke()
 		c.send("OK " + rid)
 	case "TOUCH":
-		if m := s.byTag[uint64(num(2))]; m != nil {
+		if m := delivered(); m != nil {
 			m.ackBy = now.Add(s.ackWait)
 			c.send("OK " + rid)
-			return
 		}
-		c.send("ERR " + rid + " no-such-delivery")
 	default:
 		c.send("ERR " + rid + " unknown-command")
 	}

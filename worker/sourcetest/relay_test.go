@@ -62,19 +62,28 @@ func roundTrip(t *testing.T, c net.Conn, r *bufio.Reader, line string) time.Dura
 	return time.Since(began)
 }
 
-// The relay adds its latency to each direction, keeps the order of the
-// bytes, cuts every connection on Break and relays new ones after it.
-func TestRelay(t *testing.T) {
-	r, err := NewRelay(echoServer(t), 50*time.Millisecond)
+// dialRelay returns a Relay to target with latency and a connection
+// dialled through it, both closed when t ends; it fails t when either
+// cannot be made.
+func dialRelay(t *testing.T, target string, latency time.Duration) (*Relay, net.Conn) {
+	t.Helper()
+	r, err := NewRelay(target, latency)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close()
+	t.Cleanup(func() { _ = r.Close() })
 	c, err := net.Dial("tcp", r.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { _ = c.Close() })
+	return r, c
+}
+
+// The relay adds its latency to each direction, keeps the order of the
+// bytes, cuts every connection on Break and relays new ones after it.
+func TestRelay(t *testing.T) {
+	r, c := dialRelay(t, echoServer(t), 50*time.Millisecond)
 	br := bufio.NewReader(c)
 	if d := roundTrip(t, c, br, "one"); d < 100*time.Millisecond {
 		t.Fatalf("round trip %s; want at least 2 × 50ms", d)
@@ -134,16 +143,7 @@ func TestRelayToAServerThatIsDown(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	_ = ln.Close()
-	r, err := NewRelay(addr, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	c, err := net.Dial("tcp", r.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	_, c := dialRelay(t, addr, 0)
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if _, err := c.Read(make([]byte, 1)); err == nil {
 		t.Fatal("a connection to a server that is down reads")
