@@ -27,7 +27,10 @@ import (
 //     counted as delivered and then go nowhere.
 //   - The runner does not cancel ctx to stop fetching: at the drain it
 //     simply stops calling Fetch, waits for the calls under way to return,
-//     and hands back unstarted any job they return ([ErrNotStarted]). ctx
+//     and hands back unstarted any job they return ([ErrNotStarted]). A
+//     Fetch that waits between claims with no request outstanding may end
+//     its wait then ([Stopping]); one whose request the queue holds may
+//     not. ctx
 //     ends only when the process is about to exit (the end of the
 //     teardown's hook share, the approach of the kubelet's SIGKILL); a
 //     Fetch that returns then, or that gives up on a queue that went
@@ -134,6 +137,27 @@ type Job interface {
 }
 
 type consumingKey struct{}
+
+type stoppingKey struct{}
+
+// Stopping returns a channel that is closed when the runner whose loop
+// made ctx (the ctx given to [Source.Fetch]) stops asking for jobs: the
+// drain began. For a ctx no loop made it returns nil, which blocks
+// forever in a select. It is safe to call from any goroutine.
+//
+// It lets a Fetch end an idle wait early, and only one that holds no
+// request the queue could still answer: a Source that claims rows with
+// SELECT … FOR UPDATE SKIP LOCKED, or polls, waits between claims with
+// nothing outstanding, and may return (nil, nil) at once when Stopping
+// closes, so the drain does not wait out the rest of its FetchWait. A
+// Fetch whose request the queue holds (a JetStream pull request, an AMQP
+// consumer's prefetch) must still wait for the queue's answer, as
+// [Source] says: returning then would abandon what the queue may yet
+// deliver.
+func Stopping(ctx context.Context) <-chan struct{} {
+	c, _ := ctx.Value(stoppingKey{}).(<-chan struct{})
+	return c
+}
 
 // Consuming tells the loop whose Fetch was given ctx that the queue holds
 // its request now (a JetStream pull request flushed to the server, an AMQP

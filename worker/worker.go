@@ -305,7 +305,7 @@ func (w *Worker) AddLoop(l Loop) error {
 		}
 	}
 	lp := &loop{Loop: l, w: w, threshold: max(w.floor, stallFactor*l.FetchWait), cycled: make(chan struct{})}
-	lp.fetchCtx = context.WithValue(w.exitCtx, consumingKey{}, lp.markConsuming)
+	lp.fetchCtx = context.WithValue(context.WithValue(w.exitCtx, consumingKey{}, lp.markConsuming), stoppingKey{}, w.stopCtx.Done())
 	w.loops = append(w.loops, lp)
 	return nil
 }
