@@ -256,7 +256,8 @@ func (s *Source) Lease() time.Duration { return s.lease }
 //
 // It returns the job; (nil, nil) when no job was due within wait (an
 // idle cycle of the loop), at once when ctx has already ended (claiming
-// nothing), and as soon as ctx ends while it waits between claims; an
+// nothing), and as soon as ctx ends or the runner stops asking for jobs
+// ([worker.Stopping]: the drain began) while it waits between claims; an
 // error wrapping [worker.ErrNoReply] when a claim got no answer
 // within ClaimTimeout (PostgreSQL or the network went silent); otherwise
 // an error naming the table and pgx's error (the table does not exist,
@@ -275,6 +276,10 @@ func (s *Source) Fetch(ctx context.Context, wait time.Duration) (worker.Job, err
 		_ = s.releaseOrphans(rctx) // kept for the next Fetch, or the Drain, on an error
 		cancel()
 	}
+	// Between two claims no request is outstanding (a claim is one
+	// statement, answered before the next), so the wait ends when the
+	// runner stops asking: the drain does not wait out FetchWait.
+	stopping := worker.Stopping(ctx)
 	said := false
 	for {
 		wake := lis.wakeup() // taken before the claim: what is notified from now on ends the wait
@@ -318,6 +323,9 @@ func (s *Source) Fetch(ctx context.Context, wait time.Duration) (worker.Job, err
 				break waiting
 			case <-timer.C:
 				break waiting
+			case <-stopping: // the drain began; nothing is outstanding between claims
+				timer.Stop()
+				return nil, nil
 			case <-ctx.Done():
 				timer.Stop()
 				return nil, nil

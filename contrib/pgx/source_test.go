@@ -195,13 +195,12 @@ func TestEnqueueInTheProducersTransaction(t *testing.T) {
 	fetchNone(t, src, 0, "the transaction rolled back")
 
 	// A runner waiting in Fetch: it says it is consuming (readiness turns
-	// 200) once it listens and its first claim found nothing.
+	// 200) once it listens and its first claim found nothing. After the job
+	// the loop is back in a Fetch that would wait an hour; the drain ends
+	// it (worker.Stopping).
 	w := newWorker(t, worker.Config{}, nil)
 	got := make(chan string, 1)
-	// FetchWait 5s, not an hour: after the job the loop may be back in a
-	// Fetch before BeginShutdown (a loaded machine), and the drain waits
-	// for a fetch under way; the commit below comes well within the wait.
-	if err := w.AddLoop(worker.Loop{Name: "jobs", Source: src, FetchWait: 5 * time.Second,
+	if err := w.AddLoop(worker.Loop{Name: "jobs", Source: src, FetchWait: time.Hour,
 		Handle: func(_ context.Context, j worker.Job) error { got <- j.ID(); return nil }}); err != nil {
 		t.Fatal(err)
 	}
@@ -225,6 +224,29 @@ func TestEnqueueInTheProducersTransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the ack", func() bool { p, _ := d.counts(t); return p == 0 })
+}
+
+// Between two claims a Fetch holds no request PostgreSQL could still
+// answer, so it ends when the runner stops asking (worker.Stopping): a
+// drain does not wait out an idle fetch. With a FetchWait and a teardown
+// budget of an hour each, Run returns only because the wait ended at the
+// drain; the hang guard of testsupport.Recv fails the test otherwise.
+func TestTheDrainEndsAnIdleFetch(t *testing.T) {
+	d := newDB(t)
+	src := d.source(t, nil, ldpgx.SourceConfig{Poll: time.Hour})
+	var logs testsupport.LogBuffer
+	logs.LogOnFailure(t)
+	w := newWorker(t, worker.Config{Lifecycle: lameduck.Config{ShutdownTeardown: time.Hour}}, &logs)
+	if err := w.AddLoop(worker.Loop{Name: "jobs", Source: src, FetchWait: time.Hour,
+		Handle: func(context.Context, worker.Job) error { return nil }}); err != nil {
+		t.Fatal(err)
+	}
+	wait := run(t, w)
+	testsupport.Await(t, w.Lifecycle().Events().StartupDone) // the fetch listens and waits
+	w.Lifecycle().BeginShutdown("test")
+	if err := wait(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
 }
 
 // The runner's own hand-back (here an interrupt at the drain) at the
