@@ -253,10 +253,7 @@ func (ro *rollout) noteRotationLocked(r *replica, before bool) {
 // It does not wait.
 func (ro *rollout) terminate(r *replica) {
 	delay := ro.removalDelay()
-	r.mark(ro.since(), evSigterm)
-	if err := r.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		ro.warnf("replica %d: SIGTERM: %v", r.id, err)
-	}
+	ro.sigterm(r, evSigterm)
 	ro.wg.Go(func() {
 		t := time.NewTimer(delay)
 		defer t.Stop()
@@ -272,19 +269,7 @@ func (ro *rollout) terminate(r *replica) {
 		r.mu.Unlock()
 		close(r.removedCh)
 	})
-	ro.wg.Go(func() {
-		t := time.NewTimer(ro.opt.Grace)
-		defer t.Stop()
-		select {
-		case <-r.exited:
-		case <-t.C:
-			r.mu.Lock()
-			r.killed = true
-			r.events = append(r.events, event{ro.since(), evKilled})
-			r.mu.Unlock()
-			_ = r.cmd.Process.Kill()
-		}
-	})
+	ro.killAfter(r, ro.opt.Grace, nil)
 }
 
 // stop ends a replica the rollout is done with: SIGTERM now, and SIGKILL
@@ -295,12 +280,27 @@ func (ro *rollout) stop(r *replica) {
 		return
 	default:
 	}
-	r.mark(ro.since(), evStop)
+	ro.sigterm(r, evStop)
+	ro.killAfter(r, ro.opt.StopTimeout, func() {
+		ro.warnf("replica %d: still running %s after its SIGTERM at the end of the run (--stop-timeout): SIGKILL", r.id, ro.opt.StopTimeout)
+	})
+}
+
+// sigterm marks r with what (evSigterm, evStop) and sends it SIGTERM,
+// warning when that fails for another reason than its having exited.
+func (ro *rollout) sigterm(r *replica, what string) {
+	r.mark(ro.since(), what)
 	if err := r.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
 		ro.warnf("replica %d: SIGTERM: %v", r.id, err)
 	}
+}
+
+// killAfter SIGKILLs r, marked killed (evKilled), if it is still running
+// d from now; warn, when not nil, is called just before the kill. It does
+// not wait: ro.wg joins the goroutine that waits.
+func (ro *rollout) killAfter(r *replica, d time.Duration, warn func()) {
 	ro.wg.Go(func() {
-		t := time.NewTimer(ro.opt.StopTimeout)
+		t := time.NewTimer(d)
 		defer t.Stop()
 		select {
 		case <-r.exited:
@@ -309,7 +309,9 @@ func (ro *rollout) stop(r *replica) {
 			r.killed = true
 			r.events = append(r.events, event{ro.since(), evKilled})
 			r.mu.Unlock()
-			ro.warnf("replica %d: still running %s after its SIGTERM at the end of the run (--stop-timeout): SIGKILL", r.id, ro.opt.StopTimeout)
+			if warn != nil {
+				warn()
+			}
 			_ = r.cmd.Process.Kill()
 		}
 	})

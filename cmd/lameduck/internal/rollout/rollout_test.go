@@ -197,13 +197,8 @@ func TestStopTimeoutKills(t *testing.T) {
 	opt := runOptions("1h") // never exits by itself
 	opt.Replicas = 1
 	opt.Grace, opt.StopTimeout = time.Second, time.Second
-	var mu sync.Mutex
-	var warnings []string
-	opt.Warn = func(s string) {
-		mu.Lock()
-		warnings = append(warnings, s)
-		mu.Unlock()
-	}
+	var warned warnLog
+	opt.Warn = warned.add
 	rep, err := Run(context.Background(), opt)
 	if err != nil {
 		t.Fatal(err)
@@ -212,11 +207,30 @@ func TestStopTimeoutKills(t *testing.T) {
 	if last.Stopped == nil || !last.Killed {
 		t.Errorf("the last replica: stopped %v, killed %v; want SIGKILLed after --stop-timeout", last.Stopped, last.Killed)
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	warnings := warned.all()
 	if !slices.ContainsFunc(warnings, func(w string) bool { return strings.Contains(w, "--stop-timeout") }) {
 		t.Errorf("warnings %q; want one naming --stop-timeout", warnings)
 	}
+}
+
+// warnLog keeps the warnings a run gives Options.Warn. It is safe for
+// concurrent use.
+type warnLog struct {
+	mu   sync.Mutex
+	list []string // guarded by mu
+}
+
+func (w *warnLog) add(s string) {
+	w.mu.Lock()
+	w.list = append(w.list, s)
+	w.mu.Unlock()
+}
+
+// all returns a copy of the warnings given so far.
+func (w *warnLog) all() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.list)
 }
 
 // takenPort holds a loopback port for the test, and makes pickPort hand it
@@ -249,21 +263,15 @@ func takenPort(t *testing.T, times int) int {
 // with a warning; the report lists the replica that ran, not the attempt.
 func TestPortTakenStartsAgain(t *testing.T) {
 	taken := takenPort(t, 1)
-	var mu sync.Mutex
-	var warnings []string
+	var warned warnLog
 	opt := runOptions("0s")
 	opt.Replicas = 1
-	opt.Warn = func(s string) {
-		mu.Lock()
-		warnings = append(warnings, s)
-		mu.Unlock()
-	}
+	opt.Warn = warned.add
 	rep, err := Run(context.Background(), opt)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	warnings := warned.all()
 	want := fmt.Sprintf("replica 1: another process took port %d", taken)
 	if !slices.ContainsFunc(warnings, func(w string) bool { return strings.HasPrefix(w, want) }) {
 		t.Errorf("warnings %q; want one starting %q", warnings, want)
@@ -387,32 +395,31 @@ func TestPoolNeverRetries(t *testing.T) {
 		}
 		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 	}
-	errc := make(chan error, 1)
-	go func() {
-		_, _, err := p.roundTrip(http.MethodGet, "/", http.Header{}, nil)
-		errc <- err
-	}()
-	first := within(t, conns, "the pool's first dial")
-	defer first.Close()
-	answer(first)
-	if err := within(t, errc, "the first request's answer"); err != nil {
-		t.Fatal(err)
+	// get sends a GET through the pool, answers it on the connection the
+	// pool dials for it (the which one), closed when the test ends, and
+	// returns that connection.
+	get := func(which string) net.Conn {
+		t.Helper()
+		errc := make(chan error, 1)
+		go func() {
+			_, _, err := p.roundTrip(http.MethodGet, "/", http.Header{}, nil)
+			errc <- err
+		}()
+		c := within(t, conns, "the pool's "+which+" dial")
+		t.Cleanup(func() { _ = c.Close() })
+		answer(c)
+		if err := within(t, errc, "the "+which+" request's answer"); err != nil {
+			t.Fatal(err)
+		}
+		return c
 	}
+	first := get("first")
 	_ = first.Close() // the server closes the idle keep-alive connection
 	_, _, err = p.roundTrip(http.MethodGet, "/", http.Header{}, nil)
 	if err == nil || classify(err) != KindEOF && classify(err) != KindReset {
 		t.Fatalf("request on the closed connection: %v (%s); want EOF or reset, not a retry", err, classify(err))
 	}
-	go func() {
-		_, _, err := p.roundTrip(http.MethodGet, "/", http.Header{}, nil)
-		errc <- err
-	}()
-	second := within(t, conns, "the pool's second dial")
-	defer second.Close()
-	answer(second)
-	if err := within(t, errc, "the second request's answer"); err != nil {
-		t.Fatal(err)
-	}
+	get("second")
 }
 
 // within receives from ch, or fails the test after 10s (a hang guard, not
