@@ -147,11 +147,7 @@ func (j *judged) resolve() {
 // environment), or a gRPC health service it answers.
 func (j *judged) servedSigns() []string {
 	var signs []string
-	c := j.c
-	for _, p := range []struct {
-		name string
-		p    *corev1.Probe
-	}{{"livenessProbe", c.LivenessProbe}, {"readinessProbe", c.ReadinessProbe}, {"startupProbe", c.StartupProbe}} {
+	for _, p := range probesOf(j.c) {
 		switch {
 		case p.p == nil:
 		case p.p.HTTPGet != nil && servedPath(p.p.HTTPGet.Path, j.rc):
@@ -160,7 +156,7 @@ func (j *judged) servedSigns() []string {
 			signs = append(signs, fmt.Sprintf("%s asks the gRPC health service %q, which lameduck answers", p.name, grpcService(p.p.GRPC)))
 		}
 	}
-	if h := preStopHTTP(c); h != nil && atPath(h.Path, j.rc.PreStopPath, false) {
+	if h := preStopHTTP(j.c); h != nil && atPath(h.Path, j.rc.PreStopPath, false) {
 		signs = append(signs, "its preStop hook is httpGet "+h.Path)
 	}
 	return signs

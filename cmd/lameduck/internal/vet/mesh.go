@@ -51,6 +51,16 @@ type meshProxy struct {
 	bad     string // the setting's text when vet cannot read it
 }
 
+// parseSeconds sets p.d from text, the value of the annotation key, a
+// whole number of seconds, and p.bad when text is not one.
+func (p *meshProxy) parseSeconds(key, text string) {
+	n, err := strconv.ParseInt(text, 10, 32)
+	if err != nil || n < 0 {
+		p.bad = fmt.Sprintf("%s=%q is not a whole number of seconds", key, text)
+	}
+	p.d = time.Duration(n) * time.Second
+}
+
 // meshProxies lists the proxies o's pod template shows: Istio's and
 // Linkerd's when their annotation (or the injection label or annotation)
 // is there, Consul's when its grace annotation is, and a proxy declared as
@@ -95,11 +105,7 @@ func meshProxies(o *Object) []meshProxy {
 	if v, _, _ := meta(linkerdNative); v != "true" {
 		if text, at, ok := meta(linkerdWait); ok {
 			p := meshProxy{name: "Linkerd proxy", setting: linkerdWait, at: at, says: fmt.Sprintf("%s %q; its shutdown then refuses new requests at once", linkerdWait, text)}
-			n, err := strconv.ParseInt(text, 10, 32)
-			if err != nil || n < 0 {
-				p.bad = fmt.Sprintf("%s=%q is not a whole number of seconds", linkerdWait, text)
-			}
-			p.d = time.Duration(n) * time.Second
+			p.parseSeconds(linkerdWait, text)
 			out = append(out, p)
 		} else if v, at, ok := meta(linkerdInject); ok && v == "enabled" {
 			out = append(out, meshProxy{name: "Linkerd proxy", setting: linkerdWait, at: at, def: true,
@@ -108,11 +114,7 @@ func meshProxies(o *Object) []meshProxy {
 	}
 	if text, at, ok := meta(consulGrace); ok {
 		p := meshProxy{name: "Consul proxy", setting: consulGrace, at: at, says: fmt.Sprintf("%s %q", consulGrace, text)}
-		n, err := strconv.ParseInt(text, 10, 32)
-		if err != nil || n < 0 {
-			p.bad = fmt.Sprintf("%s=%q is not a whole number of seconds", consulGrace, text)
-		}
-		p.d = time.Duration(n) * time.Second
+		p.parseSeconds(consulGrace, text)
 		out = append(out, p)
 	}
 	for i, c := range o.Spec.Containers {

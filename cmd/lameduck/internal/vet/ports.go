@@ -40,12 +40,21 @@ type probeTarget struct {
 	port  intstr.IntOrString
 }
 
+// namedProbe is one of a container's probes, with the name of its field.
+type namedProbe struct {
+	name string // "livenessProbe", "readinessProbe", "startupProbe"
+	p    *corev1.Probe
+}
+
+// probesOf returns c's liveness, readiness and startup probes, in that
+// order, nil for one it does not have.
+func probesOf(c corev1.Container) []namedProbe {
+	return []namedProbe{{"livenessProbe", c.LivenessProbe}, {"readinessProbe", c.ReadinessProbe}, {"startupProbe", c.StartupProbe}}
+}
+
 func probeTargets(c corev1.Container) []probeTarget {
 	var out []probeTarget
-	for _, p := range []struct {
-		name string
-		p    *corev1.Probe
-	}{{"livenessProbe", c.LivenessProbe}, {"readinessProbe", c.ReadinessProbe}, {"startupProbe", c.StartupProbe}} {
+	for _, p := range probesOf(c) {
 		switch {
 		case p.p == nil:
 		case p.p.HTTPGet != nil:

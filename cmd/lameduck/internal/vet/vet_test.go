@@ -78,12 +78,10 @@ func TestPreStopTime(t *testing.T) {
 // margin), so Kubernetes' default 30s fits the default window.
 func TestGraceUsesTheBinarysDefaults(t *testing.T) {
 	grace := int64(30)
-	o := Object{Kind: "Pod", Name: "p", Spec: corev1.PodSpec{TerminationGracePeriodSeconds: &grace, Containers: []corev1.Container{{
-		Name: "app",
-		Env:  []corev1.EnvVar{{Name: "LAMEDUCK_TERMINATION_GRACE", Value: "30s"}},
-		ReadinessProbe: &corev1.Probe{TimeoutSeconds: 3, PeriodSeconds: 2, FailureThreshold: 2,
-			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz"}}},
-	}}}}
+	o := appPod(grace, corev1.Container{
+		Env:            []corev1.EnvVar{{Name: "LAMEDUCK_TERMINATION_GRACE", Value: "30s"}},
+		ReadinessProbe: httpReadiness("/readyz"),
+	})
 	if fs, n := Check([]Object{o}, Options{}); n != 1 || len(fs) != 0 {
 		t.Fatalf("checked %d, findings %+v; want one clean container", n, fs)
 	}
@@ -100,12 +98,11 @@ func TestGraceUsesTheBinarysDefaults(t *testing.T) {
 // wrote.
 func TestRefusedSettingIsNotSummedAsItsDefault(t *testing.T) {
 	grace := int64(5)
-	o := Object{Kind: "Pod", Name: "p", Spec: corev1.PodSpec{TerminationGracePeriodSeconds: &grace, Containers: []corev1.Container{{
-		Name: "app",
-		Env:  []corev1.EnvVar{{Name: "LAMEDUCK_SHUTDOWN_DELAY", Value: "10"}},
+	o := appPod(grace, corev1.Container{
+		Env: []corev1.EnvVar{{Name: "LAMEDUCK_SHUTDOWN_DELAY", Value: "10"}},
 		ReadinessProbe: &corev1.Probe{TimeoutSeconds: 3, PeriodSeconds: 10, FailureThreshold: 3,
 			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz"}}},
-	}}}}
+	})
 	fs, n := Check([]Object{o}, Options{})
 	if n != 1 || len(fs) != 1 || fs[0].Rule != "lameduck-setting" || !strings.Contains(fs[0].Message, `LAMEDUCK_SHUTDOWN_DELAY="10"`) {
 		t.Fatalf("checked %d, findings %+v; want the lameduck-setting finding alone", n, fs)
@@ -130,12 +127,10 @@ func TestRefusedSettingIsNotSummedAsItsDefault(t *testing.T) {
 func TestPreStopTokenRule(t *testing.T) {
 	pod := func(env ...corev1.EnvVar) Object {
 		grace := int64(30)
-		return Object{Kind: "Pod", Name: "p", Spec: corev1.PodSpec{TerminationGracePeriodSeconds: &grace, Containers: []corev1.Container{{
-			Name: "app",
-			Env:  append([]corev1.EnvVar{{Name: "LAMEDUCK_TERMINATION_GRACE", Value: "30s"}}, env...),
-			ReadinessProbe: &corev1.Probe{TimeoutSeconds: 3, PeriodSeconds: 2, FailureThreshold: 2,
-				ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz"}}},
-		}}}}
+		return appPod(grace, corev1.Container{
+			Env:            append([]corev1.EnvVar{{Name: "LAMEDUCK_TERMINATION_GRACE", Value: "30s"}}, env...),
+			ReadinessProbe: httpReadiness("/readyz"),
+		})
 	}
 	fs, _ := Check([]Object{pod(corev1.EnvVar{Name: "LAMEDUCK_PRESTOP", Value: "true"})}, Options{})
 	if len(fs) != 1 || fs[0].Rule != "lameduck-setting" || !strings.Contains(fs[0].Fix, "LAMEDUCK_PRESTOP_TOKEN") || !strings.Contains(fs[0].Fix, "LAMEDUCK_PROBE_ADDR") {
@@ -156,14 +151,12 @@ func TestPreStopTokenRule(t *testing.T) {
 func TestRenamedProbePaths(t *testing.T) {
 	grace := int64(30)
 	pod := func(readiness, liveness string) Object {
-		return Object{Kind: "Pod", Name: "p", Spec: corev1.PodSpec{TerminationGracePeriodSeconds: &grace, Containers: []corev1.Container{{
-			Name: "app",
+		return appPod(grace, corev1.Container{
 			Env: []corev1.EnvVar{{Name: "LAMEDUCK_TERMINATION_GRACE", Value: "30s"},
 				{Name: "LAMEDUCK_READINESS_PATH", Value: "/-/readyz"}, {Name: "LAMEDUCK_LIVENESS_PATHS", Value: "/-/healthz"}},
-			ReadinessProbe: &corev1.Probe{TimeoutSeconds: 3, PeriodSeconds: 2, FailureThreshold: 2,
-				ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: readiness}}},
-			LivenessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: liveness}}},
-		}}}}
+			ReadinessProbe: httpReadiness(readiness),
+			LivenessProbe:  &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: liveness}}},
+		})
 	}
 	if fs, _ := Check([]Object{pod("/-/readyz", "/-/healthz")}, Options{}); len(fs) != 0 {
 		t.Fatalf("probes on the renamed paths: findings %+v; want none", fs)
@@ -195,12 +188,10 @@ func TestReadinessMaxAge(t *testing.T) {
 // check's result for maxAge.
 func maxAgePod(maxAge string) Object {
 	grace := int64(60)
-	return Object{Kind: "Pod", Name: "p", Spec: corev1.PodSpec{TerminationGracePeriodSeconds: &grace, Containers: []corev1.Container{{
-		Name: "app",
-		Env:  []corev1.EnvVar{{Name: "LAMEDUCK_TERMINATION_GRACE", Value: "60s"}, {Name: "LAMEDUCK_CHECK_MAX_AGE", Value: maxAge}},
-		ReadinessProbe: &corev1.Probe{TimeoutSeconds: 3, PeriodSeconds: 2, FailureThreshold: 2,
-			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz"}}},
-	}}}}
+	return appPod(grace, corev1.Container{
+		Env:            []corev1.EnvVar{{Name: "LAMEDUCK_TERMINATION_GRACE", Value: "60s"}, {Name: "LAMEDUCK_CHECK_MAX_AGE", Value: maxAge}},
+		ReadinessProbe: httpReadiness("/readyz"),
+	})
 }
 
 // gRPC probes: liveness must ask "liveness"; readiness any other name
@@ -210,12 +201,11 @@ func TestGRPCProbes(t *testing.T) {
 	grace := int64(30)
 	svc := func(s string) *string { return &s }
 	pod := func(live, ready *string, env ...corev1.EnvVar) Object {
-		return Object{Kind: "Pod", Name: "p", Spec: corev1.PodSpec{TerminationGracePeriodSeconds: &grace, Containers: []corev1.Container{{
-			Name:           "app",
+		return appPod(grace, corev1.Container{
 			Env:            append([]corev1.EnvVar{{Name: "LAMEDUCK_TERMINATION_GRACE", Value: "30s"}}, env...),
 			LivenessProbe:  &corev1.Probe{ProbeHandler: corev1.ProbeHandler{GRPC: &corev1.GRPCAction{Port: 9000, Service: live}}},
 			ReadinessProbe: &corev1.Probe{TimeoutSeconds: 3, PeriodSeconds: 2, FailureThreshold: 2, ProbeHandler: corev1.ProbeHandler{GRPC: &corev1.GRPCAction{Port: 9000, Service: ready}}},
-		}}}}
+		})
 	}
 	rules := func(fs []Finding) (ids []string) {
 		for _, f := range fs {
@@ -259,12 +249,10 @@ func TestGRPCProbes(t *testing.T) {
 func TestReadinessOnAnUnservedPath(t *testing.T) {
 	grace := int64(30)
 	pod := func(path string) Object {
-		return Object{Kind: "Pod", Name: "p", Spec: corev1.PodSpec{TerminationGracePeriodSeconds: &grace, Containers: []corev1.Container{{
-			Name: "app",
-			Env:  []corev1.EnvVar{{Name: "LAMEDUCK_TERMINATION_GRACE", Value: "30s"}, {Name: "LAMEDUCK_READINESS_PATH", Value: "/ready"}},
-			ReadinessProbe: &corev1.Probe{TimeoutSeconds: 3, PeriodSeconds: 2, FailureThreshold: 2,
-				ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path}}},
-		}}}}
+		return appPod(grace, corev1.Container{
+			Env:            []corev1.EnvVar{{Name: "LAMEDUCK_TERMINATION_GRACE", Value: "30s"}, {Name: "LAMEDUCK_READINESS_PATH", Value: "/ready"}},
+			ReadinessProbe: httpReadiness(path),
+		})
 	}
 	fs, _ := Check([]Object{pod("/readyz")}, Options{})
 	if len(fs) != 1 || fs[0].Rule != "readiness-path" || !strings.Contains(fs[0].Message, "404") ||
@@ -284,12 +272,11 @@ var negative = regexp.MustCompile(`-[0-9]`)
 // negative time, no wrapped sum.
 func TestHugeNumbersSaturate(t *testing.T) {
 	pod := func(grace int64, c corev1.Container) Object {
-		c.Name = "app"
 		c.Env = append(c.Env, corev1.EnvVar{Name: "LAMEDUCK_ENV", Value: "kubernetes"})
 		if c.ReadinessProbe == nil {
-			c.ReadinessProbe = &corev1.Probe{TimeoutSeconds: 3, PeriodSeconds: 2, FailureThreshold: 2, ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz"}}}
+			c.ReadinessProbe = httpReadiness("/readyz")
 		}
-		return Object{Kind: "Pod", Name: "p", Spec: corev1.PodSpec{TerminationGracePeriodSeconds: &grace, Containers: []corev1.Container{c}}}
+		return appPod(grace, c)
 	}
 	if fs, _ := Check([]Object{pod(10000000000, corev1.Container{})}, Options{}); len(fs) != 0 {
 		t.Errorf("terminationGracePeriodSeconds 10000000000: %+v; want none", fs)
@@ -388,8 +375,7 @@ func TestJudgedBySigns(t *testing.T) {
 // sidecar's, even when each fits alone.
 func TestPodGrace(t *testing.T) {
 	always := corev1.ContainerRestartPolicyAlways
-	ready := &corev1.Probe{TimeoutSeconds: 3, PeriodSeconds: 2, FailureThreshold: 2,
-		ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz"}}}
+	ready := httpReadiness("/readyz")
 	lameduckC := func(name, teardown string) corev1.Container {
 		return corev1.Container{Name: name, ReadinessProbe: ready, Env: []corev1.EnvVar{
 			{Name: "LAMEDUCK_SHUTDOWN_TEARDOWN", Value: teardown}, {Name: "LAMEDUCK_TERMINATION_GRACE", Value: "30s"}}}
@@ -480,4 +466,18 @@ func TestOneFuncPerRule(t *testing.T) {
 			t.Errorf("no fixture makes %s report", id)
 		}
 	}
+}
+
+// appPod returns a pod "p" with terminationGracePeriodSeconds grace and
+// one container, c, named "app".
+func appPod(grace int64, c corev1.Container) Object {
+	c.Name = "app"
+	return Object{Kind: "Pod", Name: "p", Spec: corev1.PodSpec{TerminationGracePeriodSeconds: &grace, Containers: []corev1.Container{c}}}
+}
+
+// httpReadiness returns a readiness probe that asks httpGet path every 2s
+// with a 3s timeout and fails after 2 failures.
+func httpReadiness(path string) *corev1.Probe {
+	return &corev1.Probe{TimeoutSeconds: 3, PeriodSeconds: 2, FailureThreshold: 2,
+		ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path}}}
 }
