@@ -102,6 +102,44 @@ func newClient(t *testing.T, keepAlive bool) *http.Client {
 	return &http.Client{Transport: tr, Timeout: reqTimeout}
 }
 
+// wantExitZeroWithin waits up to 20s for p to exit and fails t unless it
+// exits 0; it reports an error unless p exited less than bound (the
+// window and the teardown, with a margin) after sig.
+func (p *proc) wantExitZeroWithin(t *testing.T, sig time.Time, bound time.Duration) {
+	t.Helper()
+	code, at := p.waitExit(20 * time.Second)
+	if code != 0 {
+		t.Fatalf("exit code %d; want 0", code)
+	}
+	if d := at.Sub(sig); d >= bound {
+		t.Errorf("exited %s after SIGTERM; want within delay + teardown", d)
+	}
+}
+
+// streamClient returns an HTTP/1.1 client of its own with no timeout, for
+// a stream that outlives a request's (a WebSocket, server-sent events),
+// and a context that bounds the test's dials and reads: 30s, a hang guard.
+// The client's idle connections are closed, and the context cancelled,
+// when the test ends.
+func streamClient(t *testing.T) (*http.Client, context.Context) {
+	tr := &http.Transport{Proxy: nil}
+	t.Cleanup(tr.CloseIdleConnections)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return &http.Client{Transport: tr}, ctx
+}
+
+// dialWS opens a WebSocket to p's /ws through hc before the signal, and
+// fails t if it cannot.
+func dialWS(ctx context.Context, t *testing.T, hc *http.Client, p *proc) *websocket.Conn {
+	t.Helper()
+	c, _, err := websocket.Dial(ctx, wsURL(p, "/ws"), &websocket.DialOptions{HTTPClient: hc})
+	if err != nil {
+		t.Fatalf("websocket dial before the signal: %v", err)
+	}
+	return c
+}
+
 func isRefused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }
 
 // wsURL returns the ws:// URL of path on p.
@@ -298,20 +336,13 @@ func TestE2EWebSocketClosedGoingAwayAtWindowEnd(t *testing.T) {
 	t.Parallel()
 	const delay = 500 * time.Millisecond
 	p := startDemo(t, env("LAMEDUCK_SHUTDOWN_DELAY", "500ms", "LAMEDUCK_SHUTDOWN_TEARDOWN", "5s"))
-	hc := &http.Client{Transport: &http.Transport{Proxy: nil}}
-	defer hc.CloseIdleConnections()
-
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, _, err := websocket.Dial(ctx, wsURL(p, "/ws"), &websocket.DialOptions{HTTPClient: hc})
-	if err != nil {
-		t.Fatalf("websocket dial before the signal: %v", err)
-	}
+	hc, ctx := streamClient(t)
+	c := dialWS(ctx, t, hc, p)
 	defer c.CloseNow()
 	echo(ctx, t, c, "hello before the signal")
 
 	sig := p.signal(syscall.SIGTERM)
-	_, _, err = c.Read(ctx)
+	_, _, err := c.Read(ctx)
 	closedAt := time.Now()
 	if st := websocket.CloseStatus(err); st != websocket.StatusGoingAway {
 		t.Fatalf("websocket read ended %s after SIGTERM with %v (status %v); want a close frame 1001 going away",
@@ -441,11 +472,7 @@ func TestE2EServerSentEventsEndCleanly(t *testing.T) {
 	t.Parallel()
 	const delay = 500 * time.Millisecond
 	p := startDemo(t, env("LAMEDUCK_SHUTDOWN_DELAY", "500ms", "LAMEDUCK_SHUTDOWN_TEARDOWN", "5s"))
-	hc := &http.Client{Transport: &http.Transport{Proxy: nil}}
-	defer hc.CloseIdleConnections()
-
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	hc, ctx := streamClient(t)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.base+"/events", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -905,13 +932,7 @@ func TestE2EH2CHandOver(t *testing.T) {
 	t.Logf("idle connection: GOAWAY %s after SIGTERM: %v", g.at.Sub(sig), g)
 	idle.conn.Close()
 
-	code, at := p.waitExit(20 * time.Second)
-	if code != 0 {
-		t.Fatalf("exit code %d; want 0", code)
-	}
-	if d := at.Sub(sig); d >= delay+5*time.Second {
-		t.Errorf("exited %s after SIGTERM; want within delay + teardown", d)
-	}
+	p.wantExitZeroWithin(t, sig, delay+5*time.Second)
 }
 
 // 8. Reject mode (LAMEDUCK_SEND_RETRY_AFTER=true): after the window, while a
@@ -1001,13 +1022,7 @@ func TestE2ESendRetryAfterAnswers503DuringTeardown(t *testing.T) {
 	if slowRes.code != http.StatusOK || slowRes.body["slept"] != "2s" {
 		t.Fatalf("the in-flight GET /slow?d=2s = %s; want 200 {\"slept\":\"2s\"}", slowRes.reply)
 	}
-	code, at := p.waitExit(20 * time.Second)
-	if code != 0 {
-		t.Fatalf("exit code %d; want 0", code)
-	}
-	if d := at.Sub(sig); d >= delay+10*time.Second {
-		t.Errorf("exited %s after SIGTERM; want within delay + teardown", d)
-	}
+	p.wantExitZeroWithin(t, sig, delay+10*time.Second)
 }
 
 // 9. A WebSocket upgrade attempted during the window is answered 503, so
@@ -1019,15 +1034,8 @@ func TestE2EWebSocketUpgradeRefusedAfterSignal(t *testing.T) {
 	t.Parallel()
 	const delay = 4 * time.Second
 	p := startDemo(t, env("LAMEDUCK_SHUTDOWN_DELAY", "4s", "LAMEDUCK_SHUTDOWN_TEARDOWN", "5s"))
-	hc := &http.Client{Transport: &http.Transport{Proxy: nil}}
-	defer hc.CloseIdleConnections()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-
-	c, _, err := websocket.Dial(ctx, wsURL(p, "/ws"), &websocket.DialOptions{HTTPClient: hc})
-	if err != nil {
-		t.Fatalf("websocket dial before the signal: %v", err)
-	}
+	hc, ctx := streamClient(t)
+	c := dialWS(ctx, t, hc, p)
 	echo(ctx, t, c, "before the signal")
 	if err := c.Close(websocket.StatusNormalClosure, ""); err != nil {
 		t.Fatalf("close the first websocket: %v", err)

@@ -332,6 +332,16 @@ func (p *proc) signal(sig os.Signal) time.Time {
 	return at
 }
 
+// stopCleanly sends p SIGTERM and fails t unless p exits 0 within
+// startTimeout; who names p in the failure ("the new worker").
+func (p *proc) stopCleanly(t *testing.T, who string) {
+	t.Helper()
+	p.signal(syscall.SIGTERM)
+	if code, _ := p.waitExit(startTimeout); code != 0 {
+		t.Fatalf("%s exited %d after SIGTERM; want 0", who, code)
+	}
+}
+
 // waitExit waits up to timeout for the process to exit and returns its exit
 // code and when cmd.Wait returned. It then waits for the end of the output,
 // so that every line the process wrote can be searched.

@@ -345,10 +345,7 @@ func TestE2EWorkerDrainLosesNoJob(t *testing.T) {
 				}
 				waitDone(t, ids, a, b)
 				wantDoneMetric(t, b)
-				b.signal(syscall.SIGTERM)
-				if code, _ := b.waitExit(startTimeout); code != 0 {
-					t.Fatalf("the new worker exited %d", code)
-				}
+				b.stopCleanly(t, "the new worker")
 				lg := readLedger(t, a, b)
 				dups := lg.check(t, ids)
 				tq.wantEmpty(t)
@@ -494,10 +491,7 @@ func testEpochBump(t *testing.T, tq testQueue) {
 	old.want("/healthz", 200, "ok")
 
 	// A rollback: the epoch-2 runner is gone, so epoch 1 is the newest alive.
-	next.signal(syscall.SIGTERM)
-	if code, _ := next.waitExit(startTimeout); code != 0 {
-		t.Fatalf("the new worker exited %d", code)
-	}
+	next.stopCleanly(t, "the new worker")
 	r = waitReadyz(t, old, "superseded", "ok")
 	back := tq.enqueue(t, 5, 50*time.Millisecond)
 	waitDone(t, back, old)
@@ -508,10 +502,7 @@ func testEpochBump(t *testing.T, tq testQueue) {
 	if _, ok := old.findLog(msgContains("no longer superseded")); !ok {
 		t.Fatal("the old worker did not log the rollback")
 	}
-	old.signal(syscall.SIGTERM)
-	if code, _ := old.waitExit(startTimeout); code != 0 {
-		t.Fatalf("exit %d", code)
-	}
+	old.stopCleanly(t, "the process")
 }
 
 // A runner killed without a drain (SIGKILL: its key is never deleted)
@@ -532,10 +523,7 @@ func testKilledNewerRunner(t *testing.T, tq testQueue) {
 	waitReadyz(t, old, "superseded", "ok")
 	ids := tq.enqueue(t, 3, 50*time.Millisecond)
 	waitDone(t, ids, old)
-	old.signal(syscall.SIGTERM)
-	if code, _ := old.waitExit(startTimeout); code != 0 {
-		t.Fatalf("exit %d", code)
-	}
+	old.stopCleanly(t, "the process")
 }
 
 // anyPortAddr is an --embedded-addr on which the embedded NATS server picks
@@ -565,10 +553,7 @@ func TestE2EWorkerEmbeddedServerAcrossRestart(t *testing.T) {
 	url := embeddedURL(t, a)
 	ids := enqueue(t, "demo", 12, 150*time.Millisecond, "--nats", url)
 	waitDoneBy(t, a, 4)
-	a.signal(syscall.SIGTERM)
-	if code, _ := a.waitExit(startTimeout); code != 0 {
-		t.Fatalf("exit %d", code)
-	}
+	a.stopCleanly(t, "the process")
 	b := startWorker(t, "", "demo", nil, args...)
 	waitDone(t, ids, a, b)
 	if dups := readLedger(t, a, b).check(t, ids); dups != 0 {
@@ -586,10 +571,7 @@ func TestE2EWorkerEmbeddedServerAcrossRestart(t *testing.T) {
 			t.Fatalf("GET /metrics = %d, want %q:\n%s", m.code, want, m.raw)
 		}
 	}
-	b.signal(syscall.SIGTERM)
-	if code, _ := b.waitExit(startTimeout); code != 0 {
-		t.Fatalf("exit %d", code)
-	}
+	b.stopCleanly(t, "the process")
 }
 
 // A job longer than the ack wait is kept by in-progress acks: a second
@@ -609,10 +591,7 @@ func TestE2EWorkerLongJobKeptByInProgressAcks(t *testing.T) {
 	if dups := readLedger(t, p).check(t, ids); dups != 0 {
 		t.Fatalf("%d re-runs", dups)
 	}
-	p.signal(syscall.SIGTERM)
-	if code, _ := p.waitExit(startTimeout); code != 0 {
-		t.Fatalf("exit %d", code)
-	}
+	p.stopCleanly(t, "the process")
 }
 
 // At the drain bound the job in flight is cancelled, named with its age and
@@ -643,10 +622,7 @@ func TestE2EWorkerDrainBoundHandsTheJobBack(t *testing.T) {
 			if dups := readLedger(t, a, b).check(t, ids); dups != 1 {
 				t.Fatalf("%d re-runs; want the one handed back at the bound", dups)
 			}
-			b.signal(syscall.SIGTERM)
-			if code, _ := b.waitExit(startTimeout); code != 0 {
-				t.Fatalf("exit %d", code)
-			}
+			b.stopCleanly(t, "the process")
 			tq.wantEmpty(t)
 		})
 	}
@@ -768,10 +744,7 @@ func TestE2EWorkerDrainBoundFitsTheGrace(t *testing.T) {
 	if after := again.at(t).Sub(exited); after >= 30*time.Second {
 		t.Fatalf("the job started again %s after the first runner exited: left to its 60s ack wait", after)
 	}
-	b.signal(syscall.SIGTERM)
-	if code, _ := b.waitExit(startTimeout); code != 0 {
-		t.Fatalf("second runner: exit %d", code)
-	}
+	b.stopCleanly(t, "the second runner")
 }
 
 // Every hand-back of the runner's leaves the job deliverable, whatever the
@@ -826,10 +799,7 @@ func TestE2EWorkerHandBacksLeaveTheJobDeliverable(t *testing.T) {
 	if m, err := advisories.NextMsg(500 * time.Millisecond); err == nil {
 		t.Fatalf("a max-deliveries advisory was published: %s", m.Data)
 	}
-	c.signal(syscall.SIGTERM)
-	if code, _ := c.waitExit(startTimeout); code != 0 {
-		t.Fatalf("exit %d", code)
-	}
+	c.stopCleanly(t, "the process")
 }
 
 // A consume loop whose server stopped answering fetches in name only: its
