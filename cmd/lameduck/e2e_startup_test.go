@@ -65,11 +65,9 @@ func TestE2EStartupRetriesUntilTheDependencyIsUp(t *testing.T) {
 		}
 	}()
 	p.waitServing(20 * time.Second)
-
-	done, ok := p.findLog(msgContains("startup task done"))
-	if !ok {
-		t.Fatal("no \"startup task done\" line")
-	}
+	// /readyz can answer 200 before this test has read the line from the
+	// process's output: wait for it rather than look once.
+	done := p.waitLog("the \"startup task done\" line", 10*time.Second, msgContains("startup task done"))
 	tries, _ := done.rec["tries"].(float64)
 	retries := checkRetryLines(t, p)
 	if tries < 2 || int(tries) != retries+1 {
