@@ -15,7 +15,8 @@ import (
 // the hand-written lame duck, Go's default server with `preStop: sleep 5`,
 // Go's default server alone) takes every client shape's load at once —
 // fresh connections, an HTTP/1.1 keep-alive pool, HTTP/2 over h2c, nginx
-// as a service-upstream proxy — alternating GET and POST, while its
+// as a service-upstream proxy, Traefik routing to the endpoints —
+// alternating GET and POST, while its
 // Deployment goes through rolling restart after rolling restart. lameduck
 // must fail and re-send nothing, as in TestTrafficBesideControls (requests
 // the client wrote on a connection its server had already closed are
@@ -28,12 +29,13 @@ import (
 //	go test -run '^$' -bench Soak -timeout 3h ./e2e/kube
 //
 // LDTEST_SOAK_RATE is each shape's rate in requests a second (default
-// 250: 1000 a second in all, what two cores sustain beside the cluster
-// without -race); LDTEST_SOAK_RESTARTS the rolling restarts per
+// 200: 1000 a second in all across the five shapes, what two cores
+// sustain beside the cluster without -race); LDTEST_SOAK_RESTARTS the
+// rolling restarts per
 // contender (default 20), each one of the 3 replicas with one surge.
 func BenchmarkSoak(b *testing.B) {
 	needCluster(b)
-	rate := soakSetting(b, "LDTEST_SOAK_RATE", 250)
+	rate := soakSetting(b, "LDTEST_SOAK_RATE", 200)
 	restarts := soakSetting(b, "LDTEST_SOAK_RESTARTS", 20)
 	start := time.Now()
 	var outcomes []outcome
