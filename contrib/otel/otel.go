@@ -88,11 +88,7 @@ func Instrument(cfg *lameduck.Config, mp metric.MeterProvider) error {
 	if err != nil {
 		return err
 	}
-	if prev := cfg.OnTransition; prev != nil {
-		cfg.OnTransition = func(t lameduck.Transition) { prev(t); m.tr.Observe(t) }
-	} else {
-		cfg.OnTransition = m.tr.Observe
-	}
+	m.tr.Attach(cfg)
 	return nil
 }
 

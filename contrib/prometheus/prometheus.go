@@ -81,11 +81,7 @@ func Instrument(cfg *lameduck.Config, reg prometheus.Registerer) error {
 	if err := reg.Register(col); err != nil {
 		return fmt.Errorf("lameduck: ldprometheus.Instrument: registering lameduck's series: %w", err)
 	}
-	if prev := cfg.OnTransition; prev != nil {
-		cfg.OnTransition = func(t lameduck.Transition) { prev(t); col.tr.Observe(t) }
-	} else {
-		cfg.OnTransition = col.tr.Observe
-	}
+	col.tr.Attach(cfg)
 	return nil
 }
 

@@ -226,6 +226,17 @@ func (t *Tracker) Checks() map[string]CheckState {
 	return maps.Clone(t.last)
 }
 
+// Attach chains Observe after cfg.OnTransition (the hook already set still
+// hears every transition, first), or sets it when cfg has none: the one
+// way an integration's Instrument hooks a Tracker to a Config.
+func (t *Tracker) Attach(cfg *lameduck.Config) {
+	if prev := cfg.OnTransition; prev != nil {
+		cfg.OnTransition = func(tr lameduck.Transition) { prev(tr); t.Observe(tr) }
+		return
+	}
+	cfg.OnTransition = t.Observe
+}
+
 // Observe records tr: pass it as lameduck.Config.OnTransition (through an
 // integration's own hook). The first Transition naming a Lifecycle makes
 // it the one the Tracker reads; a later one naming another (a second

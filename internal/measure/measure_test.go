@@ -130,3 +130,22 @@ func TestTracker(t *testing.T) {
 		t.Errorf("Maintenance = %d, %v once named", v, ok)
 	}
 }
+
+// Attach keeps the hook a Config already had, and calls it first.
+func TestAttachChainsAfterTheHookSet(t *testing.T) {
+	s := &sink{steps: map[string]time.Duration{}}
+	tr := measure.NewTracker(s)
+	var order []string
+	cfg := lameduck.Config{OnTransition: func(lameduck.Transition) { order = append(order, "user") }}
+	tr.Attach(&cfg)
+	cfg.OnTransition(lameduck.Transition{Kind: lameduck.TransitionCheck, Check: health.Result{Name: "db", Outcome: health.OutcomeOK}})
+	if len(order) != 1 || len(s.results) != 1 {
+		t.Fatalf("user hook calls %v, tracker results %v; want one each", order, s.results)
+	}
+	var bare lameduck.Config
+	tr.Attach(&bare)
+	bare.OnTransition(lameduck.Transition{Kind: lameduck.TransitionCheck, Check: health.Result{Name: "db", Outcome: health.OutcomeOK}})
+	if len(s.results) != 2 {
+		t.Fatalf("tracker results %v after a Config without a hook; want two", s.results)
+	}
+}
