@@ -289,8 +289,19 @@ func runContender(t testing.TB, c contender, rate int, leave func(e *env, name s
 		if s == nginxUpstream && r.Failed > 0 {
 			t.Logf("%s: nginx's error log says: %q", c.name, proxy.errors(5))
 		}
+		// A load that ran sends rate requests a second for the 20 s or
+		// more the leavings take. Judged for lameduck, whose zero must
+		// not be vacuous. A control's hung requests (a 10 s timeout
+		// each) can hold every one of the load's loadWorkers, and the
+		// pacer then waits: its short count is the control's bad drain
+		// showing, logged, while the controls' sum below keeps the test
+		// able to see a bad drain.
 		if r.Total < rate*20 {
-			t.Errorf("%s: only %d requests sent: the load did not run", s, r.Total)
+			if c.lameduck {
+				t.Errorf("%s: only %d requests sent: the load did not run", s, r.Total)
+			} else {
+				t.Logf("%s, %s: only %d requests sent, %d of them timed out: the load waited on the control's hung requests", c.name, s, r.Total, r.Kinds["timeout"])
+			}
 		}
 		// A request the client wrote on a connection its server had
 		// closed before (finConn) never reached a server: counted and
