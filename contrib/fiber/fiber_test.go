@@ -3,7 +3,6 @@ package ldfiber_test
 import (
 	"bufio"
 	"context"
-	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -13,129 +12,73 @@ import (
 	"github.com/gofiber/fiber/v2"
 	"github.com/lameduck/lameduck"
 	ldfiber "github.com/lameduck/lameduck/contrib/fiber"
-	"github.com/lameduck/lameduck/health"
+	"github.com/lameduck/lameduck/contrib/internal/fasthttptest"
 	"github.com/lameduck/lameduck/internal/testsupport"
-	"github.com/lameduck/lameduck/lameducktest"
 	"github.com/valyala/fasthttp"
-	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) {
-	// Two goroutines of fasthttp's own, not ours: its worker-pool cleaner
-	// notices that its server stopped only when it wakes, up to
-	// MaxIdleWorkerDuration (10s) later; and its process-wide Date-header
-	// ticker, started once on first use, runs for the life of the process.
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"))
+func TestMain(m *testing.M) { fasthttptest.VerifyTestMain(m) }
+
+// server is a Fiber v2 app as the shared tests of fasthttptest build it:
+// ldfiber's middleware first, each route handled on c.Context().
+var server = fasthttptest.Server[*fiber.App]{
+	Name: "Fiber",
+	New: func(lc *lameduck.Lifecycle) *fiber.App {
+		app := fiber.New(fiber.Config{DisableStartupMessage: true})
+		if lc != nil {
+			app.Use(ldfiber.Middleware(lc))
+		}
+		return app
+	},
+	Handle: func(app *fiber.App, method, path string, h fasthttp.RequestHandler) {
+		app.Add(method, path, func(c *fiber.Ctx) error { h(c.Context()); return nil })
+	},
+	AddServer:     ldfiber.AddServer,
+	NewRegistered: func(lc *lameduck.Lifecycle, addr string) (*fiber.App, error) { return ldfiber.New(lc, addr) },
+	Handler:       (*fiber.App).Handler,
 }
 
-// rig is a testsupport.HTTPRig whose server under test is a Fiber app
-// registered by ldfiber.AddServer on a loopback listener.
-type rig struct {
-	*testsupport.HTTPRig
-	t     *testing.T
-	app   *fiber.App
-	httpB string // a net/http server's URL on the same Lifecycle, when asked for
-}
+// The tests every fasthttp-based server passes; each function's comment in
+// fasthttptest says what it holds.
 
-// newRig returns a Lifecycle on a fake clock with a Fiber app registered
-// by ldfiber.AddServer on a loopback listener; routes adds the app's
-// routes. withHTTP also registers a net/http server on the same Lifecycle.
-func newRig(t *testing.T, cfg lameduck.Config, withHTTP bool, routes func(app *fiber.App)) *rig {
-	t.Helper()
-	r := &rig{HTTPRig: testsupport.NewHTTPRig(t, cfg), t: t}
-	ln, base := testsupport.Listen(t)
-	r.app = fiber.New(fiber.Config{DisableStartupMessage: true})
-	r.app.Use(ldfiber.Middleware(r.LC))
-	if routes != nil {
-		routes(r.app)
-	}
-	if err := ldfiber.AddServer(r.LC, r.app, "", ln); err != nil {
-		t.Fatal(err)
-	}
-	r.Base = base
-	if withHTTP {
-		r.httpB = r.AddNetHTTP(t)
-	}
-	return r
-}
-
-func (r *rig) start() { r.Start(r.t) }
-
-// TestProbesAreByteIdenticalToNetHTTP asks the same questions of the probes
-// on a Fiber app and on a net/http server registered with the same
-// Lifecycle, in every phase, and compares status, headers (all but Date)
-// and bodies.
 func TestProbesAreByteIdenticalToNetHTTP(t *testing.T) {
-	r := newRig(t, lameduck.Config{ShutdownDelay: 5 * time.Second, PreStop: true, PreStopToken: "t0ken", Version: "v1.2.3", Commit: "abc"}, true, nil)
-	if err := r.LC.AddCheck(health.Check{Name: "db", Critical: true, Func: func(context.Context) error { return nil }}); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.LC.AddCheck(health.Check{Name: "cache", Func: func(context.Context) error { return errors.New("connection refused") }}); err != nil {
-		t.Fatal(err)
-	}
-	c := testsupport.Client(t)
-	compare := func(phase string) {
-		t.Helper()
-		testsupport.CompareProbes(t, c, "Fiber", phase, r.Base, r.httpB, testsupport.ProbeQuestions)
-	}
-	r.start()
-	compare("serving")
-	r.LC.BeginShutdown("test")
-	compare("draining")
-	testsupport.Timers(t, r.Clk, 1)
-	r.Clk.Advance(5 * time.Second)
-	if err := r.Wait(); err != nil {
-		t.Fatal(err)
-	}
+	fasthttptest.ProbesAreByteIdenticalToNetHTTP(t, server)
 }
 
-// TestDrainOnFiber: a request in flight at the signal completes with 200
-// while /readyz is 503 draining and /healthz 200 on the same listener;
-// requests in the window are served with Connection: close; the teardown
-// waits for the request, then Run returns nil.
 func TestDrainOnFiber(t *testing.T) {
-	entered, release := make(chan struct{}), make(chan struct{})
-	r := newRig(t, lameduck.Config{ShutdownDelay: 2 * time.Second, ShutdownTeardown: 10 * time.Second}, false, func(app *fiber.App) {
-		app.Get("/slow", func(c *fiber.Ctx) error {
-			close(entered)
-			<-release
-			return c.SendString("slept")
-		})
-		app.Get("/", func(c *fiber.Ctx) error { return c.SendString("hello") })
-	})
-	r.start()
-	testsupport.DrainServesInFlight(t, r.HTTPRig, "Fiber", entered, release)
+	fasthttptest.Drain(t, server)
 }
 
-// TestStuckRequestIsCutAndNamed: a request that outlives the teardown
-// budget is cut, named with method, path and age, and Run's error wraps
-// context.DeadlineExceeded (a non-zero exit).
 func TestStuckRequestIsCutAndNamed(t *testing.T) {
-	entered, release := make(chan struct{}), make(chan struct{})
-	defer close(release)
-	r := newRig(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 3 * time.Second}, false, func(app *fiber.App) {
-		app.Post("/stuck", func(c *fiber.Ctx) error {
-			close(entered)
-			// Ignores everything (fasthttp closes RequestCtx.Done() when
-			// the teardown starts, so it is not watched here).
-			<-release
-			return nil
-		})
-	})
-	r.start()
-	testsupport.StuckRequestIsCut(t, r.HTTPRig, entered)
+	fasthttptest.StuckRequestIsCutAndNamed(t, server)
 }
 
 func TestRejectModeOnFiber(t *testing.T) {
-	entered, release := make(chan struct{}), make(chan struct{})
-	r := newRig(t, lameduck.Config{ShutdownDelay: time.Second, SendRetryAfter: true}, false, func(app *fiber.App) {
-		app.Get("/slow", func(c *fiber.Ctx) error { close(entered); <-release; return nil })
-		app.Get("/new", func(c *fiber.Ctx) error { return nil })
-	})
-	r.start()
-	testsupport.WantRefusal(t, testsupport.RejectMode(t, r.HTTPRig, entered, release))
+	fasthttptest.RejectMode(t, server)
+}
+
+func TestUpgradesOnFiber(t *testing.T) {
+	fasthttptest.Upgrades(t, server)
+}
+
+func TestHijackedRequestKeepsItsName(t *testing.T) {
+	fasthttptest.HijackedRequestKeepsItsName(t, server)
+}
+
+func TestIdleAppStopsAtOnce(t *testing.T) {
+	fasthttptest.IdleAppStopsAtOnce(t, server)
+}
+
+func TestNewRegistersTheApp(t *testing.T) {
+	fasthttptest.NewRegistersTheApp(t, server)
+}
+
+func TestMiddlewareAllocatesNothing(t *testing.T) {
+	fasthttptest.MiddlewareAllocatesNothing(t, server)
+}
+
+func BenchmarkMiddleware(b *testing.B) {
+	fasthttptest.BenchMiddleware(b, server)
 }
 
 // TestWebSocketsOnFiber: a WebSocket opened before the signal is tracked
@@ -165,39 +108,15 @@ func TestWebSocketsOnFiber(t *testing.T) {
 	}
 }
 
-// TestHijackedRequestKeepsItsName: a WebSocket stays in flight after Fiber
-// has put its Ctx back in the pool, and requests for other paths reuse
-// that Ctx's path buffer; the WebSocket is still named GET /ws, not by
-// the bytes of a later path.
-func TestHijackedRequestKeepsItsName(t *testing.T) {
-	r, ws, ctx := wsRig(t, func(app *fiber.App) {
-		app.Get("/*", func(c *fiber.Ctx) error { return c.SendString("ok") })
-	})
-	c := testsupport.Client(t)
-	for i := range 40 {
-		testsupport.Do(t, c, "GET", r.Base+[]string{"/zq", "/abcdefgh"}[i%2], nil)
-	}
-	if got := r.LC.InFlight(); len(got) != 1 || !got[0].Hijacked || got[0].Method != "GET" || got[0].Path != "/ws" {
-		t.Fatalf("InFlight after other requests = %+v; want GET /ws, hijacked", got)
-	}
-	lameducktest.EndWindow(t, r.LC, r.Clk)
-	if _, _, err := ws.Read(ctx); websocket.CloseStatus(err) != websocket.StatusGoingAway {
-		t.Fatalf("the WebSocket ended with %v; want a 1001 close frame", err)
-	}
-	if err := r.Wait(); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // wsRig returns a started rig (ShutdownDelay 1s, ShutdownTeardown 5s)
 // whose GET /ws is a WebSocket its handler closes with 1001 when the window
 // ends, and more's routes (nil for none); it dials the WebSocket and waits
 // until it is in flight, hijacked. It returns the rig, the WebSocket, and a
 // context, a hang guard, for every dial and read that follows.
-func wsRig(t *testing.T, more func(app *fiber.App)) (*rig, *websocket.Conn, context.Context) {
+func wsRig(t *testing.T, more func(app *fiber.App)) (*fasthttptest.Rig[*fiber.App], *websocket.Conn, context.Context) {
 	t.Helper()
-	var r *rig
-	r = newRig(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 5 * time.Second}, false, func(app *fiber.App) {
+	var r *fasthttptest.Rig[*fiber.App]
+	r = server.Rig(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 5 * time.Second}, false, func(app *fiber.App) {
 		app.Get("/ws", fiberws.New(func(c *fiberws.Conn) {
 			<-r.LC.WindowEnded()
 			// A write deadline a loaded machine cannot outlast (a hang
@@ -209,7 +128,7 @@ func wsRig(t *testing.T, more func(app *fiber.App)) (*rig, *websocket.Conn, cont
 			more(app)
 		}
 	})
-	r.start()
+	r.Start(t)
 	ctx := testsupport.Context(t, testsupport.Guard)
 	ws, _, err := websocket.Dial(ctx, strings.Replace(r.Base, "http", "ws", 1)+"/ws", nil)
 	if err != nil {
@@ -220,78 +139,11 @@ func wsRig(t *testing.T, more func(app *fiber.App)) (*rig, *websocket.Conn, cont
 	return r, ws, ctx
 }
 
-// TestHandlerRunsWithoutTheMiddleware: a Fiber app without requests in
-// flight stops at once, and Run returns nil.
-func TestIdleAppStopsAtOnce(t *testing.T) {
-	r := newRig(t, lameduck.Config{ShutdownDelay: time.Second}, false, nil)
-	r.start()
-	lameducktest.EndWindow(t, r.LC, r.Clk)
-	if err := r.Wait(); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func TestNewRegistersTheApp(t *testing.T) {
-	lc, _ := testsupport.NewLifecycle(t, lameduck.Config{})
-	if _, err := ldfiber.New(lc, ""); err == nil || !strings.Contains(err.Error(), "Addr") {
-		t.Fatalf("New with no address: %v; want an error naming Addr", err)
-	}
-	app, err := ldfiber.New(lc, "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	app.Get("/", func(c *fiber.Ctx) error { return nil })
-	wait := lameducktest.Start(t, lc)
-	lc.BeginShutdown("test")
-	if err := wait(); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// requestCtx returns a reusable fasthttp request for the allocation tests.
-func requestCtx(path string) *fasthttp.RequestCtx {
-	var fc fasthttp.RequestCtx
-	fc.Request.Header.SetMethod("GET")
-	fc.Request.SetRequestURI(path)
-	return &fc
-}
-
-func trackedApp(tb testing.TB, tracked bool) fasthttp.RequestHandler {
-	lc, err := lameduck.New(lameduck.Config{LookupEnv: func(string) (string, bool) { return "", false }, IgnoreSignals: true})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	app := fiber.New(fiber.Config{DisableStartupMessage: true})
-	if tracked {
-		app.Use(ldfiber.Middleware(lc))
-	}
-	app.Get("/api/orders", func(c *fiber.Ctx) error { return c.SendStatus(200) })
-	return app.Handler()
-}
-
-func TestMiddlewareAllocatesNothing(t *testing.T) {
-	if raceEnabled {
-		t.Skip("the race detector makes sync.Pool drop records: allocation counts are meaningless")
-	}
-	bare, tracked := trackedApp(t, false), trackedApp(t, true)
-	fc := requestCtx("/api/orders")
-	testsupport.NoExtraAllocs(t, "a Fiber request", func() { bare(fc) }, func() { tracked(fc) })
-}
-
-// BenchmarkMiddleware runs a Fiber request through app.Handler() with and
-// without the middleware; compare the two with benchstat.
-func BenchmarkMiddleware(b *testing.B) {
-	testsupport.BenchBareAndTracked(b, trackedApp, func(h fasthttp.RequestHandler) func() {
-		fc := requestCtx("/api/orders")
-		return func() { h(fc) }
-	})
-}
-
 // TestStreamIsTracked: a body streamed after the handler returned is a
 // request in flight until the stream ends; the teardown waits for it.
 func TestStreamIsTracked(t *testing.T) {
-	var r *rig
-	r = newRig(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 5 * time.Second}, false, func(app *fiber.App) {
+	var r *fasthttptest.Rig[*fiber.App]
+	r = server.Rig(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 5 * time.Second}, false, func(app *fiber.App) {
 		app.Get("/events", func(c *fiber.Ctx) error {
 			ldfiber.Stream(r.LC, c, func(w *bufio.Writer) {
 				w.WriteString("data: hello\n\n")
@@ -304,6 +156,6 @@ func TestStreamIsTracked(t *testing.T) {
 			return nil
 		})
 	})
-	r.start()
+	r.Start(t)
 	testsupport.StreamIsTracked(t, r.HTTPRig)
 }

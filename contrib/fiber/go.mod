@@ -9,8 +9,8 @@ require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/lameduck/lameduck v0.0.0
 	github.com/lameduck/lameduck/contrib/fasthttp v0.0.0
+	github.com/lameduck/lameduck/contrib/internal/fasthttptest v0.0.0
 	github.com/valyala/fasthttp v1.78.0
-	go.uber.org/goleak v1.3.0
 )
 
 require (
@@ -27,6 +27,7 @@ require (
 	github.com/rivo/uniseg v0.2.0 // indirect
 	github.com/savsgio/gotils v0.0.0-20240303185622-093b76447511 // indirect
 	github.com/valyala/bytebufferpool v1.0.0 // indirect
+	go.uber.org/goleak v1.3.0 // indirect
 	golang.org/x/net v0.62.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
@@ -36,4 +37,5 @@ require (
 replace (
 	github.com/lameduck/lameduck => ../..
 	github.com/lameduck/lameduck/contrib/fasthttp => ../fasthttp
+	github.com/lameduck/lameduck/contrib/internal/fasthttptest => ../internal/fasthttptest
 )

@@ -7,8 +7,8 @@ require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/lameduck/lameduck v0.0.0
 	github.com/lameduck/lameduck/contrib/fasthttp v0.0.0
+	github.com/lameduck/lameduck/contrib/internal/fasthttptest v0.0.0
 	github.com/valyala/fasthttp v1.78.0
-	go.uber.org/goleak v1.3.0
 )
 
 require (
@@ -25,6 +25,7 @@ require (
 	github.com/philhofer/fwd v1.2.0 // indirect
 	github.com/tinylib/msgp v1.6.3 // indirect
 	github.com/valyala/bytebufferpool v1.0.0 // indirect
+	go.uber.org/goleak v1.3.0 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/net v0.62.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect
@@ -35,4 +36,5 @@ require (
 replace (
 	github.com/lameduck/lameduck => ../..
 	github.com/lameduck/lameduck/contrib/fasthttp => ../fasthttp
+	github.com/lameduck/lameduck/contrib/internal/fasthttptest => ../internal/fasthttptest
 )

@@ -1,6 +1,6 @@
 //go:build race
 
-package ldfiber_test
+package fasthttptest
 
 // raceEnabled: the race detector makes sync.Pool drop a share of what is
 // put back, so allocation counts are meaningless under it.

@@ -1,5 +1,5 @@
 //go:build !race
 
-package ldfiberv3_test
+package fasthttptest
 
 const raceEnabled = false

@@ -1,5 +1,0 @@
-//go:build !race
-
-package ldfiber_test
-
-const raceEnabled = false

@@ -1,7 +1,0 @@
-//go:build race
-
-package ldfiberv3_test
-
-// raceEnabled: the race detector makes sync.Pool drop a share of what is
-// put back, so allocation counts are meaningless under it.
-const raceEnabled = true
