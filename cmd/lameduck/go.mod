@@ -88,6 +88,7 @@ require (
 	github.com/lameduck/lameduck/contrib/connect v0.0.0
 	github.com/lameduck/lameduck/contrib/fasthttp v0.0.0 // indirect
 	github.com/lameduck/lameduck/contrib/grpc v0.0.0
+	github.com/lameduck/lameduck/contrib/internal/fasthttptest v0.0.0 // indirect
 	github.com/lameduck/lameduck/contrib/kube v0.0.0
 	github.com/lameduck/lameduck/contrib/mysql v0.0.0
 	github.com/lameduck/lameduck/contrib/nats v0.0.0
@@ -156,3 +157,5 @@ replace github.com/lameduck/lameduck/contrib/prometheus => ../../contrib/prometh
 replace github.com/lameduck/lameduck/contrib/redis => ../../contrib/redis
 
 replace github.com/lameduck/lameduck/contrib/connect => ../../contrib/connect
+
+replace github.com/lameduck/lameduck/contrib/internal/fasthttptest => ../../contrib/internal/fasthttptest

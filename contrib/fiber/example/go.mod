@@ -22,6 +22,7 @@ require (
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/lameduck/lameduck/contrib/fasthttp v0.0.0 // indirect
+	github.com/lameduck/lameduck/contrib/internal/fasthttptest v0.0.0 // indirect
 	github.com/mattn/go-colorable v0.1.13 // indirect
 	github.com/mattn/go-isatty v0.0.20 // indirect
 	github.com/mattn/go-runewidth v0.0.16 // indirect
@@ -35,3 +36,5 @@ require (
 )
 
 replace github.com/lameduck/lameduck/contrib/fasthttp => ../../fasthttp
+
+replace github.com/lameduck/lameduck/contrib/internal/fasthttptest => ../../internal/fasthttptest
