@@ -1,35 +1,19 @@
 package health_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/lameduck/lameduck/health"
+	"github.com/lameduck/lameduck/internal/testsupport"
 )
 
 // logBuf is a concurrency-safe log sink whose lines the tests count.
-type logBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type logBuf struct{ testsupport.LogBuffer }
 
 // count returns how many log lines contain every one of subs.
 func (l *logBuf) count(subs ...string) int {

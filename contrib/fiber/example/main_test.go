@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"fmt"
@@ -12,7 +11,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -42,24 +40,6 @@ func TestMain(m *testing.M) {
 		}
 	}
 	os.Exit(code)
-}
-
-// syncBuffer collects the child's output.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // listening finds the address in the process's "lameduck: listening" line
@@ -101,7 +81,7 @@ func TestWebhooksSurviveSIGTERM(t *testing.T) {
 	}
 	// The process binds a port of its choosing and logs it: a free port
 	// handed to it could be taken by another process before it binds.
-	var out syncBuffer
+	var out testsupport.LogBuffer
 	cmd := exec.Command(binary)
 	cmd.Env = append(os.Environ(), "ADDR=127.0.0.1:0", "DATABASE_URL="+dsn)
 	cmd.Stdout, cmd.Stderr = &out, &out
