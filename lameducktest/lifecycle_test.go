@@ -51,11 +51,7 @@ func TestUsersOwnDrain(t *testing.T) {
 	default:
 		t.Fatal("Run returned before the write finished")
 	}
-	s, _ := lc.Events().ShutdownInitiated.At()
-	e, _ := lc.Events().WindowEnded.At()
-	if e.Sub(s) != 5*time.Second {
-		t.Fatalf("window %s on the fake clock, want 5s", e.Sub(s))
-	}
+	wantWindow(t, lc, 5*time.Second)
 }
 
 func TestEndWindowBeforeReady(t *testing.T) {
@@ -153,11 +149,7 @@ func TestEndWindowAfterBeginShutdown(t *testing.T) {
 	if err := wait(); err != nil {
 		t.Fatal(err)
 	}
-	s, _ := lc.Events().ShutdownInitiated.At()
-	e, _ := lc.Events().WindowEnded.At()
-	if e.Sub(s) != 5*time.Second {
-		t.Fatalf("window %s on the fake clock, want 5s", e.Sub(s))
-	}
+	wantWindow(t, lc, 5*time.Second)
 }
 
 // BeginShutdown before Run: the pod never became ready, so there is no
@@ -225,5 +217,16 @@ func TestEndWindowFailsAtOnceInIdleMode(t *testing.T) {
 	clk.Advance(30 * time.Second) // the idle drain ends at once: no traffic, past the delay
 	if err := wait(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// wantWindow fails t unless lc's window, from ShutdownInitiated to
+// WindowEnded on the fake clock, lasted want.
+func wantWindow(t *testing.T, lc *lameduck.Lifecycle, want time.Duration) {
+	t.Helper()
+	s, _ := lc.Events().ShutdownInitiated.At()
+	e, _ := lc.Events().WindowEnded.At()
+	if e.Sub(s) != want {
+		t.Fatalf("window %s on the fake clock, want %s", e.Sub(s), want)
 	}
 }
