@@ -44,15 +44,25 @@ func serving(t *testing.T, cfg worker.Config, vars map[string]string, src *fakeS
 	return h
 }
 
-func TestReadinessStartingUntilTheFirstCycle(t *testing.T) {
+// beforeTheFirstCycle returns a running one-loop runner whose loop has
+// asked for a job but not cycled yet, and its source; cycle makes the
+// loop cycle once, idle, and waits for StartupDone.
+func beforeTheFirstCycle(t *testing.T) (h *harness, cycle func()) {
 	src, hd := newSource(), newHandler()
-	h := withLoop(t, worker.Config{}, nil, src, hd, 0)
+	h = withLoop(t, worker.Config{}, nil, src, hd, 0)
 	h.run()
 	awaitFetch(t, src) // the loop runs, but has not cycled
+	return h, func() {
+		src.idleCycle(t)
+		h.awaitEvent(h.w.Lifecycle().Events().StartupDone)
+	}
+}
+
+func TestReadinessStartingUntilTheFirstCycle(t *testing.T) {
+	h, cycle := beforeTheFirstCycle(t)
 	h.expect("/readyz", 503, "starting")
 	h.expect("/healthz", 200, "ok")
-	src.idleCycle(t)
-	h.awaitEvent(h.w.Lifecycle().Events().StartupDone)
+	cycle()
 	h.expect("/readyz", 200, "ok")
 	h.expect("/healthz", 200, "ok")
 }
@@ -565,12 +575,8 @@ func TestPanicsInHandleAndAckAreRecovered(t *testing.T) {
 // docs/runners.md: "/startupz: 503 starting, then 200 ok — 200 once every
 // loop has cycled once".
 func TestStartupzWaitsForTheFirstCycle(t *testing.T) {
-	src, hd := newSource(), newHandler()
-	h := withLoop(t, worker.Config{}, nil, src, hd, 0)
-	h.run()
-	awaitFetch(t, src) // the loop runs, but has not cycled
+	h, cycle := beforeTheFirstCycle(t)
 	h.expect("/startupz", 503, "starting")
-	src.idleCycle(t)
-	h.awaitEvent(h.w.Lifecycle().Events().StartupDone)
+	cycle()
 	h.expect("/startupz", 200, "ok")
 }
