@@ -10,10 +10,21 @@ import (
 	"github.com/lameduck/lameduck"
 )
 
-// resolveList resolves a container's environment as lameduck vet does.
+// resolveList resolves a container's environment as lameduck vet does:
+// "KEY=value" entries, a later one winning.
 func resolveList(cfg lameduck.Config, kv ...string) (lameduck.Resolved, []error) {
-	cfg.LookupEnv, cfg.Environ = lameduck.EnvList(kv)
+	cfg.LookupEnv, cfg.Environ = envList(kv)
 	return lameduck.Resolve(cfg)
+}
+
+// envList returns a LookupEnv and an Environ that read only kv.
+func envList(kv []string) (func(string) (string, bool), func() []string) {
+	m := map[string]string{}
+	for _, e := range kv {
+		k, v, _ := strings.Cut(e, "=")
+		m[k] = v
+	}
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }, func() []string { return kv }
 }
 
 func TestResolveReturnsEveryProblemAsConfigErrors(t *testing.T) {
@@ -43,21 +54,11 @@ func TestResolveReturnsEveryProblemAsConfigErrors(t *testing.T) {
 	}
 	// New returns the very same errors, joined.
 	cfg := lameduck.Config{}
-	cfg.LookupEnv, cfg.Environ = lameduck.EnvList([]string{"LAMEDUCK_SHUTDOWN_DELAY=5", "LAMEDUCK_SHUTDOWN_TEARDOWN=0s"})
+	cfg.LookupEnv, cfg.Environ = envList([]string{"LAMEDUCK_SHUTDOWN_DELAY=5", "LAMEDUCK_SHUTDOWN_TEARDOWN=0s"})
 	_, err := lameduck.New(cfg)
 	_, errs = resolveList(lameduck.Config{}, "LAMEDUCK_SHUTDOWN_DELAY=5", "LAMEDUCK_SHUTDOWN_TEARDOWN=0s")
 	if err == nil || err.Error() != errors.Join(errs...).Error() {
 		t.Fatalf("New = %v\nResolve = %v", err, errs)
-	}
-}
-
-func TestEnvListLaterEntryWins(t *testing.T) {
-	res, errs := resolveList(lameduck.Config{}, "LAMEDUCK_SHUTDOWN_DELAY=1s", "LAMEDUCK_SHUTDOWN_DELAY=2s", "LAMEDUCK_PRESTOP")
-	if len(errs) > 0 {
-		t.Fatal(errs)
-	}
-	if res.Config.ShutdownDelay != 2*time.Second || res.Sources["SHUTDOWN_DELAY"] != "LAMEDUCK_SHUTDOWN_DELAY" {
-		t.Fatalf("delay %s from %q", res.Config.ShutdownDelay, res.Sources["SHUTDOWN_DELAY"])
 	}
 }
 
@@ -100,7 +101,7 @@ func TestBudgetArithmeticAndRules(t *testing.T) {
 			if len(errs) > 0 {
 				t.Fatal(errs)
 			}
-			b := res.Budget()
+			b := lameduck.Budget(res)
 			if b.Total != tc.total || b.Grace != tc.grace || b.GraceKnown != tc.known || b.Fits != tc.fits || b.Margin != tc.margin {
 				t.Errorf("total %s grace %s known %v fits %v margin %s; want %s %s %v %v %s",
 					b.Total, b.Grace, b.GraceKnown, b.Fits, b.Margin, tc.total, tc.grace, tc.known, tc.fits, tc.margin)
@@ -122,7 +123,7 @@ func TestBudgetArithmeticAndRules(t *testing.T) {
 // grace period, which the container may not have been told.
 func TestBudgetAgainstAManifestsGrace(t *testing.T) {
 	res, _ := resolveList(lameduck.Config{}, "KUBERNETES_SERVICE_HOST=10.0.0.1")
-	b := res.Budget().Against(20 * time.Second)
+	b := lameduck.Budget(res).Against(20 * time.Second)
 	if b.Fits || b.Margin != -7*time.Second || !b.GraceKnown || b.Teardown != 22*time.Second {
 		t.Fatalf("%+v", b)
 	}
@@ -139,7 +140,7 @@ func TestBudgetWithPreStop(t *testing.T) {
 	if len(errs) > 0 {
 		t.Fatal(errs)
 	}
-	b := res.Budget() // 5s + (30s − 5s − 3s = 22s) = 27s ≤ 30s
+	b := lameduck.Budget(res) // 5s + (30s − 5s − 3s = 22s) = 27s ≤ 30s
 	if !b.Fits || b.Total != 27*time.Second {
 		t.Fatalf("budget %v: want 27s that fits", b)
 	}

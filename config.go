@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lameduck/lameduck/internal/extend"
+	"github.com/lameduck/lameduck/internal/grace"
 )
 
 // DefaultEnvPrefix is the prefix of the environment variables lameduck reads
@@ -397,8 +398,5 @@ func (c *Config) window() time.Duration { return max(c.ShutdownDelay, 0) }
 // maxWindow returns the longest the lame-duck window can last: the delay, or
 // the idle drain's bound, or an extension's (a runner's drain bound).
 func (c *Config) maxWindow() time.Duration {
-	if c.DrainMode == DrainIdle || c.windowName() != "" {
-		return max(c.DrainTimeout, c.window())
-	}
-	return c.window()
+	return grace.LongestWindow(c.ShutdownDelay, c.DrainTimeout, c.DrainMode == DrainIdle || c.windowName() != "")
 }

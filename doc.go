@@ -39,9 +39,9 @@
 //	events.go        Event, Events: the shutdown timeline, one event per step
 //	errors.go        the sentinel errors: ErrInvalidConfig, ErrStartupFailed, ErrAlreadyRunning, ErrShuttingDown, ErrJoined
 //	config.go        Config and its defaults; settings.go the LAMEDUCK_* rows, ConfigError
-//	resolve.go       Resolve, Resolved, EnvList: the rows walked, then the named cross-setting checks
+//	resolve.go       Resolve, Resolved: the rows walked, then the named cross-setting checks
 //	extension.go     Config.Extension: what a package built on the Lifecycle adds (internal/extend)
-//	budget.go        Budget: the grace-period arithmetic (lameduck vet shares it)
+//	budget.go        the shutdown budget line of Run's start (arithmetic in internal/grace, which lameduck vet shares)
 //	phase.go         Phase and what the probes answer in each
 //	probes.go        the probe handlers and GET /prestop; probeconfig.go their settings
 //	maintenance.go   the maintenance switch: /readyz 503 "maintenance" on demand, no drain

@@ -231,7 +231,6 @@ func TestAPICountsMatchTheTypes(t *testing.T) {
 		"Config":    reflect.TypeFor[lameduck.Config](),
 		"Lifecycle": reflect.TypeFor[*lameduck.Lifecycle](),
 		"Events":    reflect.TypeFor[lameduck.Events](),
-		"Budget":    reflect.TypeFor[lameduck.Budget](),
 	}
 	count := func(typ reflect.Type, what string) int {
 		if what == "methods" {

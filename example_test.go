@@ -152,29 +152,32 @@ func ExampleLifecycle_GoWrite() {
 	// a write after the join is refused: true
 }
 
-// Resolve reads an environment as the process would, binding nothing, and
-// its Budget does the grace-period arithmetic: lameduck vet checks a
-// manifest's container this way. Here the teardown set by hand no longer
-// fits the pod's grace period.
+// Resolve is a dry run of the configuration, for a --check-config flag or a
+// deploy step: it reads an environment as New would (here a pod's, from a
+// map rather than the process's own), binds nothing, and says each refused
+// setting with its fix, and each value with the rule that chose it.
 func ExampleResolve() {
-	lookup, environ := lameduck.EnvList([]string{
-		"KUBERNETES_SERVICE_HOST=10.96.0.1", // set by the kubelet in every container
-		"LAMEDUCK_TERMINATION_GRACE=20s",
-		"LAMEDUCK_SHUTDOWN_TEARDOWN=20s",
-	})
-	res, errs := lameduck.Resolve(lameduck.Config{LookupEnv: lookup, Environ: environ})
-	if len(errs) > 0 {
-		fmt.Println(errors.Join(errs...))
-		return
+	env := map[string]string{
+		"KUBERNETES_SERVICE_HOST":    "10.96.0.1", // set by the kubelet in every container
+		"LAMEDUCK_TERMINATION_GRACE": "20s",
+		"LAMEDUCK_IDLE_WINDOW":       "5",
 	}
-	fmt.Println("inside Kubernetes:", res.Config.Env == lameduck.EnvKubernetes)
-	b := res.Budget()
-	fmt.Println(b.Sum())
-	fmt.Println("fits:", b.Fits, "margin:", b.Margin, "grace known:", b.GraceKnown)
-	fmt.Println(b.Fix())
+	res, errs := lameduck.Resolve(lameduck.Config{
+		LookupEnv: func(key string) (string, bool) { v, ok := env[key]; return v, ok },
+	})
+	for _, err := range errs {
+		var ce *lameduck.ConfigError
+		if errors.As(err, &ce) {
+			fmt.Printf("refused %s=%q: %s\n", ce.Setting, ce.Value, ce.Problem)
+		}
+	}
+	c := res.Config
+	fmt.Println("inside Kubernetes:", c.Env == lameduck.EnvKubernetes)
+	fmt.Println("window:", c.ShutdownDelay, "by", res.Sources["SHUTDOWN_DELAY"])
+	fmt.Println("teardown:", c.ShutdownTeardown, "by", res.Sources["SHUTDOWN_TEARDOWN"])
 	// Output:
+	// refused LAMEDUCK_IDLE_WINDOW="5": a duration needs a unit (write 5s or 5ms)
 	// inside Kubernetes: true
-	// delay 5s + teardown 20s = 25s
-	// fits: false margin: -5s grace known: true
-	// lower LAMEDUCK_SHUTDOWN_DELAY or LAMEDUCK_SHUTDOWN_TEARDOWN, or raise terminationGracePeriodSeconds to at least 25s
+	// window: 5s by default in Kubernetes
+	// teardown: 13s by default: terminationGracePeriodSeconds 20s − preStop 0s − window 5s − margin 2s
 }

@@ -3,6 +3,8 @@ package lameduck
 import (
 	"net/http"
 	"os"
+
+	"github.com/lameduck/lameduck/internal/grace"
 )
 
 // SetExit replaces os.Exit for tests of ExitOnSecondSignal.
@@ -50,3 +52,7 @@ func Rows(c *Config) []Row {
 // IsServiceLinkShape reports whether name has the shape of a kubelet
 // service-link variable (servicelinks.go).
 func IsServiceLinkShape(name string) bool { return len(serviceLinkShapes(name)) > 0 }
+
+// Budget returns the grace-period arithmetic of a resolved configuration,
+// as Run's first log line states it and lameduck vet builds it.
+func Budget(r Resolved) grace.Budget { return r.Config.budget(r.Sources) }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/lameduck/lameduck/health"
+	"github.com/lameduck/lameduck/internal/grace"
 )
 
 // Lifecycle takes a Go service through its life in Kubernetes: it binds the
@@ -26,8 +27,8 @@ import (
 // Create one with [New]; the zero value is not usable. A Lifecycle runs
 // once. All methods are safe for concurrent use.
 type Lifecycle struct {
-	cfg     Config // resolved; immutable after New
-	budget  Budget // cfg's grace-period arithmetic; immutable after New
+	cfg     Config       // resolved; immutable after New
+	budget  grace.Budget // cfg's grace-period arithmetic; immutable after New
 	log     *slog.Logger
 	clock   Clock
 	events  *Events
@@ -88,7 +89,7 @@ func New(cfg Config) (*Lifecycle, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &Lifecycle{
 		cfg:     cfg,
-		budget:  res.Budget(),
+		budget:  res.Config.budget(res.Sources),
 		log:     cfg.Logger,
 		clock:   cfg.Clock,
 		events:  newEvents(cfg.Clock, nil),

@@ -9,6 +9,7 @@ import (
 
 	"github.com/lameduck/lameduck/health"
 	"github.com/lameduck/lameduck/internal/extend"
+	"github.com/lameduck/lameduck/internal/grace"
 )
 
 // Defaults of the settings that have a fixed one; the teardown's and the
@@ -21,7 +22,7 @@ const (
 	defaultHookShare       = 2.0 / 3
 	// minDefaultTeardown is the least teardown a default derived from the
 	// grace period gives: a zero budget would cut every request at once.
-	minDefaultTeardown = extend.MinDefaultTeardown
+	minDefaultTeardown = grace.MinDefaultTeardown
 )
 
 // resolve fills every unset field of c from the environment and the
@@ -255,27 +256,23 @@ func defaultPreStop(c *Config, _ map[string]string) string {
 // period leaves after the preStop sleep, the longest window and a margin,
 // never below 1s; elsewhere 60s.
 func defaultTeardown(c *Config, _ map[string]string) string {
-	grace, whose := c.TerminationGrace, "terminationGracePeriodSeconds"
-	if grace == 0 {
+	g, whose := c.TerminationGrace, "terminationGracePeriodSeconds"
+	if g == 0 {
 		if c.Env != EnvKubernetes {
 			c.ShutdownTeardown = defaultLocalTeardown
 			return "default outside Kubernetes"
 		}
-		grace, whose = DefaultTerminationGrace, "Kubernetes' default terminationGracePeriodSeconds"
+		g, whose = grace.DefaultTerminationGrace, "Kubernetes' default terminationGracePeriodSeconds"
 	}
-	margin := graceMargin(grace)
-	d := grace - c.PreStopDelay - c.maxWindow() - margin
-	rule := fmt.Sprintf("default: %s %s − preStop %s − window %s − margin %s", whose, grace, c.PreStopDelay, c.maxWindow(), margin)
+	margin := grace.Margin(g)
+	d := g - c.PreStopDelay - c.maxWindow() - margin
+	rule := fmt.Sprintf("default: %s %s − preStop %s − window %s − margin %s", whose, g, c.PreStopDelay, c.maxWindow(), margin)
 	if d < minDefaultTeardown {
 		d, rule = minDefaultTeardown, rule+fmt.Sprintf(" = %s, raised to the %s minimum", d, minDefaultTeardown)
 	}
 	c.ShutdownTeardown = d
 	return rule
 }
-
-// graceMargin is the part of the grace period a default teardown leaves
-// unused (extend.GraceMargin: a tenth, 2s to 10s).
-func graceMargin(grace time.Duration) time.Duration { return extend.GraceMargin(grace) }
 
 // A crossCheck checks settings against each other once every default is
 // chosen, and returns one *ConfigError per problem. It may replace a
@@ -344,39 +341,24 @@ func named(c *Config, src map[string]string, name string) string {
 // Resolve fills every unset field of cfg from the environment and the
 // defaults and checks the result exactly as [New] does — the same table of
 // settings, the same parsers, the same defaults and the same errors — but
-// binds nothing, starts nothing and logs nothing. lameduck vet resolves a
-// container's environment from a manifest with it; set cfg.LookupEnv and
-// cfg.Environ with [EnvList] to read a list of variables instead of the
+// binds nothing, starts nothing and logs nothing, and says which rule chose
+// each value: a dry run of the configuration, for a --check-config flag or
+// a deploy step (its Example). lameduck vet resolves a container's
+// environment from a manifest with it, and checks the grace-period
+// arithmetic that Run's first log line states against the pod. Set
+// cfg.LookupEnv and cfg.Environ to read other variables than the
 // process's own.
 //
 // It returns every problem, not just the first: one [*ConfigError] per
 // refused setting (each wraps [ErrInvalidConfig]), settings in the order of
 // the table, then the checks across settings. New returns the same errors
 // joined. Even with errors, Resolved is filled: a refused value counts as
-// unset, so the budget arithmetic of the rest can still be reported.
+// unset, so the rest can still be reported.
 //
 // It is safe for concurrent use when cfg's LookupEnv and Environ are.
 func Resolve(cfg Config) (Resolved, []error) {
 	c, src, errs := cfg.resolve()
 	return Resolved{Config: c, Sources: src}, errs
-}
-
-// EnvList returns a LookupEnv and an Environ for [Config] that read only kv:
-// "KEY=value" strings, as os.Environ returns them and as a container's env
-// lists them. When a key appears twice, the later entry wins, as in a pod
-// spec. An entry without "=" is a key with an empty value (unset, for
-// lameduck). To resolve as inside a pod, include KUBERNETES_SERVICE_HOST,
-// which the kubelet sets in every container. Both functions are safe for
-// concurrent use.
-func EnvList(kv []string) (lookup func(key string) (string, bool), environ func() []string) {
-	m := make(map[string]string, len(kv))
-	for _, e := range kv {
-		k, v, _ := strings.Cut(e, "=")
-		m[k] = v
-	}
-	list := append([]string(nil), kv...)
-	return func(key string) (string, bool) { v, ok := m[key]; return v, ok },
-		func() []string { return append([]string(nil), list...) }
 }
 
 // Resolved is a configuration resolved by [Resolve]: every field filled,

@@ -7,6 +7,7 @@ import (
 	"github.com/lameduck/lameduck"
 	"github.com/lameduck/lameduck/health"
 	"github.com/lameduck/lameduck/internal/extend"
+	"github.com/lameduck/lameduck/internal/grace"
 )
 
 // A runner's drain modes, which worker.Config.Lifecycle.DrainMode and
@@ -54,8 +55,8 @@ const (
 const defaultTeardown = 30 * time.Second
 
 // Resolved is a runner's configuration resolved by [Resolve]: the
-// Lifecycle's (every field filled, the rule that chose each value, and
-// its Budget) and the runner's own settings.
+// Lifecycle's (every field filled, and the rule that chose each value) and
+// the runner's own settings.
 type Resolved struct {
 	lameduck.Resolved
 	// Epoch, EpochMismatchDelay and FetchWait are Config's, filled from
@@ -72,13 +73,12 @@ type Resolved struct {
 // with a runner's rows, defaults and drain modes, the same parsers and the
 // same errors — but binds nothing, starts nothing and logs nothing: it is
 // lameduck.Resolve for a runner, and lameduck vet judges a runner's
-// manifest with it. Set cfg.Lifecycle.LookupEnv and Environ with
-// lameduck.EnvList to read a list of variables.
+// manifest with it. Set cfg.Lifecycle.LookupEnv and Environ to read other
+// variables than the process's own.
 //
 // It returns every problem, as lameduck.Resolve does, then an error for a
 // negative EpochPoll or LivenessFloor. Resolved is filled even with
-// errors; its Budget is the runner's (the window is its drain bound).
-// It is safe for concurrent use when cfg's LookupEnv and Environ are.
+// errors. It is safe for concurrent use when cfg's LookupEnv and Environ are.
 func Resolve(cfg Config) (Resolved, []error) {
 	set := cfg.settings()
 	lcfg := cfg.Lifecycle
@@ -172,7 +172,7 @@ func (s *settings) extension(w *Worker) *extend.Extension {
 		DrainModes: []string{DrainComplete, DrainInterrupt},
 		ModesProblem: fmt.Sprintf("a runner drains in mode %q (finish the job in flight) or %q (cancel it and hand it back)",
 			DrainComplete, DrainInterrupt),
-		Window: "runner drain bound",
+		Window: grace.RunnerWindow,
 		Draining: func(flip string, bound time.Duration) string {
 			return fmt.Sprintf("lameduck: draining%s taking no new job; waiting for the jobs in flight (at most %s)", flip, bound)
 		},
@@ -194,22 +194,22 @@ func (s *settings) extension(w *Worker) *extend.Extension {
 // 30s. With the grace unknown, DefaultDrainTimeout (docs/runners.md,
 // "Sizing terminationGracePeriodSeconds").
 func drainTimeoutRule(f extend.Fields) string {
-	grace := f.TerminationGrace
-	if grace == 0 {
+	g := f.TerminationGrace
+	if g == 0 {
 		*f.DrainTimeout = DefaultDrainTimeout
 		return "default for a runner whose grace period is unknown; set " + f.EnvPrefix + "TERMINATION_GRACE to derive it"
 	}
-	margin := extend.GraceMargin(grace)
-	room := grace - f.PreStopDelay - margin
+	margin := grace.Margin(g)
+	room := g - f.PreStopDelay - margin
 	if *f.ShutdownTeardown == 0 {
-		*f.ShutdownTeardown = min(defaultTeardown, max(room/3, extend.MinDefaultTeardown))
+		*f.ShutdownTeardown = min(defaultTeardown, max(room/3, grace.MinDefaultTeardown))
 		f.Sources["SHUTDOWN_TEARDOWN"] = fmt.Sprintf("default for a runner: a third of terminationGracePeriodSeconds %s − preStop %s − margin %s, at most %s",
-			grace, f.PreStopDelay, margin, defaultTeardown)
+			g, f.PreStopDelay, margin, defaultTeardown)
 	}
 	d := room - *f.ShutdownTeardown
-	rule := fmt.Sprintf("default for a runner: terminationGracePeriodSeconds %s − preStop %s − teardown %s − margin %s", grace, f.PreStopDelay, *f.ShutdownTeardown, margin)
-	if d < extend.MinDefaultTeardown {
-		d, rule = extend.MinDefaultTeardown, rule+fmt.Sprintf(" = %s, raised to the %s minimum", d, extend.MinDefaultTeardown)
+	rule := fmt.Sprintf("default for a runner: terminationGracePeriodSeconds %s − preStop %s − teardown %s − margin %s", g, f.PreStopDelay, *f.ShutdownTeardown, margin)
+	if d < grace.MinDefaultTeardown {
+		d, rule = grace.MinDefaultTeardown, rule+fmt.Sprintf(" = %s, raised to the %s minimum", d, grace.MinDefaultTeardown)
 	}
 	*f.DrainTimeout = d
 	return rule

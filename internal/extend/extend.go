@@ -129,14 +129,3 @@ type Row struct {
 	// that chose it.
 	Default func() (rule string)
 }
-
-// MinDefaultTeardown is the least teardown a default derived from the
-// grace period gives: a zero budget would cut every request at once.
-const MinDefaultTeardown = time.Second
-
-// GraceMargin is the part of the grace period a default teardown leaves
-// unused, for the process to exit after Run returns and for the kubelet's
-// own delays: a tenth of the grace period, at least 2s and at most 10s.
-func GraceMargin(grace time.Duration) time.Duration {
-	return min(max(grace/10, 2*time.Second), 10*time.Second)
-}

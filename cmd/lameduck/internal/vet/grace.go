@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lameduck/lameduck"
+	"github.com/lameduck/lameduck/internal/grace"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -41,7 +42,7 @@ func (j *judged) refused() bool { return len(j.errs) > 0 }
 // and as the seconds the manifest says.
 func graceOf(spec *corev1.PodSpec) (time.Duration, int64) {
 	if spec.TerminationGracePeriodSeconds == nil {
-		return lameduck.DefaultTerminationGrace, int64(lameduck.DefaultTerminationGrace / time.Second)
+		return grace.DefaultTerminationGrace, int64(grace.DefaultTerminationGrace / time.Second)
 	}
 	secs := *spec.TerminationGracePeriodSeconds
 	d, _ := secondsToDuration(float64(secs))
@@ -59,16 +60,33 @@ func graceText(spec *corev1.PodSpec) string {
 	return s
 }
 
-// budget is the container's grace arithmetic: the binary's own Budget
-// (what it logs at startup), with the preStop hook from the manifest added
-// and checked against the pod's grace period.
-func (j *judged) budget() lameduck.Budget {
-	grace, _ := graceOf(&j.o.Spec)
-	return j.res.Budget().WithPreStop(j.ps.d).Against(grace)
+// budget is the container's grace arithmetic: the binary's own (what it
+// logs at startup, internal/grace over the resolved settings), with the
+// preStop hook from the manifest added and checked against the pod's grace
+// period.
+func (j *judged) budget() grace.Budget {
+	g, _ := graceOf(&j.o.Spec)
+	return grace.Of(j.settings()).WithPreStop(j.ps.d).Against(g)
+}
+
+// settings are the resolved settings the budget is made of, as the binary
+// maps its own (TestBudgetIsTheBinarysStartupLine holds them equal).
+func (j *judged) settings() grace.Settings {
+	s := grace.Settings{
+		EnvPrefix: j.rc.EnvPrefix, Kubernetes: j.rc.Env == lameduck.EnvKubernetes,
+		PreStopDelay: j.rc.PreStopDelay, ShutdownDelay: j.rc.ShutdownDelay, DrainTimeout: j.rc.DrainTimeout,
+		ShutdownTeardown: j.rc.ShutdownTeardown, TerminationGrace: j.rc.TerminationGrace,
+		IdleDrain: j.rc.DrainMode == lameduck.DrainIdle,
+		Sources:   j.res.Sources,
+	}
+	if j.runner {
+		s.RunnerWindow = grace.RunnerWindow
+	}
+	return s
 }
 
 // budgetValues are a budget's numbers for Finding.Values.
-func budgetValues(b lameduck.Budget, spec *corev1.PodSpec, res lameduck.Resolved) map[string]any {
+func budgetValues(b grace.Budget, spec *corev1.PodSpec, res lameduck.Resolved) map[string]any {
 	_, secs := graceOf(spec)
 	return map[string]any{
 		"prestop_seconds": seconds(b.PreStop), "window_seconds": seconds(b.Window), "window_setting": b.EnvPrefix + b.WindowSetting,
@@ -129,7 +147,7 @@ func (j *judged) graceFindings(id string) []Finding {
 
 // fixSeconds is the budget's fix, with the grace period in the seconds a
 // pod spec takes when the total is a minute or more.
-func fixSeconds(b lameduck.Budget) string {
+func fixSeconds(b grace.Budget) string {
 	if b.Total < time.Minute {
 		return b.Fix()
 	}

@@ -131,7 +131,7 @@ func declaredSigns(c corev1.Container, opt Options) []string {
 // resolver (its rows, defaults and drain modes beside the Lifecycle's).
 func (j *judged) resolve() {
 	var cfg lameduck.Config
-	cfg.LookupEnv, cfg.Environ = lameduck.EnvList(environment(j.c))
+	cfg.LookupEnv, cfg.Environ = envList(environment(j.c))
 	if j.runner {
 		var res worker.Resolved
 		res, j.errs = worker.Resolve(worker.Config{Lifecycle: cfg})
@@ -179,7 +179,7 @@ func isRunner(c corev1.Container, opt Options) bool {
 	// Resolved as a runner, DRAIN_MODE comes from the variable only when
 	// the binary accepts it as a runner's mode.
 	var cfg lameduck.Config
-	cfg.LookupEnv, cfg.Environ = lameduck.EnvList(environment(c))
+	cfg.LookupEnv, cfg.Environ = envList(environment(c))
 	res, _ := worker.Resolve(worker.Config{Lifecycle: cfg})
 	return res.Sources["DRAIN_MODE"] == lameduck.DefaultEnvPrefix+"DRAIN_MODE"
 }
@@ -210,6 +210,22 @@ func environment(c corev1.Container) []string {
 		}
 	}
 	return kv
+}
+
+// envList returns a LookupEnv and an Environ for lameduck.Config that read
+// only kv: "KEY=value" strings, as environment returns them. When a key
+// appears twice, the later entry wins, as in a pod spec; an entry without
+// "=" is a key with an empty value (unset, for lameduck). Both functions
+// are safe for concurrent use.
+func envList(kv []string) (lookup func(key string) (string, bool), environ func() []string) {
+	m := make(map[string]string, len(kv))
+	for _, e := range kv {
+		k, v, _ := strings.Cut(e, "=")
+		m[k] = v
+	}
+	list := slices.Clone(kv)
+	return func(key string) (string, bool) { v, ok := m[key]; return v, ok },
+		func() []string { return slices.Clone(list) }
 }
 
 func valueSource(v *corev1.EnvVarSource) string {

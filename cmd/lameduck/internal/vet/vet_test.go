@@ -1,14 +1,19 @@
 package vet
 
 import (
+	"context"
+	"log/slog"
 	"math"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/lameduck/lameduck"
+	"github.com/lameduck/lameduck/internal/grace"
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
 )
@@ -89,6 +94,58 @@ func TestGraceUsesTheBinarysDefaults(t *testing.T) {
 	fs, _ := Check([]Object{o}, Options{})
 	if len(fs) != 1 || fs[0].Rule != "grace-period" || !strings.Contains(fs[0].Message, "delay 5s + teardown 30s = 35s > terminationGracePeriodSeconds 30") {
 		t.Fatalf("findings %+v; want grace-period with the sum", fs)
+	}
+}
+
+// vet's budget is the one the binary logs when Run starts: the same resolved
+// settings, mapped onto internal/grace the same way, for every shape of
+// the window.
+func TestBudgetIsTheBinarysStartupLine(t *testing.T) {
+	for _, env := range [][]string{
+		nil,
+		{"LAMEDUCK_TERMINATION_GRACE=45s", "LAMEDUCK_PRESTOP_DELAY=3s"},
+		{"LAMEDUCK_DRAIN_MODE=idle"},
+		{"LAMEDUCK_SHUTDOWN_DELAY=10s", "LAMEDUCK_SHUTDOWN_TEARDOWN=1m"},
+		{"LAMEDUCK_ENV=local"},
+	} {
+		c := corev1.Container{Name: "app"}
+		for _, kv := range env {
+			k, v, _ := strings.Cut(kv, "=")
+			c.Env = append(c.Env, corev1.EnvVar{Name: k, Value: v})
+		}
+		j := &judged{podContainer: podContainer{c: c}}
+		j.resolve()
+		if len(j.errs) > 0 {
+			t.Fatal(j.errs)
+		}
+		var log strings.Builder
+		cfg := *j.rc
+		cfg.Logger = slog.New(slog.NewTextHandler(&log, nil))
+		cfg.IgnoreSignals = true
+		lc, err := lameduck.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lc.BeginShutdown("test")
+		if err := lc.Run(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		want := grace.Of(j.settings()).String()
+		if !strings.Contains(log.String(), "msg="+strconv.Quote("lameduck: "+want)) {
+			t.Errorf("env %q: the binary logged\n%s\nwant the budget line %q", env, log.String(), want)
+		}
+	}
+}
+
+// A container's env is read as the kubelet passes it: a later entry of the
+// same name wins.
+func TestLaterEnvEntryWins(t *testing.T) {
+	lookup, _ := envList([]string{"LAMEDUCK_SHUTDOWN_DELAY=1s", "LAMEDUCK_SHUTDOWN_DELAY=2s", "LAMEDUCK_PRESTOP"})
+	if v, ok := lookup("LAMEDUCK_SHUTDOWN_DELAY"); !ok || v != "2s" {
+		t.Errorf("LAMEDUCK_SHUTDOWN_DELAY = %q, %v; want the later entry, 2s", v, ok)
+	}
+	if v, ok := lookup("LAMEDUCK_PRESTOP"); !ok || v != "" {
+		t.Errorf("LAMEDUCK_PRESTOP = %q, %v; want set and empty", v, ok)
 	}
 }
 
