@@ -39,10 +39,10 @@ var cases = []struct {
 	{"broken-worker-grace", "worker:\n  enabled: true\n  checkpointMarginSeconds: 0\n  drainTimeoutSeconds: 3600\n"},
 }
 
-// render runs what `helm template lameduck-demo deploy/helm/lameduck-demo
-// -f values.yaml` runs and returns the manifests sorted by template file,
-// each preceded by its "# Source:" line.
-func render(t *testing.T, values string) []byte {
+// renderFiles renders the chart with values (YAML) as the release opts
+// names, and returns each template file's text, or the engine's error. It
+// fails t when the chart does not load or values is not YAML.
+func renderFiles(t *testing.T, values string, opts chartutil.ReleaseOptions) (map[string]string, error) {
 	t.Helper()
 	chart, err := loader.Load("../lameduck-demo")
 	if err != nil {
@@ -52,12 +52,19 @@ func render(t *testing.T, values string) []byte {
 	if err := yaml.Unmarshal([]byte(values), &vals); err != nil {
 		t.Fatal(err)
 	}
-	opts := chartutil.ReleaseOptions{Name: "lameduck-demo", Namespace: "default", Revision: 1, IsInstall: true}
 	top, err := chartutil.ToRenderValues(chart, vals, opts, chartutil.DefaultCapabilities)
 	if err != nil {
 		t.Fatal(err)
 	}
-	files, err := engine.Render(chart, top)
+	return engine.Render(chart, top)
+}
+
+// render runs what `helm template lameduck-demo deploy/helm/lameduck-demo
+// -f values.yaml` runs and returns the manifests sorted by template file,
+// each preceded by its "# Source:" line.
+func render(t *testing.T, values string) []byte {
+	t.Helper()
+	files, err := renderFiles(t, values, chartutil.ReleaseOptions{Name: "lameduck-demo", Namespace: "default", Revision: 1, IsInstall: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,19 +112,7 @@ func TestNotes(t *testing.T) {
 		{``, "preStop 0s + window 5s + teardown 30s = 35s; terminationGracePeriodSeconds 45.", "WARNING"},
 		{"terminationGracePeriodSeconds: 20\n", "WARNING: 35s does not fit terminationGracePeriodSeconds 20", ""},
 	} {
-		chart, err := loader.Load("../lameduck-demo")
-		if err != nil {
-			t.Fatal(err)
-		}
-		vals := map[string]any{}
-		if err := yaml.Unmarshal([]byte(c.values), &vals); err != nil {
-			t.Fatal(err)
-		}
-		top, err := chartutil.ToRenderValues(chart, vals, chartutil.ReleaseOptions{Name: "demo", Namespace: "default"}, chartutil.DefaultCapabilities)
-		if err != nil {
-			t.Fatal(err)
-		}
-		files, err := engine.Render(chart, top)
+		files, err := renderFiles(t, c.values, chartutil.ReleaseOptions{Name: "demo", Namespace: "default"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -139,19 +134,7 @@ func TestTemplateErrors(t *testing.T) {
 		{"shutdown:\n  drainMode: fast\n", `shutdown.drainMode="fast": unknown`},
 		{"worker:\n  enabled: true\n  queue: sqs\n", `worker.queue="sqs": unknown; use nats, amqp or postgres`},
 	} {
-		chart, err := loader.Load("../lameduck-demo")
-		if err != nil {
-			t.Fatal(err)
-		}
-		vals := map[string]any{}
-		if err := yaml.Unmarshal([]byte(c.values), &vals); err != nil {
-			t.Fatal(err)
-		}
-		top, err := chartutil.ToRenderValues(chart, vals, chartutil.ReleaseOptions{Name: "x", Namespace: "default"}, chartutil.DefaultCapabilities)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = engine.Render(chart, top)
+		_, err := renderFiles(t, c.values, chartutil.ReleaseOptions{Name: "x", Namespace: "default"})
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("values %q: got error %v, want one containing %q", c.values, err, c.want)
 		}
