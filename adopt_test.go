@@ -30,7 +30,7 @@ import (
 func main() {
 	var pool *pgxpool.Pool
 	c := ldpgx.Check(health.Check{Name: "db", Critical: true}, pool)
-	fmt.Println("adopted", lameduck.PathReadiness, c.Name, c.Func(context.Background()) != nil)
+	fmt.Println("adopted", lameduck.DrainIdle, c.Name, c.Func(context.Background()) != nil)
 }
 `
 
@@ -105,8 +105,8 @@ func TestAdoptFromAClone(t *testing.T) {
 			t.Errorf("go.mod has no replace of %s by the clone:\n%s", m, gomod)
 		}
 	}
-	if !strings.Contains(out, "adopted /readyz db true") {
-		t.Errorf("the built service printed no 'adopted /readyz db true':\n%s", out)
+	if !strings.Contains(out, "adopted idle db true") {
+		t.Errorf("the built service printed no 'adopted idle db true':\n%s", out)
 	}
 }
 

@@ -9,11 +9,11 @@ import (
 	"github.com/lameduck/lameduck/health"
 )
 
-// PathMaintenance is where the maintenance switch is served when
-// Config.Maintenance is set: POST PathMaintenance+"/on" and "/off" turn it,
-// GET (or HEAD) PathMaintenance says which way it is
+// pathMaintenance is where the maintenance switch is served when
+// Config.Maintenance is set: POST pathMaintenance+"/on" and "/off" turn it,
+// GET (or HEAD) pathMaintenance says which way it is
 // (docs/probes-and-shutdown.md, "The maintenance switch").
-const PathMaintenance = "/maintenance"
+const pathMaintenance = "/maintenance"
 
 // maintenance is the switch's state. The zero value is off. Its methods
 // are safe for concurrent use; mu is never held across I/O or a callback.
@@ -40,13 +40,13 @@ func (l *Lifecycle) Maintenance() (on bool, since time.Time) {
 
 // isMaintenancePath reports whether p is one of the switch's paths.
 func isMaintenancePath(p string) bool {
-	return p == PathMaintenance || p == PathMaintenance+"/on" || p == PathMaintenance+"/off"
+	return p == pathMaintenance || p == pathMaintenance+"/on" || p == pathMaintenance+"/off"
 }
 
 // serveMaintenance is the maintenance switch, served where the preStop hook
 // would be (probeHandler.maintenance): behind the token when one is set.
 // Its steps: check the token (401, bare, changing nothing); GET or HEAD
-// on PathMaintenance answers the state; POST on /on or /off turns the
+// on pathMaintenance answers the state; POST on /on or /off turns the
 // switch, logs the change once (a call that changes nothing logs nothing),
 // and answers the state; from the shutdown signal on, a POST gets 409
 // {"status":"draining"} and changes nothing, since readiness never turns
@@ -58,8 +58,8 @@ func (h *probeHandler) serveMaintenance(w http.ResponseWriter, r *http.Request) 
 	}
 	p := r.URL.Path
 	switch {
-	case p == PathMaintenance && (r.Method == http.MethodGet || r.Method == http.MethodHead):
-	case p == PathMaintenance:
+	case p == pathMaintenance && (r.Method == http.MethodGet || r.Method == http.MethodHead):
+	case p == pathMaintenance:
 		w.Header().Set("Allow", "GET, HEAD")
 		health.Write(w, r, h.info, health.Report{Status: "method not allowed", Code: http.StatusMethodNotAllowed})
 		return
@@ -73,7 +73,7 @@ func (h *probeHandler) serveMaintenance(w http.ResponseWriter, r *http.Request) 
 		health.Write(w, r, h.info, rep)
 		return
 	default:
-		l.setMaintenance(p == PathMaintenance+"/on", r.RemoteAddr)
+		l.setMaintenance(p == pathMaintenance+"/on", r.RemoteAddr)
 	}
 	on, since := l.Maintenance()
 	rep := l.report(health.StatusOK)
@@ -105,7 +105,7 @@ func (l *Lifecycle) setMaintenance(on bool, remote string) {
 	case was == on:
 	case on:
 		l.log.Info("lameduck: maintenance on — /readyz now 503 maintenance, so the pod leaves its Services' endpoints; nothing drains and /healthz stays 200; POST "+
-			PathMaintenance+"/off brings it back", "remote", remote, "phase", l.Phase().String())
+			pathMaintenance+"/off brings it back", "remote", remote, "phase", l.Phase().String())
 	default:
 		l.log.Info(fmt.Sprintf("lameduck: maintenance off after %s — /readyz answers its checks again", now.Sub(since).Round(time.Millisecond)),
 			"remote", remote, "phase", l.Phase().String())

@@ -18,7 +18,7 @@ import (
 func readyz(t *testing.T, lc *lameduck.Lifecycle) (code int, status, notReadyAt string) {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	lc.ProbeHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, lameduck.PathReadiness, nil))
+	lc.ProbeHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
 	var body struct {
 		Status     string `json:"status"`
 		NotReadyAt string `json:"not_ready_at"`
@@ -95,7 +95,7 @@ func TestNotReadyAtSaysWhenReadinessTurns503(t *testing.T) {
 					t.Errorf("teardown: /readyz %d %s; want 503 draining", code, st)
 				}
 				rec := httptest.NewRecorder()
-				lc.ProbeHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, lameduck.PathLiveness, nil))
+				lc.ProbeHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
 				if rec.Code != 200 {
 					t.Errorf("teardown: /healthz %d; want 200", rec.Code)
 				}

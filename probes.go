@@ -14,14 +14,16 @@ import (
 	"github.com/lameduck/lameduck/health"
 )
 
-// The default paths the probes answer on ([Config.LivenessPaths],
-// ReadinessPath, StartupPath and PreStopPath rename them). /readyz/<name> is
-// reserved for one check's answer (the Kubernetes API server's convention).
+// The default paths the probes answer on (their settings' defaults:
+// [Config.LivenessPaths], ReadinessPath, StartupPath and PreStopPath rename
+// them, and the resolved Config, from Lifecycle.Config, holds the paths in
+// effect). /readyz/<name> is reserved for one check's answer (the
+// Kubernetes API server's convention).
 const (
-	PathLiveness  = "/healthz"
-	PathReadiness = "/readyz"
-	PathStartup   = "/startupz"
-	PathPreStop   = "/prestop"
+	pathLiveness  = "/healthz"
+	pathReadiness = "/readyz"
+	pathStartup   = "/startupz"
+	pathPreStop   = "/prestop"
 )
 
 // pathLivez answers liveness too, by default, as on the Kubernetes API
@@ -66,7 +68,7 @@ func (l *Lifecycle) newProbeHandler(shared bool) *probeHandler {
 		maintenance: c.Maintenance && (!shared || c.PreStopToken != ""),
 	}
 	h.live = health.Handler(info, func(*http.Request) health.Report {
-		if rep, ok := l.answered(PathLiveness); ok {
+		if rep, ok := l.answered(true); ok {
 			return rep
 		}
 		return l.report(health.StatusOK)
@@ -190,12 +192,12 @@ func (l *Lifecycle) probeListenerHandler(ph *probeHandler) http.Handler {
 
 // answered asks the extension's probe answerer (a runner's), if any: it
 // answers first on every liveness and readiness probe.
-func (l *Lifecycle) answered(probe string) (health.Report, bool) {
+func (l *Lifecycle) answered(liveness bool) (health.Report, bool) {
 	if l.cfg.Extension == nil || l.cfg.Extension.Answer == nil {
 		return health.Report{}, false
 	}
 	p := l.Phase()
-	rep, ok := l.cfg.Extension.Answer(probe, int32(p))
+	rep, ok := l.cfg.Extension.Answer(liveness, int32(p))
 	if ok {
 		if rep.Fields == nil {
 			rep.Fields = map[string]any{}
@@ -221,7 +223,7 @@ func (h *probeHandler) serveReadiness(w http.ResponseWriter, r *http.Request, ch
 		return
 	}
 	l := h.l
-	if rep, ok := l.answered(PathReadiness); ok {
+	if rep, ok := l.answered(false); ok {
 		health.WriteNegotiated(w, r, h.info, rep)
 		return
 	}

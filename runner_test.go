@@ -45,8 +45,8 @@ func TestProbeAddrServesWithoutServers(t *testing.T) {
 func TestExtensionAnswersProbes(t *testing.T) {
 	stalled := false
 	cfg := lameduck.Config{Extension: &extend.Extension{
-		Answer: func(probe string, p int32) (health.Report, bool) {
-			if probe == lameduck.PathLiveness && stalled {
+		Answer: func(liveness bool, p int32) (health.Report, bool) {
+			if liveness && stalled {
 				return health.Report{Status: health.StatusStalled}, true
 			}
 			return health.Report{}, false

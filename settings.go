@@ -120,16 +120,16 @@ func settingTable() []setting {
 				fixed(func(c *Config) { c.CheckDetails = CheckDetailsAuto }, "default: shown on the probe-only listener, hidden where the application is served")),
 		livenessPathsSetting().
 			with("the liveness paths (`/livez` as on the Kubernetes API server); rename them if the application owns these paths",
-				fixed(func(c *Config) { c.LivenessPaths = []string{PathLiveness, pathLivez} }, "default")),
-		pathSetting("READINESS_PATH", "ReadinessPath", PathReadiness, func(c *Config) *string { return &c.ReadinessPath }).
+				fixed(func(c *Config) { c.LivenessPaths = []string{pathLiveness, pathLivez} }, "default")),
+		pathSetting("READINESS_PATH", "ReadinessPath", pathReadiness, func(c *Config) *string { return &c.ReadinessPath }).
 			with("the readiness path; `<path>/<check>` answers for one check. Clean, absolute, and no other probe's path",
-				fixed(func(c *Config) { c.ReadinessPath = PathReadiness }, "default")),
-		pathSetting("STARTUP_PATH", "StartupPath", PathStartup, func(c *Config) *string { return &c.StartupPath }).
+				fixed(func(c *Config) { c.ReadinessPath = pathReadiness }, "default")),
+		pathSetting("STARTUP_PATH", "StartupPath", pathStartup, func(c *Config) *string { return &c.StartupPath }).
 			with("the startup probe's path; clean, absolute, and no other probe's path",
-				fixed(func(c *Config) { c.StartupPath = PathStartup }, "default")),
-		pathSetting("PRESTOP_PATH", "PreStopPath", PathPreStop, func(c *Config) *string { return &c.PreStopPath }).
+				fixed(func(c *Config) { c.StartupPath = pathStartup }, "default")),
+		pathSetting("PRESTOP_PATH", "PreStopPath", pathPreStop, func(c *Config) *string { return &c.PreStopPath }).
 			with("the preStop hook's path; clean, absolute, and no other probe's path",
-				fixed(func(c *Config) { c.PreStopPath = PathPreStop }, "default")),
+				fixed(func(c *Config) { c.PreStopPath = pathPreStop }, "default")),
 		boolSetting("EXIT_ON_SECOND_SIGNAL", "ExitOnSecondSignal", func(c *Config) *bool { return &c.ExitOnSecondSignal }).
 			with("a second SIGTERM/SIGINT exits at once with 128 + the signal number", nil),
 		stringSetting("PROBE_ADDR", "ProbeAddr", `a listen address such as ":9090"`, func(c *Config) *string { return &c.ProbeAddr }).

@@ -11,14 +11,11 @@ import (
 // answer answers the liveness and readiness probes first, in the
 // Lifecycle's place (false: the Lifecycle answers); phase is the
 // Lifecycle's at the probe.
-func (w *Worker) answer(probe string, phase lameduck.Phase) (health.Report, bool) {
-	switch probe {
-	case lameduck.PathLiveness:
+func (w *Worker) answer(liveness bool, phase lameduck.Phase) (health.Report, bool) {
+	if liveness {
 		return w.liveness(phase)
-	case lameduck.PathReadiness:
-		return w.readiness(phase)
 	}
-	return health.Report{}, false
+	return w.readiness(phase)
 }
 
 // liveness answers 503 stalled when an idle loop has stopped cycling, and

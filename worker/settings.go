@@ -179,7 +179,9 @@ func (s *settings) extension(w *Worker) *extend.Extension {
 		LogAttrs: func() []any { return []any{"runner", true, "epoch", s.Epoch} },
 	}
 	if w != nil {
-		e.Answer = func(probe string, phase int32) (health.Report, bool) { return w.answer(probe, lameduck.Phase(phase)) }
+		e.Answer = func(liveness bool, phase int32) (health.Report, bool) {
+			return w.answer(liveness, lameduck.Phase(phase))
+		}
 		e.InFlight = w.jobsInFlight
 		e.Waits = []extend.Wait{{Name: "consume loops", Fn: w.drain}}
 	}

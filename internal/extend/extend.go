@@ -57,14 +57,14 @@ type Extension struct {
 	// LogAttrs, when set, adds key-value pairs to the startup budget line.
 	LogAttrs func() []any
 	// Answer, when set, is asked first on every liveness and readiness
-	// probe: probe is the default path of the probe (PathLiveness or
-	// PathReadiness, for /readyz/<check> too), phase the Lifecycle's phase
+	// probe: liveness says which (readiness for /readyz/<check> too),
+	// phase the Lifecycle's phase
 	// (a lameduck.Phase's value: 0 starting, 1 serving, 2 draining, 3
 	// stopping, 4 stopped). It returns the report to render and true, or
 	// false to let the Lifecycle answer. It is called concurrently and must only read
 	// memory and return at once; a "phase" member is added to the
 	// report's Fields unless it sets one.
-	Answer func(probe string, phase int32) (rep health.Report, answered bool)
+	Answer func(liveness bool, phase int32) (rep health.Report, answered bool)
 	// InFlight, when set, counts work in flight that is not an HTTP
 	// request (a runner's jobs), added to the in_flight of the sequence's
 	// log lines. It must only read memory and return at once.

@@ -11,6 +11,7 @@ package measure
 
 import (
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -123,15 +124,17 @@ var Phases = [...]lameduck.Phase{lameduck.PhaseStarting, lameduck.PhaseServing, 
 var Outcomes = [...]health.Outcome{health.OutcomeOK, health.OutcomeError, health.OutcomeTimeout,
 	health.OutcomeStalled, health.OutcomePanic}
 
-// ProbePath bounds LabelPath: per-check readiness paths are one value, and
-// anything else the probe handler answered (a 404) is "other".
-func ProbePath(p string) string {
-	switch p {
-	case lameduck.PathLiveness, lameduck.PathReadiness, lameduck.PathStartup, lameduck.PathPreStop:
+// ProbePath bounds LabelPath: the probe paths of cfg, a resolved Config
+// (the liveness paths, the readiness, startup and preStop paths) are
+// themselves, per-check readiness paths are one value (the readiness path
+// + "/*"), and anything else the probe handler answered (a 404) is
+// "other".
+func ProbePath(cfg *lameduck.Config, p string) string {
+	if p == cfg.ReadinessPath || p == cfg.StartupPath || p == cfg.PreStopPath || slices.Contains(cfg.LivenessPaths, p) {
 		return p
 	}
-	if strings.HasPrefix(p, lameduck.PathReadiness+"/") {
-		return lameduck.PathReadiness + "/*"
+	if strings.HasPrefix(p, cfg.ReadinessPath+"/") {
+		return cfg.ReadinessPath + "/*"
 	}
 	return "other"
 }
@@ -260,7 +263,12 @@ func (t *Tracker) Observe(tr lameduck.Transition) {
 		t.last[r.Name] = CheckState{Outcome: r.Outcome, Critical: r.Critical}
 		t.mu.Unlock()
 	case lameduck.TransitionProbe:
-		t.sink.ProbeAnswer(ProbePath(tr.Path), tr.Code)
+		path := "other"
+		if tr.Lifecycle != nil {
+			cfg := tr.Lifecycle.Config()
+			path = ProbePath(&cfg, tr.Path)
+		}
+		t.sink.ProbeAnswer(path, tr.Code)
 	case lameduck.TransitionCut:
 		t.sink.Cut(tr.Count)
 	case lameduck.TransitionAbandoned:

@@ -39,11 +39,27 @@ func TestNamesFollowEachSidesRules(t *testing.T) {
 	}
 }
 
+// A probe's label is its path as the Lifecycle resolved it: renamed paths
+// keep their own label, and the defaults' (/livez among them) too.
 func TestProbePath(t *testing.T) {
-	for in, want := range map[string]string{"/healthz": "/healthz", "/readyz": "/readyz", "/readyz/db": "/readyz/*",
-		"/startupz": "/startupz", "/prestop": "/prestop", "/nope": "other", "/livez": "other"} {
-		if got := measure.ProbePath(in); got != want {
-			t.Errorf("ProbePath(%q) = %q; want %q", in, got, want)
+	for _, tc := range []struct {
+		cfg  lameduck.Config
+		want map[string]string
+	}{
+		{lameduck.Config{}, map[string]string{"/healthz": "/healthz", "/livez": "/livez", "/readyz": "/readyz",
+			"/readyz/db": "/readyz/*", "/startupz": "/startupz", "/prestop": "/prestop", "/nope": "other", "/-/ready": "other"}},
+		{lameduck.Config{ReadinessPath: "/-/ready", LivenessPaths: []string{"/-/live"}}, map[string]string{
+			"/-/live": "/-/live", "/-/ready": "/-/ready", "/-/ready/db": "/-/ready/*", "/readyz": "other", "/healthz": "other"}},
+	} {
+		tc.cfg.LookupEnv = func(string) (string, bool) { return "", false } // not the process's environment
+		res, errs := lameduck.Resolve(tc.cfg)
+		if len(errs) > 0 {
+			t.Fatal(errs)
+		}
+		for in, want := range tc.want {
+			if got := measure.ProbePath(&res.Config, in); got != want {
+				t.Errorf("ProbePath(%q) = %q; want %q", in, got, want)
+			}
 		}
 	}
 }

@@ -10,7 +10,6 @@
 package rpcserve
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"maps"
@@ -24,9 +23,8 @@ import (
 
 // ProbeOK reports whether lc's probe handler answers 200 to a HEAD request
 // made under ctx: for its first liveness path when liveness is true
-// (Config.LivenessPaths, lameduck.PathLiveness when empty), for its
-// readiness path otherwise (Config.ReadinessPath, lameduck.PathReadiness
-// when empty). The paths are the ones lc was configured with, not the
+// (Config.LivenessPaths), for its readiness path otherwise
+// (Config.ReadinessPath), as lc resolved them. The paths are the ones lc was configured with, not the
 // defaults, so a gRPC health answer never disagrees with the HTTP probe
 // the kubelet would make. A handler that writes a body without a status
 // answers 200, as net/http would; a request that cannot be built answers
@@ -34,12 +32,9 @@ import (
 // probe does, under ctx's deadline. It is safe for concurrent use.
 func ProbeOK(ctx context.Context, lc *lameduck.Lifecycle, liveness bool) bool {
 	cfg := lc.Config()
-	path := cmp.Or(cfg.ReadinessPath, lameduck.PathReadiness)
-	if liveness {
-		path = lameduck.PathLiveness
-		if len(cfg.LivenessPaths) > 0 {
-			path = cfg.LivenessPaths[0]
-		}
+	path := cfg.ReadinessPath
+	if liveness && len(cfg.LivenessPaths) > 0 {
+		path = cfg.LivenessPaths[0]
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodHead, path, nil)
 	if err != nil {
