@@ -61,17 +61,8 @@ func harness(t *testing.T, dsn string, restart func(context.Context) error) sour
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := pgxpool.ParseConfig(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// After a restart, each connection the pool holds is dead: ping before use.
-	cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return true }
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := newPoolShouldPing(t, dsn, true)
 	schema := "ldpgx_suite_" + randomHex(6)
 	table := schema + ".jobs"
 	quoted := pgx.Identifier{schema, "jobs"}.Sanitize()

@@ -18,11 +18,19 @@ import (
 // that loses answers on purpose must not have the ping lose them first.
 func (d *db) victimPool(t testing.TB, addr, app string) *pgxpool.Pool {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(d.dsnVia(t, addr, app))
+	return newPoolShouldPing(t, d.dsnVia(t, addr, app), false)
+}
+
+// newPoolShouldPing returns a pool on dsn, closed by t's cleanup, that
+// pings each connection before handing it out when ping is set, and never
+// otherwise.
+func newPoolShouldPing(t testing.TB, dsn string, ping bool) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
+	cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return ping }
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

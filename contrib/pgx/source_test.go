@@ -113,15 +113,23 @@ func TestHandBackDelay(t *testing.T) {
 	}
 }
 
+// claimedWithAShortLease enqueues a job under key on a fresh table and
+// claims it from a Source whose lease is 1s; it returns the table, the
+// job, and what the Source logged.
+func claimedWithAShortLease(t *testing.T, key string) (*db, *ldpgx.Job, *testsupport.LogBuffer) {
+	t.Helper()
+	d := newDB(t)
+	logs := new(testsupport.LogBuffer)
+	src := d.source(t, nil, ldpgx.SourceConfig{Lease: time.Second, Logger: slogTo(logs)})
+	d.enqueue(t, ldpgx.EnqueueJob{Key: key})
+	return d, fetch(t, src, time.Second), logs
+}
+
 // An Ack or a HandBack whose claim was taken (another token in the row)
 // changes nothing and says so, wrapping ErrClaimLost; the renewal that
 // finds the claim gone logs that the job was taken away.
 func TestAckWithAStolenClaim(t *testing.T) {
-	d := newDB(t)
-	logs := new(testsupport.LogBuffer)
-	src := d.source(t, nil, ldpgx.SourceConfig{Lease: time.Second, Logger: slogTo(logs)})
-	d.enqueue(t, ldpgx.EnqueueJob{Key: "stolen"})
-	j := fetch(t, src, time.Second)
+	d, j, logs := claimedWithAShortLease(t, "stolen")
 	// As a runner that claimed it after this one's lease ended would.
 	if n := d.exec(t, `UPDATE %s SET claim = gen_random_uuid(), attempts = attempts + 1 WHERE key = 'stolen'`); n != 1 {
 		t.Fatalf("stole %d rows", n)
@@ -150,11 +158,7 @@ func TestAckWithAStolenClaim(t *testing.T) {
 // still running on this claim (the Ack, which needs the claim's token,
 // succeeds) and its lease_until has moved past the first one.
 func TestLeaseRenewedPastTheLease(t *testing.T) {
-	d := newDB(t)
-	logs := new(testsupport.LogBuffer)
-	src := d.source(t, nil, ldpgx.SourceConfig{Lease: time.Second, Logger: slogTo(logs)})
-	d.enqueue(t, ldpgx.EnqueueJob{Key: "long"})
-	j := fetch(t, src, time.Second)
+	d, j, logs := claimedWithAShortLease(t, "long")
 	first := *d.mustRow(t, "long").leaseUntil
 	// Three leases' worth of PostgreSQL's time.
 	eventually(t, "three leases to pass with the lease renewed", func() bool {
