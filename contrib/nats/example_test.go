@@ -27,23 +27,11 @@ import (
 //
 //	lc.AddCheck(ldnats.CheckJetStream(health.Check{Name: "bus"}, nc))
 func ExampleCheckJetStream() {
-	dir, err := os.MkdirTemp("", "ldnats-example")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true})
-	if err != nil {
-		log.Fatal(err)
-	}
-	ns.Start()
-	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
-	if !ns.ReadyForConnections(10e9) {
-		log.Fatal("the embedded server did not start")
-	}
+	url, stop := embeddedServer()
+	defer stop()
 
 	// nats.go reconnects by itself; the check reports RECONNECTING meanwhile.
-	nc, err := nats.Connect(ns.ClientURL(), nats.MaxReconnects(-1))
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -76,23 +64,11 @@ func ExampleCheckJetStream() {
 // its handler returns nil and handed back (a NAK) when it returns an
 // error; while it runs, the Source keeps it in progress. SIGTERM drains it.
 func ExampleNewSource() {
-	dir, err := os.MkdirTemp("", "ldnats-example")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true})
-	if err != nil {
-		log.Fatal(err)
-	}
-	ns.Start()
-	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		log.Fatal("the embedded server did not start")
-	}
+	url, stop := embeddedServer()
+	defer stop()
 
 	ctx := context.Background()
-	nc, err := nats.Connect(ns.ClientURL())
+	nc, err := nats.Connect(url)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -165,4 +141,25 @@ func ExampleNewSource() {
 	// done job-1 payload
 	// done job-2 payload
 	// stopped
+}
+
+// embeddedServer starts a NATS server with JetStream in the process, on a
+// free port of 127.0.0.1 and a temporary store, and returns its URL and
+// what stops it and removes the store.
+func embeddedServer() (url string, stop func()) {
+	dir, err := os.MkdirTemp("", "ldnats-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ns.Start()
+	stop = func() { ns.Shutdown(); ns.WaitForShutdown(); os.RemoveAll(dir) }
+	if !ns.ReadyForConnections(10 * time.Second) {
+		stop()
+		log.Fatal("the embedded server did not start")
+	}
+	return ns.ClientURL(), stop
 }
