@@ -351,19 +351,27 @@ func (s *Source) connection(ctx context.Context) (*amqp.Connection, error) {
 func (s *Source) connReason() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.connErr == nil {
+	if e := closeNoticeLocked(&s.connErr, s.connDown); e != nil {
+		return e.Error()
+	}
+	return "closed by the application"
+}
+
+// closeNoticeLocked returns why a connection or channel closed: *seen, or
+// else the notice waiting on down, which it keeps in *seen; nil when
+// neither says. It does not wait for a notice. The caller holds the lock
+// that guards *seen.
+func closeNoticeLocked(seen **amqp.Error, down <-chan *amqp.Error) *amqp.Error {
+	if *seen == nil {
 		select {
-		case e, ok := <-s.connDown:
+		case e, ok := <-down:
 			if ok && e != nil {
-				s.connErr = e
+				*seen = e
 			}
 		default:
 		}
 	}
-	if s.connErr == nil {
-		return "closed by the application"
-	}
-	return s.connErr.Error()
+	return *seen
 }
 
 // ended retires c, whose delivery channel closed, and returns Fetch's
@@ -574,18 +582,9 @@ func openChannel(conn *amqp.Connection) (*channel, error) {
 func (c *channel) reason() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.err == nil {
-		select {
-		case e, ok := <-c.down:
-			if ok && e != nil {
-				c.err = e
-			}
-		default:
-		}
-	}
-	switch {
-	case c.err != nil:
-		return c.err.Error()
+	switch e := closeNoticeLocked(&c.err, c.down); {
+	case e != nil:
+		return e.Error()
 	case c.shut:
 		return "closed by the Source"
 	default:
