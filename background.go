@@ -36,7 +36,7 @@ func (r *registry) enter(name string, loop bool) error {
 	defer r.mu.Unlock()
 	switch {
 	case r.joined:
-		return ErrJoined
+		return errJoined
 	case loop && r.loops:
 		return ErrShuttingDown
 	}
@@ -122,7 +122,8 @@ func (r *registry) close() (string, int) {
 // recovered, logged with its stack and handed to Config.OnPanic; the
 // process lives on.
 //
-// GoWrite returns ErrJoined, and logs the refusal, once the join is over.
+// GoWrite returns an error wrapping ErrShuttingDown, and logs the refusal,
+// once the join is over.
 // It is safe for concurrent use and does not block.
 func (l *Lifecycle) GoWrite(name string, timeout time.Duration, fn func(ctx context.Context) error) error {
 	if err := l.checkTask("GoWrite", name, timeout, fn); err != nil {
@@ -145,8 +146,9 @@ func (l *Lifecycle) GoWrite(name string, timeout time.Duration, fn func(ctx cont
 // shutdown sequence starts; the background join then waits for fn to
 // return, so the process never exits between a claim and its release.
 //
-// GoLoop returns ErrShuttingDown once the sequence has started and
-// ErrJoined once the join is over; both refusals are logged. Errors and
+// GoLoop returns ErrShuttingDown once the sequence has started (an error
+// wrapping it, which says so, once the join is over); the refusal is
+// logged. Errors and
 // panics from fn are handled as in GoWrite. It is safe for concurrent use
 // and does not block.
 func (l *Lifecycle) GoLoop(name string, fn func(ctx context.Context) error) error {

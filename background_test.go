@@ -161,11 +161,11 @@ func TestWorkAfterTheJoinIsRefusedAndLogged(t *testing.T) {
 	h := started(t, lameduck.Config{ShutdownDelay: time.Second})
 	h.endWindow(time.Second)
 	h.waitOK(t)
-	if err := h.lc.GoWrite("too-late", 0, func(context.Context) error { t.Error("ran"); return nil }); !errors.Is(err, lameduck.ErrJoined) {
-		t.Fatalf("GoWrite after the join = %v, want ErrJoined", err)
+	if err := h.lc.GoWrite("too-late", 0, func(context.Context) error { t.Error("ran"); return nil }); !errors.Is(err, lameduck.ErrShuttingDown) {
+		t.Fatalf("GoWrite after the join = %v, want ErrShuttingDown", err)
 	}
-	if err := h.lc.GoLoop("too-late-loop", func(context.Context) error { t.Error("ran"); return nil }); !errors.Is(err, lameduck.ErrJoined) {
-		t.Fatalf("GoLoop after the join = %v, want ErrJoined", err)
+	if err := h.lc.GoLoop("too-late-loop", func(context.Context) error { t.Error("ran"); return nil }); !errors.Is(err, lameduck.ErrShuttingDown) {
+		t.Fatalf("GoLoop after the join = %v, want ErrShuttingDown", err)
 	}
 	h.logged(t, `refused: lameduck: the background join is over: no new work" task=too-late`, "refusal not logged")
 }

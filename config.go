@@ -3,7 +3,6 @@ package lameduck
 import (
 	"log/slog"
 	"net/http"
-	"os"
 	"time"
 
 	"github.com/lameduck/lameduck/internal/extend"
@@ -379,12 +378,11 @@ type Config struct {
 	// Clock is the source of time for the window, the budget and request
 	// ages. Default: the system clock. Tests inject lameducktest.Clock.
 	Clock Clock
-	// Signals start the shutdown sequence. Default SIGTERM and SIGINT.
-	// Set IgnoreSignals to listen for none (embedding, tests).
-	Signals []os.Signal
 	// IgnoreSignals stops Run from listening for signals at all; the
 	// sequence then starts only through BeginShutdown, GET /prestop, Run's
-	// context or a fatal error.
+	// context or a fatal error (embedding, tests). By default SIGTERM (what
+	// the kubelet sends) and SIGINT (Ctrl-C) start it; to start it on
+	// another signal, pass it to signal.Notify and call BeginShutdown.
 	IgnoreSignals bool
 
 	// Extension is set by package worker; nil for a server. Its type is

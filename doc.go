@@ -28,7 +28,7 @@
 //   - teardown: everything after the window, under one budget
 //     (ShutdownTeardown): the teardown hooks (AddTeardownHook, the
 //     application's own steps) beside the HTTP drain, then the join, then
-//     the closers. [Lifecycle.WindowEnded] closes when it begins.
+//     the closers. [Events].WindowEnded fires when it begins.
 //   - join: the teardown's wait for background tasks (GoWrite, GoLoop);
 //     what still runs at its bound is abandoned, and named.
 //
@@ -37,7 +37,7 @@
 //	lifecycle.go     Lifecycle, New, Run, BeginShutdown
 //	servers.go       AddServer: binding and serving the registered servers
 //	events.go        Event, Events: the shutdown timeline, one event per step
-//	errors.go        the sentinel errors: ErrInvalidConfig, ErrStartupFailed, ErrAlreadyRunning, ErrShuttingDown, ErrJoined
+//	errors.go        the sentinel errors: ErrInvalidConfig, ErrStartupFailed, ErrAlreadyRunning, ErrShuttingDown
 //	config.go        Config and its defaults; settings.go the LAMEDUCK_* rows, ConfigError
 //	resolve.go       Resolve, Resolved: the rows walked, then the named cross-setting checks
 //	extension.go     Config.Extension: what a package built on the Lifecycle adds (internal/extend)
@@ -53,7 +53,7 @@
 //	teardown.go      the teardown: hooks beside the HTTP drain, join, closers
 //	hooks.go         AddTeardownHook, AddCloser
 //	background.go    GoWrite, GoLoop and the join
-//	middleware.go    the handler wrapper, TrackRequest, Tracked, WindowEnded, KeepAlive
+//	middleware.go    the handler wrapper, TrackRequest, Tracked, KeepAlive
 //	track.go         request tracking (allocation-free), InFlight, InFlightRequest
 //	serverfuncs.go   ServerFuncs, AddServerFuncs: servers that are not net/http's
 //	transition.go    Transition, Config.OnTransition: events, checks, probes, cuts

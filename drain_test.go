@@ -225,7 +225,7 @@ func TestHijackedConnectionIsForceClosedAtTheBudget(t *testing.T) {
 			return
 		}
 		close(hijacked)
-		io.Copy(io.Discard, conn) // never closes on its own; ignores WindowEnded()
+		io.Copy(io.Discard, conn) // never closes on its own; ignores the WindowEnded event
 	}))
 	h.start(t)
 	conn := dialUpgrade(t, base)
@@ -259,7 +259,7 @@ func TestStreamsFinishWhenTheWindowEnds(t *testing.T) {
 		fmt.Fprint(w, "data: hello\n\n")
 		w.(http.Flusher).Flush()
 		close(streaming)
-		<-h.lc.WindowEnded()
+		<-h.lc.Events().WindowEnded.Done()
 		fmt.Fprint(w, "event: bye\ndata: server going away\n\n")
 	}))
 	h.start(t)

@@ -18,20 +18,26 @@ var errInterrupted = errors.New("lameduck: startup interrupted by shutdown")
 // because the shutdown sequence has started return ErrShuttingDown.
 var ErrAlreadyRunning = errors.New("lameduck: the Lifecycle is already running")
 
-// ErrShuttingDown is returned by what the shutdown sequence, once started,
-// no longer takes: GoLoop (a loop would run on an already-cancelled
-// context, so its caller should record the work as deferred, to its
-// reconciliation sweep say: docs/probes-and-shutdown.md, "Teardown: hooks,
-// HTTP drain, background join, closers"), AddTeardownHook and
-// AddCloser (the sequence has already read its steps). What may only be
-// registered before Run (AddServer, AddServerFuncs, AddStartupTask) returns
+// ErrShuttingDown is wrapped by the refusal of what the shutdown sequence,
+// once started, no longer takes: GoLoop (a loop would run on an
+// already-cancelled context), GoWrite once the background join is over
+// (nobody is left to wait for the write; the error's text says so), and
+// AddTeardownHook and AddCloser (the sequence has already read its steps).
+// The work was not started: a caller records it as deferred, to its
+// reconciliation sweep say (docs/probes-and-shutdown.md, "Teardown: hooks,
+// HTTP drain, background join, closers"). What may only be registered
+// before Run (AddServer, AddServerFuncs, AddStartupTask) returns
 // ErrAlreadyRunning instead.
 var ErrShuttingDown = errors.New("lameduck: shutting down: the shutdown sequence has started")
 
-// ErrJoined is returned by GoWrite and GoLoop once the background join is
-// over: nobody is left to wait for the work, so it is refused and logged
-// rather than started.
-var ErrJoined = errors.New("lameduck: the background join is over: no new work")
+// errJoined is GoWrite's and GoLoop's refusal once the background join is
+// over; it wraps ErrShuttingDown.
+var errJoined error = joinedError{}
+
+type joinedError struct{}
+
+func (joinedError) Error() string { return "lameduck: the background join is over: no new work" }
+func (joinedError) Unwrap() error { return ErrShuttingDown }
 
 // ErrInvalidConfig is wrapped by every error [New] returns for a bad
 // setting, whether it came from a Config field or an environment variable.

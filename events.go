@@ -119,7 +119,7 @@ func (e *Event) fire() bool {
 //	 │     idle mode:  until no traffic for IdleWindow, in [ShutdownDelay, DrainTimeout]
 //	 │     never ready (phase starting at t = 0): W = 0
 //	 ▼
-//	WindowEnded ── t = W: Lifecycle.WindowEnded's channel closes (WebSockets
+//	WindowEnded ── t = W: its Done channel closes (WebSockets
 //	 │     send close 1001, streams end); GET /prestop answers 200; phase
 //	 │     stopping; the teardown budget T (ShutdownTeardown) starts
 //	 ├──────────────────────────────────────────┐ side by side
@@ -137,7 +137,7 @@ func (e *Event) fire() bool {
 //	 │  (after HooksDone too) the background join: GoWrite and GoLoop tasks, for
 //	 │   what T has left less the closers' tail, at most JoinBudget when set
 //	 ▼
-//	Joined ── from now on GoWrite and GoLoop return ErrJoined
+//	Joined ── from now on GoWrite, like GoLoop, returns ErrShuttingDown
 //	 │  the closers, in reverse order of registration, each an equal share of
 //	 │   what is left of T
 //	 ▼
@@ -164,7 +164,11 @@ type Events struct {
 	// this instant (from WindowEnded under Config.NotReadyAt "teardown").
 	ShutdownInitiated *Event
 	// WindowEnded fires when the lame-duck window has passed and teardown
-	// begins. GET /prestop answers at this instant.
+	// begins. GET /prestop answers at this instant. Long-lived handlers
+	// select on its Done channel to finish cleanly: a WebSocket sends a
+	// close frame with status 1001 (going away), a server-sent-event stream
+	// writes a final event and returns; a handler that ignores it is cut at
+	// the teardown budget and named in the log.
 	WindowEnded *Event
 	// HooksDone fires when the teardown hooks have returned or overrun
 	// their share of the teardown budget (at once when there are none).

@@ -143,7 +143,7 @@ func ExampleLifecycle_GoWrite() {
 	fmt.Println("a write after the signal is accepted:", err == nil)
 	fmt.Println("Run:", lc.Run(context.Background())) // joins the write
 	err = lc.GoWrite("too-late", time.Second, func(ctx context.Context) error { return nil })
-	fmt.Println("a write after the join is refused:", errors.Is(err, lameduck.ErrJoined))
+	fmt.Println("a write after the join is refused:", errors.Is(err, lameduck.ErrShuttingDown))
 	// Output:
 	// lease released at the signal
 	// a new loop after the signal is refused: true

@@ -371,7 +371,7 @@ func (l *Lifecycle) sequenceStart() time.Time {
 }
 
 // beginTeardown is WindowEnded: the lame-duck window is over
-// (Lifecycle.WindowEnded's channel closes), and the phase becomes stopping.
+// (Events().WindowEnded fires), and the phase becomes stopping.
 func (l *Lifecycle) beginTeardown() {
 	l.events.WindowEnded.fire()
 	l.phase.Store(int32(PhaseStopping))

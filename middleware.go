@@ -245,13 +245,3 @@ func (t Tracked) Hijacked(conn net.Conn) bool {
 // has no effect on the sequence. It costs one clock read and one atomic
 // store; it is safe for concurrent use.
 func (l *Lifecycle) KeepAlive() { l.track.touch() }
-
-// WindowEnded returns a channel that is closed when the lame-duck window
-// ends and teardown begins (the WindowEnded step of the timeline [Events]
-// defines). Long-lived handlers watch it to finish cleanly: a WebSocket
-// sends a close frame with status 1001 (going away), a server-sent-event
-// stream writes a final event and returns. A handler that ignores it is cut
-// at the teardown budget and named in the log. It is the same channel as
-// Events().WindowEnded.Done(); it is never nil and is safe for concurrent
-// use.
-func (l *Lifecycle) WindowEnded() <-chan struct{} { return l.events.WindowEnded.Done() }

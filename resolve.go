@@ -55,7 +55,7 @@ func (c Config) resolve() (Config, map[string]string, []error) {
 }
 
 // fillPlumbing fills the fields no variable sets: the prefix, the
-// environment's readers, the logger, the clock, the signals, the build.
+// environment's readers, the logger, the clock, the build.
 func (c *Config) fillPlumbing() {
 	if c.EnvPrefix == "" {
 		c.EnvPrefix = DefaultEnvPrefix
@@ -71,9 +71,6 @@ func (c *Config) fillPlumbing() {
 	}
 	if c.Clock == nil {
 		c.Clock = systemClock{}
-	}
-	if len(c.Signals) == 0 {
-		c.Signals = defaultSignals()
 	}
 	if c.Version == "" || c.Commit == "" {
 		v, cm := health.BuildInfo()

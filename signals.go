@@ -8,7 +8,10 @@ import (
 	"syscall"
 )
 
-func defaultSignals() []os.Signal { return []os.Signal{syscall.SIGTERM, os.Interrupt} }
+// signals are the signals that start the shutdown sequence: SIGTERM, what
+// the kubelet sends (kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle,
+// "Termination of Pods"), and SIGINT, Ctrl-C at a terminal.
+func signals() []os.Signal { return []os.Signal{syscall.SIGTERM, os.Interrupt} }
 
 // exitCode returns 128 + the signal's number, the shell's convention for a
 // process ended by a signal, or 1 for a signal without a number.
@@ -56,7 +59,7 @@ func sigName(sig os.Signal) string {
 	return fmt.Sprint(sig)
 }
 
-// watchSignals hands Config.Signals to onSignal until the returned stop is
+// watchSignals hands SIGTERM and SIGINT to onSignal until the returned stop is
 // called, which waits for the goroutine doing it. It is installed before
 // anything is bound: a SIGTERM that comes the instant the port answers must
 // start the sequence, not kill the process.
@@ -65,7 +68,7 @@ func (l *Lifecycle) watchSignals() (stop func()) {
 	stopSignals := make(chan struct{})
 	if !l.cfg.IgnoreSignals {
 		sigs := make(chan os.Signal, 4)
-		signal.Notify(sigs, l.cfg.Signals...)
+		signal.Notify(sigs, signals()...)
 		wg.Go(func() {
 			defer signal.Stop(sigs)
 			for {

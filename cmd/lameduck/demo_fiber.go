@@ -89,7 +89,7 @@ func (d *demo) fiberEcho(c *fiberws.Conn) {
 	defer close(done)
 	wg.Go(func() {
 		select {
-		case <-d.lc.WindowEnded():
+		case <-d.lc.Events().WindowEnded.Done():
 			// The client answers with its close frame and ReadMessage
 			// returns; lameduck closes the connection at the teardown
 			// budget if it never does.

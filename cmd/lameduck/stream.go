@@ -26,7 +26,7 @@ func serveEcho(lc *lameduck.Lifecycle, log *slog.Logger, w http.ResponseWriter, 
 	defer cancel()
 	go func() {
 		select {
-		case <-lc.WindowEnded():
+		case <-lc.Events().WindowEnded.Done():
 			// Close waits for the client's close frame; lameduck force-closes
 			// the connection at the teardown budget if it never comes.
 			if err := c.Close(websocket.StatusGoingAway, "server shutting down"); err != nil {
@@ -75,7 +75,7 @@ func eventLoop(lc *lameduck.Lifecycle, done <-chan struct{}, send func(event str
 		}
 		select {
 		case <-tick.C:
-		case <-lc.WindowEnded():
+		case <-lc.Events().WindowEnded.Done():
 			_ = send("event: bye\ndata: server shutting down; reconnect\n\n")
 			return
 		case <-done:

@@ -38,7 +38,7 @@ func ExampleStream() {
 	events := func(fc *fasthttp.RequestCtx) {
 		fc.SetContentType("text/event-stream")
 		ldfasthttp.Stream(lc, fc, func(w *bufio.Writer) {
-			<-lc.WindowEnded()
+			<-lc.Events().WindowEnded.Done()
 			fmt.Fprint(w, "event: bye\ndata: reconnect\n\n")
 			_ = w.Flush()
 		})

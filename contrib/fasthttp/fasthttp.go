@@ -24,7 +24,7 @@
 // a database call: it is cancelled at the budget, not when the teardown
 // starts. fasthttp never tells a running handler that its client has left
 // (it does not read the connection while the handler runs). Handlers that
-// stream watch Lifecycle.WindowEnded().
+// stream watch Lifecycle.Events().WindowEnded.Done().
 // See the operations guide, docs/probes-and-shutdown.md, for the sequence.
 //
 // Import it as
@@ -185,7 +185,7 @@ func (m *Middleware) End(fc *fasthttp.RequestCtx, tr lameduck.Tracked) {
 // and path, until fn has returned: the teardown waits for it, the idle drain
 // counts it as traffic, and the budget names it if it has to cut it, as for
 // a net/http handler that streams. fn runs in a goroutine of fasthttp's,
-// after the handler returned; it should end the stream when lc.WindowEnded() is
+// after the handler returned; it should end the stream when lc.Events().WindowEnded.Done() is
 // closed (a final event, then return) and return when a Flush fails (the
 // client left). Stream is for a request the middleware admitted; in reject
 // mode, or without the middleware's admission, the stream is still written

@@ -47,7 +47,7 @@ func TestFastHTTPServer(t *testing.T) {
 		switch string(fc.Path()) {
 		case "/slow":
 			close(slowIn)
-			<-lc.WindowEnded()
+			<-lc.Events().WindowEnded.Done()
 			fc.SetBodyString("slept")
 		case "/stuck":
 			close(stuckIn)

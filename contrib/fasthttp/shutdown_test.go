@@ -42,7 +42,7 @@ func TestIdleKeepAliveConnectionsNeverHoldTheExit(t *testing.T) {
 			return func(fc *fasthttp.RequestCtx) {
 				if string(fc.Path()) == "/slow" {
 					close(slowIn)
-					<-lc.WindowEnded()
+					<-lc.Events().WindowEnded.Done()
 				}
 				fc.SetBodyString("hello")
 			}
@@ -114,7 +114,7 @@ func TestStreamIsTracked(t *testing.T) {
 					if w.Flush() != nil {
 						return
 					}
-					<-lc.WindowEnded()
+					<-lc.Events().WindowEnded.Done()
 					w.WriteString("event: bye\n\n")
 				})
 			}

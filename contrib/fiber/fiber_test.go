@@ -118,7 +118,7 @@ func wsRig(t *testing.T, more func(app *fiber.App)) (*fasthttptest.Rig[*fiber.Ap
 	var r *fasthttptest.Rig[*fiber.App]
 	r = server.Rig(t, lameduck.Config{ShutdownDelay: time.Second, ShutdownTeardown: 5 * time.Second}, false, func(app *fiber.App) {
 		app.Get("/ws", fiberws.New(func(c *fiberws.Conn) {
-			<-r.LC.WindowEnded()
+			<-r.LC.Events().WindowEnded.Done()
 			// A write deadline a loaded machine cannot outlast (a hang
 			// guard): a 1s one could pass before the frame is written.
 			_ = c.WriteControl(fiberws.CloseMessage,
@@ -150,7 +150,7 @@ func TestStreamIsTracked(t *testing.T) {
 				if w.Flush() != nil {
 					return
 				}
-				<-r.LC.WindowEnded()
+				<-r.LC.Events().WindowEnded.Done()
 				w.WriteString("event: bye\n\n")
 			})
 			return nil

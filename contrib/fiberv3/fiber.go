@@ -24,7 +24,7 @@
 //
 // The fasthttp half (the tracking, the refusals, the probes) is
 // contrib/fasthttp's Middleware. Handlers that stream (server-sent events,
-// WebSockets) watch Lifecycle.WindowEnded() to finish when the lame-duck window
+// WebSockets) watch Lifecycle.Events().WindowEnded.Done() to finish when the lame-duck window
 // ends; a streamed body goes through [Stream] to be counted in flight.
 //
 // A handler may pass any of its contexts to a database call: fasthttp's
@@ -141,7 +141,7 @@ func Middleware(lc *lameduck.Lifecycle) fiber.Handler {
 // and counts the stream as a request in flight until fn has returned, so the
 // teardown waits for it and names it if the budget cuts it: server-sent
 // events, say. fn runs after the handler returned; it should end the stream
-// when lc.WindowEnded() is closed and return when a Flush fails (the client left).
+// when lc.Events().WindowEnded.Done() is closed and return when a Flush fails (the client left).
 // It is ldfasthttp.Stream for a Fiber context, under the same name.
 func Stream(lc *lameduck.Lifecycle, c fiber.Ctx, fn func(w *bufio.Writer)) {
 	ldfasthttp.Stream(lc, c.RequestCtx(), fn)

@@ -89,7 +89,7 @@ func TestStreamIsTracked(t *testing.T) {
 				if w.Flush() != nil {
 					return
 				}
-				<-r.LC.WindowEnded()
+				<-r.LC.Events().WindowEnded.Done()
 				w.WriteString("event: bye\n\n")
 			})
 			return nil

@@ -76,7 +76,7 @@ var errDrained = errors.New("lameduck: the lame-duck window ended")
 
 // UntilWindowEnd calls stream, a server-streaming or bidirectional call's
 // handler, with a context derived from ctx that is also cancelled when lc's
-// lame-duck window ends (Lifecycle.WindowEnded; its context.Cause is then
+// lame-duck window ends (Events().WindowEnded; its context.Cause is then
 // an error saying so). It returns stream's error, or, when the window's end
 // cancelled the context, ended's, whatever stream returned: the client is
 // told to go elsewhere (codes.Unavailable in both integrations). The
@@ -84,7 +84,7 @@ var errDrained = errors.New("lameduck: the lame-duck window ended")
 func UntilWindowEnd(ctx context.Context, lc *lameduck.Lifecycle, stream func(context.Context) error, ended func() error) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	drain := lc.WindowEnded()
+	drain := lc.Events().WindowEnded.Done()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	defer wg.Wait()   // runs second: the watcher has left

@@ -252,7 +252,7 @@ func upgradeRig[A any](t *testing.T, s Server[A], more func(app A)) (*Rig[A], ne
 			fc.Response.Header.Set(fasthttp.HeaderUpgrade, "x-test")
 			fc.Response.Header.Set(fasthttp.HeaderConnection, "Upgrade")
 			fc.Hijack(func(conn net.Conn) {
-				<-r.LC.WindowEnded()
+				<-r.LC.Events().WindowEnded.Done()
 				conn.Write([]byte("bye\n"))
 			})
 		})
