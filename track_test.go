@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lameduck/lameduck"
+	"github.com/lameduck/lameduck/internal/testsupport"
 )
 
 // trackedHandler returns the handler a registered server really runs: the
@@ -97,16 +98,14 @@ func BenchmarkHandler(b *testing.B) {
 	req := httptest.NewRequest("GET", "/api/orders", nil)
 	run := func(b *testing.B, h http.Handler) {
 		b.ReportAllocs()
-		cpu0 := processCPU()
+		cpu := testsupport.StartCPU()
 		b.RunParallel(func(pb *testing.PB) {
 			w := nopWriter{http.Header{}}
 			for pb.Next() {
 				h.ServeHTTP(w, req)
 			}
 		})
-		if cpu := processCPU() - cpu0; cpu > 0 {
-			b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
-		}
+		cpu.Report(b, b.N)
 	}
 	b.Run("bare", func(b *testing.B) { run(b, okHandler) })
 	b.Run("tracked", func(b *testing.B) {

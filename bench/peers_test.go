@@ -14,6 +14,7 @@ import (
 	etherlabs "github.com/etherlabsio/healthcheck/v2"
 	hellofresh "github.com/hellofresh/health-go/v5"
 	"github.com/lameduck/lameduck/health"
+	"github.com/lameduck/lameduck/internal/testsupport"
 	"go.uber.org/goleak"
 	"k8s.io/apiserver/pkg/server/healthz"
 )
@@ -134,7 +135,7 @@ func BenchmarkHealthyProbeHTTP(b *testing.B) {
 			_, h := p.build(b, time.Second, trivial, trivial, trivial)
 			r := httptest.NewRequest("GET", "/readyz", nil)
 			b.ReportAllocs()
-			cpu0, n := processCPU(), 0
+			cpu, n := testsupport.StartCPU(), 0
 			for b.Loop() {
 				rec := httptest.NewRecorder()
 				h.ServeHTTP(rec, r)
@@ -143,9 +144,7 @@ func BenchmarkHealthyProbeHTTP(b *testing.B) {
 				}
 				n++
 			}
-			if cpu := processCPU() - cpu0; cpu > 0 {
-				b.ReportMetric(float64(cpu.Nanoseconds())/float64(n), "cpu-ns/op")
-			}
+			cpu.Report(b, n)
 		})
 	}
 }

@@ -1,6 +1,6 @@
 //go:build unix
 
-package lameduck_test
+package testsupport
 
 import (
 	"syscall"
