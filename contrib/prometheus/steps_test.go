@@ -2,7 +2,6 @@ package ldprometheus_test
 
 import (
 	"bytes"
-	"context"
 	"log/slog"
 	"testing"
 	"testing/synctest"
@@ -23,16 +22,16 @@ import (
 // events.
 func TestStepDurations(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		const (
-			window  = 5 * time.Second
-			hooks   = 2 * time.Second // the one hook's sleep
-			drain   = 4 * time.Second // the server's Shutdown; the hooks run beside it
-			join    = 1 * time.Second // the write ends this long after the drain
-			closers = 500 * time.Millisecond
-		)
+		st := testsupport.Steps{
+			Window:  5 * time.Second,
+			Hooks:   2 * time.Second,
+			Drain:   4 * time.Second,
+			Join:    1 * time.Second,
+			Closers: 500 * time.Millisecond,
+		}
 		var logs bytes.Buffer
 		cfg := lameduck.Config{
-			ShutdownDelay:    window,
+			ShutdownDelay:    st.Window,
 			ShutdownTeardown: 30 * time.Second,
 			IgnoreSignals:    true,
 			LookupEnv:        func(string) (string, bool) { return "", false },
@@ -51,41 +50,19 @@ func TestStepDurations(t *testing.T) {
 				t.Logf("logs:\n%s", logs.String())
 			}
 		}()
-		must := func(err error) {
-			t.Helper()
-			if err != nil {
-				t.Fatal(err)
-			}
-		}
-		must(lc.AddTeardownHook("release", func(context.Context) error { time.Sleep(hooks); return nil }))
-		must(lc.AddCloser("pool", func(context.Context) error { time.Sleep(closers); return nil }))
-		must(lc.AddServerFuncs(testsupport.SlowServer(drain), testsupport.NewChanListener()))
-
-		done := make(chan error, 1)
-		go func() { done <- lc.Run(context.Background()) }()
-		<-lc.Events().StartupDone.Done()
-		// A write that outlives the HTTP drain by join: started now, it
-		// ends window + drain + join from now.
-		must(lc.GoWrite("audit", time.Minute, func(context.Context) error {
-			time.Sleep(window + drain + join)
-			return nil
-		}))
-		lc.BeginShutdown("test")
-		if err := <-done; err != nil {
-			t.Fatalf("Run = %v, want nil", err)
-		}
+		testsupport.RunTimedSteps(t, lc, st)
 
 		fams := gather(t, reg)
 		for _, step := range []struct {
 			label string
 			want  time.Duration
 		}{
-			{"window", window},
-			{"hooks", hooks},
-			{"http_drain", drain},
-			{"join", join},
-			{"closers", closers},
-			{"total", window + drain + join + closers},
+			{"window", st.Window},
+			{"hooks", st.Hooks},
+			{"http_drain", st.Drain},
+			{"join", st.Join},
+			{"closers", st.Closers},
+			{"total", st.Total()},
 		} {
 			want(t, fams, "lameduck_shutdown_step_duration_seconds", map[string]string{"step": step.label}, step.want.Seconds())
 		}
