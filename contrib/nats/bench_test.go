@@ -11,9 +11,8 @@ import (
 
 	"github.com/lameduck/lameduck"
 	ldnats "github.com/lameduck/lameduck/contrib/nats"
-	"github.com/lameduck/lameduck/internal/testsupport"
+	"github.com/lameduck/lameduck/contrib/nats/internal/natstest"
 	"github.com/lameduck/lameduck/worker"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -21,24 +20,9 @@ import (
 func benchQueue(b *testing.B, n int) *queue {
 	b.Helper()
 	e := startEmbedded(b, true)
-	nc, err := nats.Connect(e.url())
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx := testsupport.Context(b, time.Minute)
-	st, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "JOBS", Subjects: []string{subject}, Retention: jetstream.WorkQueuePolicy})
-	if err != nil {
-		b.Fatal(err)
-	}
-	cons, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "worker", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: -1})
-	if err != nil {
-		b.Fatal(err)
-	}
+	nc, js := natstest.Connect(b, e.url())
+	st, cons := natstest.WorkQueue(b, js, jetstream.StreamConfig{Name: "JOBS", Subjects: []string{subject}, Retention: jetstream.WorkQueuePolicy},
+		jetstream.ConsumerConfig{Durable: "worker", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: -1})
 	var futs []jetstream.PubAckFuture
 	for i := range n {
 		f, err := js.PublishAsync(subject, []byte(fmt.Sprint(i)))
