@@ -233,21 +233,31 @@ func (h *harness) run() {
 		}
 	}()
 	h.t.Cleanup(func() {
-		h.w.Lifecycle().BeginShutdown("test over")
-		deadline := time.After(guard)
-		for {
-			select {
-			case err := <-h.done:
-				h.done <- err
-				return
-			case <-deadline:
-				h.t.Error("Run did not return")
-				return
-			case <-time.After(10 * time.Millisecond):
-				h.clock.Advance(9 * time.Hour) // past any drain bound a test left running
-			}
+		// 9h: past any drain bound a test left running.
+		if returned, _ := h.stopAdvancing("test over", 9*time.Hour); !returned {
+			h.t.Error("Run did not return")
 		}
 	})
+}
+
+// stopAdvancing begins the shutdown and, every 10ms of real time, advances
+// the fake clock by step until Run returns. It returns whether Run returned
+// within guard and, if so, its error, which it leaves in h.done for later
+// readers.
+func (h *harness) stopAdvancing(reason string, step time.Duration) (returned bool, err error) {
+	h.w.Lifecycle().BeginShutdown(reason)
+	deadline := time.After(guard)
+	for {
+		select {
+		case err := <-h.done:
+			h.done <- err
+			return true, err
+		case <-deadline:
+			return false, nil
+		case <-time.After(10 * time.Millisecond):
+			h.clock.Advance(step)
+		}
+	}
 }
 
 // shutdown begins the sequence and returns once the drain wait has armed

@@ -174,23 +174,15 @@ func TestRunDoesNotWaitForAWedgedEpochSource(t *testing.T) {
 	h := serving(t, worker.Config{Epochs: e, EpochPoll: time.Second}, nil, src, hd)
 	h.nextPoll()
 	waitFor(t, func() bool { return e.calls.Load() == 2 })
-	h.w.Lifecycle().BeginShutdown("test")
-	giveUp := time.After(guard)
-	for {
-		select {
-		case err := <-h.done:
-			h.done <- err
-			if err != nil {
-				t.Fatalf("Run: %v", err)
-			}
-			if logs := h.logs.String(); !strings.Contains(logs, "the epoch source's Newest still running at exit") {
-				t.Fatalf("logs do not name the wedged epoch source:\n%s", logs)
-			}
-			return
-		case <-giveUp:
-			t.Fatal("Run did not return: it waits for the wedged epoch source")
-		case <-time.After(10 * time.Millisecond):
-			h.clock.Advance(time.Second) // the exit wait's timer, once armed
-		}
+	// 1s a step: the exit wait's timer, once armed.
+	returned, err := h.stopAdvancing("test", time.Second)
+	if !returned {
+		t.Fatal("Run did not return: it waits for the wedged epoch source")
+	}
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if logs := h.logs.String(); !strings.Contains(logs, "the epoch source's Newest still running at exit") {
+		t.Fatalf("logs do not name the wedged epoch source:\n%s", logs)
 	}
 }
