@@ -18,15 +18,7 @@ import (
 // join measured from there.
 func TestEventsTellEachStepsTime(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		st := testsupport.Steps{
-			Startup: 1 * time.Second,
-			Serving: 2 * time.Second,
-			Window:  5 * time.Second,
-			Hooks:   2 * time.Second,
-			Drain:   4 * time.Second,
-			Join:    1 * time.Second,
-			Closers: 500 * time.Millisecond,
-		}
+		st := testsupport.TimedSteps()
 		lc, _ := newLifecycle(t, lameduck.Config{ShutdownDelay: st.Window, ShutdownTeardown: 30 * time.Second})
 		began := testsupport.RunTimedSteps(t, lc, st)
 		ev := lc.Events()

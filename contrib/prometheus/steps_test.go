@@ -14,21 +14,14 @@ import (
 )
 
 // Each shutdown step's duration, as lameduck_shutdown_step_duration_seconds
-// reports it, is the time the step took: a 5s window, a teardown hook that
-// sleeps 2s beside a server whose Shutdown sleeps 4s, a background write
-// that ends 1s after the HTTP drain, a closer that sleeps 500ms. In a
-// synctest bubble, so the times are exact. The same scenario as the root
-// package's TestEventsTellEachStepsTime, told by the metric instead of the
-// events.
+// reports it, is the time the step took in testsupport.TimedSteps (a 5s
+// window, a 2s hook beside a 4s drain, a write ending 1s after it, a 500ms
+// closer). In a synctest bubble, so the times are exact. The same scenario
+// as the root package's TestEventsTellEachStepsTime, told by the metric
+// instead of the events.
 func TestStepDurations(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		st := testsupport.Steps{
-			Window:  5 * time.Second,
-			Hooks:   2 * time.Second,
-			Drain:   4 * time.Second,
-			Join:    1 * time.Second,
-			Closers: 500 * time.Millisecond,
-		}
+		st := testsupport.TimedSteps()
 		var logs bytes.Buffer
 		cfg := lameduck.Config{
 			ShutdownDelay:    st.Window,

@@ -20,6 +20,23 @@ type Steps struct {
 	Closers time.Duration // the one closer's sleep
 }
 
+// TimedSteps is the scenario the step-timing tests play (the events' times
+// in the root package, the step gauges in contrib/prometheus): a 1s boot,
+// 2s serving, a 5s window, a teardown hook that sleeps 2s beside a server
+// whose Shutdown sleeps 4s, a background write that ends 1s after the HTTP
+// drain, and a closer that sleeps 500ms.
+func TimedSteps() Steps {
+	return Steps{
+		Startup: 1 * time.Second,
+		Serving: 2 * time.Second,
+		Window:  5 * time.Second,
+		Hooks:   2 * time.Second,
+		Drain:   4 * time.Second,
+		Join:    1 * time.Second,
+		Closers: 500 * time.Millisecond,
+	}
+}
+
 // Total is the sequence's length, from ShutdownInitiated to Stopped: the
 // window, the drain (the hooks end within it), the join and the closers.
 func (s Steps) Total() time.Duration { return s.Window + s.Drain + s.Join + s.Closers }
