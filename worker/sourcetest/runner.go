@@ -89,22 +89,20 @@ func (r *runner) isFrozen() bool {
 }
 
 // thawFetches lets the held fetches return their jobs.
-func (r *runner) thawFetches() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.holdFetches {
-		r.holdFetches = false
-		close(r.fetchGo)
-	}
-}
+func (r *runner) thawFetches() { r.thaw(&r.holdFetches, &r.fetchGo) }
 
 // thawHandlers lets the held handlers run.
-func (r *runner) thawHandlers() {
+func (r *runner) thawHandlers() { r.thaw(&r.holdHandlers, &r.handleGo) }
+
+// thaw clears *held and closes *gate, which the goroutines it held wait
+// on; once, however often it is called. held and gate are fields of r
+// guarded by r.mu.
+func (r *runner) thaw(held *bool, gate *chan struct{}) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.holdHandlers {
-		r.holdHandlers = false
-		close(r.handleGo)
+	if *held {
+		*held = false
+		close(*gate)
 	}
 }
 
