@@ -15,6 +15,7 @@ import (
 	"github.com/lameduck/lameduck/internal/testsupport"
 	"github.com/lameduck/lameduck/lameducktest"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.uber.org/goleak"
@@ -286,14 +287,5 @@ func TestEveryMeasureIsReported(t *testing.T) {
 // A nil Config and a nil MeterProvider are errors, which leave the Config
 // as it was.
 func TestBadArguments(t *testing.T) {
-	if err := ldotel.Instrument(nil, newReader(t).mp); err == nil {
-		t.Error("Instrument with a nil Config = nil error")
-	}
-	var cfg lameduck.Config
-	if err := ldotel.Instrument(&cfg, nil); err == nil {
-		t.Error("Instrument with a nil MeterProvider = nil error")
-	}
-	if cfg.OnTransition != nil {
-		t.Error("a refused Instrument set OnTransition")
-	}
+	testsupport.InstrumentRefusals(t, ldotel.Instrument, metric.MeterProvider(newReader(t).mp), "MeterProvider")
 }

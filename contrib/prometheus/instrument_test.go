@@ -9,6 +9,7 @@ import (
 
 	"github.com/lameduck/lameduck"
 	ldprometheus "github.com/lameduck/lameduck/contrib/prometheus"
+	"github.com/lameduck/lameduck/internal/testsupport"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -63,21 +64,12 @@ func TestInstrumentWiresInOneCall(t *testing.T) {
 // A nil Config, a nil registry and a registry that already holds
 // lameduck's series are errors, which leave the Config as it was.
 func TestInstrumentErrors(t *testing.T) {
-	if err := ldprometheus.Instrument(nil, prometheus.NewPedanticRegistry()); err == nil {
-		t.Error("Instrument with a nil Config = nil error")
-	}
-	var cfg lameduck.Config
-	if err := ldprometheus.Instrument(&cfg, nil); err == nil {
-		t.Error("Instrument with a nil Registerer = nil error")
-	}
-	if cfg.OnTransition != nil {
-		t.Error("Instrument with a nil Registerer set OnTransition")
-	}
+	cfg := testsupport.InstrumentRefusals(t, ldprometheus.Instrument, prometheus.Registerer(prometheus.NewPedanticRegistry()), "Registerer")
 	reg := prometheus.NewPedanticRegistry()
 	if err := ldprometheus.Instrument(&lameduck.Config{}, reg); err != nil {
 		t.Fatal(err)
 	}
-	err := ldprometheus.Instrument(&cfg, reg)
+	err := ldprometheus.Instrument(cfg, reg)
 	var already prometheus.AlreadyRegisteredError
 	if !errors.As(err, &already) {
 		t.Errorf("a second Instrument on the same registry: %v; want a prometheus.AlreadyRegisteredError", err)
