@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"reflect"
 	"slices"
 	"strconv"
 	"sync"
@@ -732,27 +733,13 @@ func (c *consumer) rounds() {
 // an integer.
 func intHeader(h amqp.Table, key string) int {
 	var n int64
-	switch v := h[key].(type) {
-	case int8:
-		n = int64(v)
-	case int16:
-		n = int64(v)
-	case int32:
-		n = int64(v)
-	case int64:
-		n = v
-	case int:
-		n = int64(v)
-	case uint8:
-		n = int64(v)
-	case uint16:
-		n = int64(v)
-	case uint32:
-		n = int64(v)
-	case uint64:
-		n = int64(min(v, 1<<62))
-	case string:
-		n, _ = strconv.ParseInt(v, 10, 64)
+	switch v := reflect.ValueOf(h[key]); {
+	case v.CanInt():
+		n = v.Int()
+	case v.CanUint():
+		n = int64(min(v.Uint(), 1<<62))
+	case v.Kind() == reflect.String:
+		n, _ = strconv.ParseInt(v.String(), 10, 64)
 	}
 	if n < 0 || n > 1<<30 {
 		return 0
