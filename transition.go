@@ -2,14 +2,14 @@ package lameduck
 
 import (
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/lameduck/lameduck/health"
 )
 
-// TransitionKind says what a [Transition] reports.
-type TransitionKind uint8
+// TransitionKind says what a [Transition] reports; its value is the kind's
+// name, ready for a metric's label or a log line.
+type TransitionKind string
 
 const (
 	// TransitionEvent: one of the Lifecycle's one-shot [Events] fired
@@ -18,40 +18,22 @@ const (
 	// ShutdownInitiated is the window, HTTPDrained − WindowEnded the HTTP
 	// drain, Joined − HTTPDrained the background join, Stopped − Joined the
 	// closers.
-	TransitionEvent TransitionKind = iota + 1
+	TransitionEvent TransitionKind = "event"
 	// TransitionCheck: a readiness check has a verdict (Transition.Check):
 	// once per ping when its outcome is decided, and once per probe that
 	// finds the check "stalled" (see health.CheckerOptions.OnResult).
-	TransitionCheck
+	TransitionCheck TransitionKind = "check"
 	// TransitionProbe: a probe was answered: Path (the request's path, such
 	// as "/readyz" or "/readyz/db"; any path the probe handler answered,
 	// 404s included) and Code.
-	TransitionProbe
+	TransitionProbe TransitionKind = "probe"
 	// TransitionCut: the teardown's budget ran out and Count in-flight
 	// requests were closed by force (the log names them).
-	TransitionCut
+	TransitionCut TransitionKind = "cut"
 	// TransitionAbandoned: the background join's budget ran out with Count
 	// tasks still running, abandoned at exit (the log names them).
-	TransitionAbandoned
+	TransitionAbandoned TransitionKind = "abandoned"
 )
-
-// String returns the kind's name: "event", "check", "probe", "cut",
-// "abandoned", or "TransitionKind(N)".
-func (k TransitionKind) String() string {
-	switch k {
-	case TransitionEvent:
-		return "event"
-	case TransitionCheck:
-		return "check"
-	case TransitionProbe:
-		return "probe"
-	case TransitionCut:
-		return "cut"
-	case TransitionAbandoned:
-		return "abandoned"
-	}
-	return "TransitionKind(" + strconv.Itoa(int(k)) + ")"
-}
 
 // Transition is one thing that happened to a Lifecycle, handed to
 // Config.OnTransition: the raw material of metrics (the
