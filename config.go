@@ -9,9 +9,9 @@ import (
 	"github.com/lameduck/lameduck/internal/grace"
 )
 
-// DefaultEnvPrefix is the prefix of the environment variables lameduck reads
-// when [Config.EnvPrefix] is empty.
-const DefaultEnvPrefix = "LAMEDUCK_"
+// defaultEnvPrefix is the prefix of the environment variables lameduck
+// reads when [Config.EnvPrefix] is empty.
+const defaultEnvPrefix = "LAMEDUCK_"
 
 // NoDelay, set as [Config.ShutdownDelay], pins a zero lame-duck window
 // whatever the environment says. (A zero ShutdownDelay means "unset": the

@@ -120,8 +120,8 @@ func TestConfigErrorsNameSettingValueAndFix(t *testing.T) {
 		{nil, lameduck.Config{ShutdownTeardown: -time.Second}, []string{"Config.ShutdownTeardown=-1s"}},
 	} {
 		_, err := newFromEnv(t, tc.vars, tc.cfg)
-		if !errors.Is(err, lameduck.ErrInvalidConfig) {
-			t.Errorf("%v %+v: err = %v, want ErrInvalidConfig", tc.vars, tc.cfg, err)
+		if !errors.As(err, new(*lameduck.ConfigError)) {
+			t.Errorf("%v %+v: err = %v, want a *ConfigError", tc.vars, tc.cfg, err)
 			continue
 		}
 		for _, w := range tc.want {
@@ -194,11 +194,11 @@ func TestBudgetLog(t *testing.T) {
 
 func TestConfigHookShareRejectsNaN(t *testing.T) {
 	for _, v := range []string{"NaN", "Inf", "-Inf", "0", "1"} {
-		if _, err := newFromEnv(t, map[string]string{"LAMEDUCK_HOOK_SHARE": v}, lameduck.Config{}); !errors.Is(err, lameduck.ErrInvalidConfig) {
+		if _, err := newFromEnv(t, map[string]string{"LAMEDUCK_HOOK_SHARE": v}, lameduck.Config{}); !errors.As(err, new(*lameduck.ConfigError)) {
 			t.Errorf("LAMEDUCK_HOOK_SHARE=%s accepted", v)
 		}
 	}
-	if _, err := newFromEnv(t, nil, lameduck.Config{HookShare: math.NaN()}); !errors.Is(err, lameduck.ErrInvalidConfig) {
+	if _, err := newFromEnv(t, nil, lameduck.Config{HookShare: math.NaN()}); !errors.As(err, new(*lameduck.ConfigError)) {
 		t.Error("Config.HookShare=NaN accepted")
 	}
 }
@@ -234,7 +234,7 @@ func TestSettingValuesParseAsDocumented(t *testing.T) {
 	if err != nil || lc.Config().ShutdownDelay != 2*time.Second || lc.Config().CheckTimeout != time.Second {
 		t.Fatalf("spaces around 2s, a blank CHECK_TIMEOUT: %v %+v; want 2s and the 1s default", err, lc.Config())
 	}
-	if _, err := newFromEnv(t, map[string]string{"LAMEDUCK_SHUTDOWN_DELAYS": ""}, lameduck.Config{}); !errors.Is(err, lameduck.ErrInvalidConfig) ||
+	if _, err := newFromEnv(t, map[string]string{"LAMEDUCK_SHUTDOWN_DELAYS": ""}, lameduck.Config{}); !errors.As(err, new(*lameduck.ConfigError)) ||
 		!strings.Contains(err.Error(), "LAMEDUCK_SHUTDOWN_DELAYS") {
 		t.Fatalf("an empty unknown LAMEDUCK_ name: %v; want an error naming it", err)
 	}

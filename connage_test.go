@@ -90,8 +90,8 @@ func TestMaxConnectionAgeClosesOldConnections(t *testing.T) {
 // A negative age is refused at startup, naming the setting; 0s is off.
 func TestMaxConnectionAgeSetting(t *testing.T) {
 	_, err := newFromEnv(t, map[string]string{"LAMEDUCK_MAX_CONNECTION_AGE": "-1m"}, lameduck.Config{})
-	if !errors.Is(err, lameduck.ErrInvalidConfig) || !strings.Contains(err.Error(), "LAMEDUCK_MAX_CONNECTION_AGE") {
-		t.Fatalf("-1m: err = %v; want ErrInvalidConfig naming LAMEDUCK_MAX_CONNECTION_AGE", err)
+	if !errors.As(err, new(*lameduck.ConfigError)) || !strings.Contains(err.Error(), "LAMEDUCK_MAX_CONNECTION_AGE") {
+		t.Fatalf("-1m: err = %v; want a *ConfigError naming LAMEDUCK_MAX_CONNECTION_AGE", err)
 	}
 	lc, err := newFromEnv(t, map[string]string{"LAMEDUCK_MAX_CONNECTION_AGE": "10m"}, lameduck.Config{})
 	if err != nil || lc.Config().MaxConnectionAge != 10*time.Minute {

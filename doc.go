@@ -37,7 +37,7 @@
 //	lifecycle.go     Lifecycle, New, Run, BeginShutdown
 //	servers.go       AddServer: binding and serving the registered servers
 //	events.go        Event, Events: the shutdown timeline, one event per step
-//	errors.go        the sentinel errors: ErrInvalidConfig, ErrStartupFailed, ErrAlreadyRunning, ErrShuttingDown
+//	errors.go        the sentinel errors: ErrStartupFailed, ErrShuttingDown
 //	config.go        Config and its defaults; settings.go the LAMEDUCK_* rows, ConfigError
 //	resolve.go       Resolve, Resolved: the rows walked, then the named cross-setting checks
 //	extension.go     Config.Extension: what a package built on the Lifecycle adds (internal/extend)

@@ -56,3 +56,14 @@ func IsServiceLinkShape(name string) bool { return len(serviceLinkShapes(name)) 
 // Budget returns the grace-period arithmetic of a resolved configuration,
 // as Run's first log line states it and lameduck vet builds it.
 func Budget(r Resolved) grace.Budget { return r.Config.budget(r.Sources) }
+
+// DefaultEnvPrefix is the prefix the resolver reads when Config.EnvPrefix
+// is empty.
+const DefaultEnvPrefix = defaultEnvPrefix
+
+// ErrAlreadyRunning is what a second Run, or a registration that must come
+// before Run, returns once Run has started.
+var ErrAlreadyRunning = errAlreadyRunning
+
+// PreStopTokenHeader is the header that carries Config.PreStopToken.
+const PreStopTokenHeader = preStopTokenHeader

@@ -77,9 +77,9 @@ type Lifecycle struct {
 // New returns a Lifecycle configured by cfg, filled from the environment and
 // the defaults as [Config] describes.
 //
-// It returns an error wrapping [ErrInvalidConfig] that names every bad
-// setting, its value and the fix; nothing is bound and no goroutine is
-// started, so a caller can exit non-zero before listening.
+// It returns an error joining one [*ConfigError] per bad setting, each
+// naming the setting, its value and the fix; nothing is bound and no
+// goroutine is started, so a caller can exit non-zero before listening.
 func New(cfg Config) (*Lifecycle, error) {
 	res, errs := Resolve(cfg)
 	if len(errs) > 0 {
@@ -303,12 +303,12 @@ func (l *Lifecycle) Run(ctx context.Context) error {
 }
 
 // claimRun marks the Lifecycle as running and returns what was registered
-// before, or ErrAlreadyRunning for a second Run.
+// before, or an error for a second Run.
 func (l *Lifecycle) claimRun() ([]*server, []startupTask, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.running {
-		return nil, nil, ErrAlreadyRunning
+		return nil, nil, errAlreadyRunning
 	}
 	l.running = true
 	return append([]*server(nil), l.servers...), append([]startupTask(nil), l.startup...), nil

@@ -127,7 +127,7 @@ func (l *Lifecycle) refusedMaintenance(r *http.Request) {
 	n := m.refused
 	m.refused, m.refusedLogAt = 0, now
 	m.mu.Unlock()
-	l.log.Warn("lameduck: "+r.Method+" "+r.URL.Path+" refused: missing or wrong "+PreStopTokenHeader+" header; nothing changed "+
+	l.log.Warn("lameduck: "+r.Method+" "+r.URL.Path+" refused: missing or wrong "+preStopTokenHeader+" header; nothing changed "+
 		"(such refusals are logged at most once a minute)", "remote", r.RemoteAddr, "refused", n)
 }
 
@@ -143,5 +143,5 @@ func checkMaintenanceIsGuarded(c *Config, src map[string]string) []error {
 	return []error{&ConfigError{Setting: named(c, src, "MAINTENANCE"), Value: "true",
 		Problem: "the maintenance switch would be served on the application's own listener, where anyone who reaches the port can take the pod out of rotation",
 		Fix: fmt.Sprintf("set %sPRESTOP_TOKEN (or %sPRESTOP_TOKEN_FILE) and send it in the %s header, "+
-			"or serve the probes on their own port with %sPROBE_ADDR (such as \":9090\")", p, p, PreStopTokenHeader, p)}}
+			"or serve the probes on their own port with %sPROBE_ADDR (such as \":9090\")", p, p, preStopTokenHeader, p)}}
 }

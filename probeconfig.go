@@ -152,7 +152,7 @@ func checkPreStopIsGuarded(c *Config, src map[string]string) []error {
 	return []error{&ConfigError{Setting: named(c, src, "PRESTOP"), Value: "true",
 		Problem: "GET /prestop would be served on the application's own listener, where anyone who reaches the port can drain the pod",
 		Fix: fmt.Sprintf("set %sPRESTOP_TOKEN (or %sPRESTOP_TOKEN_FILE) and send it in the hook's %s header, "+
-			"or serve the probes on their own port with %sPROBE_ADDR (such as \":9090\")", p, p, PreStopTokenHeader, p)}}
+			"or serve the probes on their own port with %sPROBE_ADDR (such as \":9090\")", p, p, preStopTokenHeader, p)}}
 }
 
 // checkProbePaths refuses two probes on one path, and a probe under

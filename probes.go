@@ -30,9 +30,10 @@ const (
 // server.
 const pathLivez = "/livez"
 
-// PreStopTokenHeader carries Config.PreStopToken on GET /prestop; in a pod
-// spec it goes in lifecycle.preStop.httpGet.httpHeaders.
-const PreStopTokenHeader = "X-Lameduck-Token"
+// preStopTokenHeader carries Config.PreStopToken on GET /prestop and the
+// maintenance switch's calls; in a pod spec it goes in
+// lifecycle.preStop.httpGet.httpHeaders.
+const preStopTokenHeader = "X-Lameduck-Token"
 
 const reasonPreStop = "preStop hook"
 
@@ -269,7 +270,7 @@ func (l *Lifecycle) report(s health.Status) health.Report {
 // call: no build, no fields, nothing computed per call.
 const unauthorized = `{"status":"unauthorized"}` + "\n"
 
-// refuseToken checks r's PreStopTokenHeader when a token is set. A call
+// refuseToken checks r's preStopTokenHeader when a token is set. A call
 // without the token is logged by refused and answered 401, bare, and
 // refuseToken reports true: the caller changes nothing and returns.
 func (l *Lifecycle) refuseToken(w http.ResponseWriter, r *http.Request, refused func(*http.Request)) bool {
@@ -277,7 +278,7 @@ func (l *Lifecycle) refuseToken(w http.ResponseWriter, r *http.Request, refused 
 		return false
 	}
 	// Compare digests: constant time, whatever the lengths.
-	got := sha256.Sum256([]byte(r.Header.Get(PreStopTokenHeader)))
+	got := sha256.Sum256([]byte(r.Header.Get(preStopTokenHeader)))
 	if subtle.ConstantTimeCompare(got[:], l.tokenSum[:]) == 1 {
 		return false
 	}
@@ -285,7 +286,7 @@ func (l *Lifecycle) refuseToken(w http.ResponseWriter, r *http.Request, refused 
 	hd := w.Header()
 	hd.Set("Content-Type", "application/json")
 	hd.Set("Cache-Control", "no-store")
-	hd.Set("WWW-Authenticate", PreStopTokenHeader)
+	hd.Set("WWW-Authenticate", preStopTokenHeader)
 	w.WriteHeader(http.StatusUnauthorized)
 	_, _ = io.WriteString(w, unauthorized)
 	return true
@@ -330,7 +331,7 @@ func (l *Lifecycle) refusedPreStop(r *http.Request) {
 		return
 	}
 	n = l.refused.Swap(0)
-	l.log.Warn("lameduck: GET "+l.cfg.PreStopPath+" refused: missing or wrong "+PreStopTokenHeader+" header; nothing drained "+
+	l.log.Warn("lameduck: GET "+l.cfg.PreStopPath+" refused: missing or wrong "+preStopTokenHeader+" header; nothing drained "+
 		"(such refusals are logged at most once a minute)", "remote", r.RemoteAddr, "refused", n)
 }
 

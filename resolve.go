@@ -58,7 +58,7 @@ func (c Config) resolve() (Config, map[string]string, []error) {
 // environment's readers, the logger, the clock, the build.
 func (c *Config) fillPlumbing() {
 	if c.EnvPrefix == "" {
-		c.EnvPrefix = DefaultEnvPrefix
+		c.EnvPrefix = defaultEnvPrefix
 	}
 	if c.LookupEnv == nil {
 		c.LookupEnv = os.LookupEnv
@@ -88,7 +88,7 @@ func (c *Config) fillPlumbing() {
 // prefix: an application that chose its own shares it with its own
 // variables.
 func (c *Config) unknownVariables(table []setting) []error {
-	if c.Environ == nil || c.EnvPrefix != DefaultEnvPrefix {
+	if c.Environ == nil || c.EnvPrefix != defaultEnvPrefix {
 		return nil
 	}
 	var errs []error
@@ -347,7 +347,7 @@ func named(c *Config, src map[string]string, name string) string {
 // process's own.
 //
 // It returns every problem, not just the first: one [*ConfigError] per
-// refused setting (each wraps [ErrInvalidConfig]), settings in the order of
+// refused setting, settings in the order of
 // the table, then the checks across settings. New returns the same errors
 // joined. Even with errors, Resolved is filled: a refused value counts as
 // unset, so the rest can still be reported.

@@ -25,16 +25,16 @@ import (
 func refusedWithoutToken(t *testing.T, setting, field string, cfg lameduck.Config) {
 	t.Helper()
 	_, err := newFromEnv(t, map[string]string{"LAMEDUCK_" + setting: "true"}, lameduck.Config{})
-	if !errors.Is(err, lameduck.ErrInvalidConfig) {
-		t.Fatalf("%s=true alone: err = %v, want ErrInvalidConfig", setting, err)
+	if !errors.As(err, new(*lameduck.ConfigError)) {
+		t.Fatalf("%s=true alone: err = %v, want a *ConfigError", setting, err)
 	}
 	for _, w := range []string{`LAMEDUCK_` + setting + `="true"`, "LAMEDUCK_PRESTOP_TOKEN", "LAMEDUCK_PRESTOP_TOKEN_FILE", "LAMEDUCK_PROBE_ADDR", lameduck.PreStopTokenHeader} {
 		if !strings.Contains(err.Error(), w) {
 			t.Errorf("error %q does not name %s", err, w)
 		}
 	}
-	if _, err := newFromEnv(t, nil, cfg); !errors.Is(err, lameduck.ErrInvalidConfig) {
-		t.Errorf("%s alone: err = %v, want ErrInvalidConfig", field, err)
+	if _, err := newFromEnv(t, nil, cfg); !errors.As(err, new(*lameduck.ConfigError)) {
+		t.Errorf("%s alone: err = %v, want a *ConfigError", field, err)
 	}
 }
 
@@ -106,8 +106,8 @@ func TestPreStopTokenFile(t *testing.T) {
 			[]string{"LAMEDUCK_PRESTOP_TOKEN_FILE", "surrounding spaces"}},
 	} {
 		_, err := newFromEnv(t, tc.vars, tc.cfg)
-		if !errors.Is(err, lameduck.ErrInvalidConfig) {
-			t.Errorf("%s: err = %v, want ErrInvalidConfig", tc.name, err)
+		if !errors.As(err, new(*lameduck.ConfigError)) {
+			t.Errorf("%s: err = %v, want a *ConfigError", tc.name, err)
 			continue
 		}
 		for _, w := range tc.want {
@@ -270,7 +270,7 @@ func TestCheckDetailsSetting(t *testing.T) {
 		{map[string]string{"LAMEDUCK_CHECK_DETAILS": "verbose"}, lameduck.Config{}, `LAMEDUCK_CHECK_DETAILS="verbose": not one of the choices; set it to "auto" or "show" or "hide"`},
 		{nil, lameduck.Config{CheckDetails: "all"}, `Config.CheckDetails=all`},
 	} {
-		if _, err := newFromEnv(t, tc.vars, tc.cfg); !errors.Is(err, lameduck.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want) {
+		if _, err := newFromEnv(t, tc.vars, tc.cfg); !errors.As(err, new(*lameduck.ConfigError)) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v %+v: %v; want %q", tc.vars, tc.cfg, err, tc.want)
 		}
 	}
@@ -339,7 +339,7 @@ func TestProbePaths(t *testing.T) {
 		{nil, lameduck.Config{LivenessPaths: []string{}}, `Config.LivenessPaths=[]: empty`},
 		{nil, lameduck.Config{PreStopPath: "/readyz", PreStopToken: "s3cret"}, `the same path as LAMEDUCK_READINESS_PATH`},
 	} {
-		if _, err := newFromEnv(t, tc.vars, tc.cfg); !errors.Is(err, lameduck.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want) {
+		if _, err := newFromEnv(t, tc.vars, tc.cfg); !errors.As(err, new(*lameduck.ConfigError)) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v %+v: %v\nwant %q", tc.vars, tc.cfg, err, tc.want)
 		}
 	}
@@ -474,7 +474,7 @@ func TestProbeFloodOverHTTPSharesOnePing(t *testing.T) {
 func TestPreStopTokenNeverPrintedInItsError(t *testing.T) {
 	for _, tok := range []string{"s3cret\x01token-long-enough", "s3cret-tökén-long-enough"} {
 		_, err := newFromEnv(t, map[string]string{"LAMEDUCK_PRESTOP_TOKEN": tok}, lameduck.Config{})
-		if !errors.Is(err, lameduck.ErrInvalidConfig) || !strings.Contains(err.Error(), `LAMEDUCK_PRESTOP_TOKEN="(hidden)"`) {
+		if !errors.As(err, new(*lameduck.ConfigError)) || !strings.Contains(err.Error(), `LAMEDUCK_PRESTOP_TOKEN="(hidden)"`) {
 			t.Fatalf("token %q: %v; want an error showing (hidden)", tok, err)
 		}
 		if strings.Contains(err.Error(), "s3cret") {
@@ -482,7 +482,7 @@ func TestPreStopTokenNeverPrintedInItsError(t *testing.T) {
 		}
 	}
 	_, err := newFromEnv(t, nil, lameduck.Config{PreStopToken: " s3cret-token-long-enough "})
-	if !errors.Is(err, lameduck.ErrInvalidConfig) || strings.Contains(err.Error(), "s3cret") {
+	if !errors.As(err, new(*lameduck.ConfigError)) || strings.Contains(err.Error(), "s3cret") {
 		t.Fatalf("a token with surrounding spaces: %v; want refused, without printing it", err)
 	}
 }

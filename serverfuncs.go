@@ -70,8 +70,8 @@ type ServerFuncs struct {
 //
 // Do not call s.Serve, s.Shutdown or s.Close yourself. AddServerFuncs
 // returns an error naming the missing field when Name, Serve or Shutdown is
-// nil, or when ln is nil and Addr is empty; ErrAlreadyRunning once Run has
-// started. It is safe for concurrent use.
+// nil, or when ln is nil and Addr is empty, and one saying the Lifecycle
+// is already running once Run has started. It is safe for concurrent use.
 func (l *Lifecycle) AddServerFuncs(s ServerFuncs, ln net.Listener) error {
 	var missing []string
 	if s.Name == "" {
@@ -92,7 +92,7 @@ func (l *Lifecycle) AddServerFuncs(s ServerFuncs, ln net.Listener) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.running {
-		return ErrAlreadyRunning
+		return errAlreadyRunning
 	}
 	l.servers = append(l.servers, &server{ext: &s, ln: ln})
 	return nil

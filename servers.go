@@ -33,7 +33,8 @@ type server struct {
 // request is tracked as in flight. Do not call srv's Serve, Shutdown or
 // Close yourself.
 //
-// AddServer returns ErrAlreadyRunning once Run has started.
+// AddServer returns an error once Run has started (the Lifecycle is
+// already running).
 func (l *Lifecycle) AddServer(srv *http.Server, ln net.Listener) error {
 	if srv == nil {
 		return errors.New("lameduck: AddServer: nil *http.Server")
@@ -41,7 +42,7 @@ func (l *Lifecycle) AddServer(srv *http.Server, ln net.Listener) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.running {
-		return ErrAlreadyRunning
+		return errAlreadyRunning
 	}
 	l.servers = append(l.servers, &server{srv: srv, ln: ln})
 	return nil

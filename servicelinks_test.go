@@ -64,7 +64,7 @@ func TestServiceLinkLookalikesAreStillRefused(t *testing.T) {
 		vars := serviceLinks()
 		vars[tc.key] = tc.value
 		_, err := newFromEnv(t, vars, lameduck.Config{})
-		if !errors.Is(err, lameduck.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.key+"=") ||
+		if !errors.As(err, new(*lameduck.ConfigError)) || !strings.Contains(err.Error(), tc.key+"=") ||
 			!strings.Contains(err.Error(), "not a lameduck setting") {
 			t.Errorf("%s=%q: err = %v, want it refused as not a lameduck setting", tc.key, tc.value, err)
 		}

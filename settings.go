@@ -12,8 +12,11 @@ import (
 )
 
 // ConfigError is one refused setting. Every error that [New] and [Resolve]
-// return for a bad setting is a *ConfigError; it wraps [ErrInvalidConfig].
-// Its text names the setting, the value, what is wrong and the fix:
+// return for a bad setting is a *ConfigError, whether the setting came from
+// a Config field or an environment variable: errors.As finds the first in
+// New's joined error, so a caller can tell a bad configuration (exit 2, say)
+// from a failure to run. Its text names the setting, the value, what is
+// wrong and the fix:
 //
 //	lameduck: LAMEDUCK_SHUTDOWN_DELAY="5": a duration needs a unit (write 5s or 5ms); set it to a Go duration with a unit, such as "5s", or unset it: invalid configuration
 type ConfigError struct {
@@ -34,11 +37,8 @@ func (e *ConfigError) Error() string {
 	if !strings.HasPrefix(e.Setting, "Config.") {
 		v = strconv.Quote(v)
 	}
-	return fmt.Sprintf("lameduck: %s=%s: %s; %s: %v", e.Setting, v, e.Problem, e.Fix, ErrInvalidConfig)
+	return fmt.Sprintf("lameduck: %s=%s: %s; %s: invalid configuration", e.Setting, v, e.Problem, e.Fix)
 }
-
-// Unwrap returns ErrInvalidConfig.
-func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
 
 // setting is one row of the configuration table: one environment variable
 // (its name after the prefix), the Config field it fills, the accepted form

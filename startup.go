@@ -267,8 +267,9 @@ func (l *Lifecycle) warnStrayStartup() {
 // never ready, so no endpoint routes to it), and Run returns an error
 // wrapping ErrStartupFailed. A panic counts as a failed try.
 //
-// AddStartupTask returns ErrAlreadyRunning once Run has started, and an
-// error for a nil fn, more than one Retry or a negative field in one.
+// AddStartupTask returns an error once Run has started (the Lifecycle is
+// already running), and for a nil fn, more than one Retry or a negative
+// field in one.
 func (l *Lifecycle) AddStartupTask(name string, fn func(ctx context.Context) error, retry ...Retry) error {
 	if fn == nil {
 		return fmt.Errorf("lameduck: AddStartupTask(%q): nil function", name)
@@ -287,7 +288,7 @@ func (l *Lifecycle) AddStartupTask(name string, fn func(ctx context.Context) err
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.running {
-		return ErrAlreadyRunning
+		return errAlreadyRunning
 	}
 	l.startup = append(l.startup, t)
 	return nil

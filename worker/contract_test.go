@@ -133,7 +133,7 @@ func TestFailedJobsBackOffByDelivery(t *testing.T) {
 
 func TestFailureBackoffAboveItsCapIsAnError(t *testing.T) {
 	_, err := worker.New(worker.Config{FailureBackoff: time.Minute, FailureBackoffMax: time.Second})
-	if err == nil || !strings.Contains(err.Error(), "FAILURE_BACKOFF=1m0s is above LAMEDUCK_FAILURE_BACKOFF_MAX=1s") {
+	if err == nil || !strings.Contains(err.Error(), `FAILURE_BACKOFF="1m0s": above LAMEDUCK_FAILURE_BACKOFF_MAX=1s`) {
 		t.Fatalf("New: %v; want an error naming both settings", err)
 	}
 	_, errs := worker.Resolve(worker.Config{FailureBackoff: time.Minute, FailureBackoffMax: time.Second})

@@ -85,7 +85,7 @@ func Resolve(cfg Config) (Resolved, []error) {
 	lcfg.Extension = set.extension(nil)
 	res, errs := lameduck.Resolve(lcfg)
 	errs = append(errs, cfg.checkOwn()...)
-	errs = append(errs, set.check(cfg.Lifecycle.EnvPrefix)...)
+	errs = append(errs, set.check(res.Config.EnvPrefix)...)
 	return Resolved{Resolved: res, Epoch: set.Epoch, EpochMismatchDelay: set.EpochMismatchDelay, FetchWait: set.FetchWait,
 		FailureBackoff: set.FailureBackoff, FailureBackoffMax: set.FailureBackoffMax}, errs
 }
@@ -94,12 +94,12 @@ func Resolve(cfg Config) (Resolved, []error) {
 func (cfg Config) checkOwn() []error {
 	var errs []error
 	if cfg.EpochPoll < 0 {
-		errs = append(errs, fmt.Errorf("lameduck: worker.Config.EpochPoll=%s: must not be negative; use 0 for the default %s: %w",
-			cfg.EpochPoll, DefaultEpochPoll, lameduck.ErrInvalidConfig))
+		errs = append(errs, &lameduck.ConfigError{Setting: "Config.EpochPoll", Value: cfg.EpochPoll.String(),
+			Problem: "must not be negative", Fix: "use 0 for the default " + DefaultEpochPoll.String()})
 	}
 	if cfg.LivenessFloor < 0 {
-		errs = append(errs, fmt.Errorf("lameduck: worker.Config.LivenessFloor=%s: must not be negative; use 0 for the default %s: %w",
-			cfg.LivenessFloor, DefaultLivenessFloor, lameduck.ErrInvalidConfig))
+		errs = append(errs, &lameduck.ConfigError{Setting: "Config.LivenessFloor", Value: cfg.LivenessFloor.String(),
+			Problem: "must not be negative", Fix: "use 0 for the default " + DefaultLivenessFloor.String()})
 	}
 	return errs
 }
@@ -119,14 +119,13 @@ func (cfg Config) settings() *settings {
 }
 
 // check reports settings that are valid one by one but not together: a
-// backoff above its cap. prefix is the variables' (LAMEDUCK_ when empty).
+// backoff above its cap. prefix is the variables', as the Lifecycle's
+// resolution filled it.
 func (s *settings) check(prefix string) []error {
-	if prefix == "" {
-		prefix = lameduck.DefaultEnvPrefix
-	}
 	if s.FailureBackoff > 0 && s.FailureBackoffMax > 0 && s.FailureBackoff > s.FailureBackoffMax {
-		return []error{fmt.Errorf("lameduck: %sFAILURE_BACKOFF=%s is above %sFAILURE_BACKOFF_MAX=%s: the first redelivery of a failed job would wait longer than the cap; lower the first or raise the second: %w",
-			prefix, s.FailureBackoff, prefix, s.FailureBackoffMax, lameduck.ErrInvalidConfig)}
+		return []error{&lameduck.ConfigError{Setting: prefix + "FAILURE_BACKOFF", Value: s.FailureBackoff.String(),
+			Problem: fmt.Sprintf("above %sFAILURE_BACKOFF_MAX=%s: the first redelivery of a failed job would wait longer than the cap", prefix, s.FailureBackoffMax),
+			Fix:     "lower it or raise " + prefix + "FAILURE_BACKOFF_MAX"}}
 	}
 	return nil
 }

@@ -226,8 +226,9 @@ type Worker struct {
 
 // New returns a Worker on a new Lifecycle configured by cfg.Lifecycle as a
 // runner's (see Config and [Resolve]). It returns an error for a negative
-// EpochPoll or LivenessFloor, or the Lifecycle's error (wrapping
-// lameduck.ErrInvalidConfig, naming the setting, its value and the fix).
+// EpochPoll or LivenessFloor, or the Lifecycle's error: one
+// *lameduck.ConfigError per bad setting, each naming the setting, its
+// value and the fix.
 // Nothing is bound and no goroutine started until Run.
 func New(cfg Config) (*Worker, error) {
 	if errs := cfg.checkOwn(); len(errs) > 0 {
@@ -280,10 +281,14 @@ func (w *Worker) Epoch() uint64 { return w.set.Epoch }
 // checks (they apply while the runner serves), closers and background work.
 func (w *Worker) Lifecycle() *lameduck.Lifecycle { return w.lc }
 
+// errAlreadyRunning is AddLoop's and Run's answer once Run has been
+// called.
+var errAlreadyRunning = errors.New("lameduck: the worker is already running")
+
 // AddLoop registers a consume loop; it starts when Run has bound the probe
 // listener and every startup task has returned. It returns an error for a
 // missing name, Source or Handle, a duplicate name or a negative FetchWait,
-// and lameduck.ErrAlreadyRunning once Run has been called.
+// and one once Run has been called.
 func (w *Worker) AddLoop(l Loop) error {
 	switch {
 	case l.Name == "" || l.Source == nil || l.Handle == nil:
@@ -297,7 +302,7 @@ func (w *Worker) AddLoop(l Loop) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.ran {
-		return lameduck.ErrAlreadyRunning
+		return errAlreadyRunning
 	}
 	for _, o := range w.loops {
 		if o.Name == l.Name {
@@ -344,14 +349,14 @@ const exitWait = time.Second
 // [ErrDrainBound] when a job cut at the drain bound was handed back (so the
 // process exits non-zero: the job did not finish here; a job whose handler
 // returned nil after the bound was acknowledged and does not count). Run runs once: a second call
-// returns lameduck.ErrAlreadyRunning at once and changes nothing, and so
-// does a call after the Lifecycle's own Run was called (run a worker with
+// returns an error saying it is already running at once and changes
+// nothing, and so does a call after the Lifecycle's own Run was called (run a worker with
 // Worker.Run, never with its Lifecycle's).
 func (w *Worker) Run(ctx context.Context) error {
 	w.mu.Lock()
 	if w.ran {
 		w.mu.Unlock()
-		return lameduck.ErrAlreadyRunning
+		return errAlreadyRunning
 	}
 	w.ran = true
 	w.mu.Unlock()

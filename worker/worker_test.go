@@ -472,14 +472,14 @@ func TestRunnerConfiguration(t *testing.T) {
 			_, err := worker.New(worker.Config{Lifecycle: lameduck.Config{
 				LookupEnv: func(k string) (string, bool) { return tc.value, k == "LAMEDUCK_"+tc.name },
 			}})
-			if !errors.Is(err, lameduck.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want) {
+			if !errors.As(err, new(*lameduck.ConfigError)) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err %v; want %q", err, tc.want)
 			}
 		})
 	}
 	t.Run("a server refuses runner modes", func(t *testing.T) {
 		_, err := lameduck.New(lameduck.Config{LookupEnv: func(k string) (string, bool) { return "complete", k == "LAMEDUCK_DRAIN_MODE" }})
-		if !errors.Is(err, lameduck.ErrInvalidConfig) {
+		if !errors.As(err, new(*lameduck.ConfigError)) {
 			t.Fatalf("err %v", err)
 		}
 	})
@@ -521,7 +521,7 @@ func TestAddLoopErrors(t *testing.T) {
 			t.Fatalf("AddLoop(%+v) accepted", l)
 		}
 	}
-	if _, err := worker.New(worker.Config{LivenessFloor: -1}); !errors.Is(err, lameduck.ErrInvalidConfig) {
+	if _, err := worker.New(worker.Config{LivenessFloor: -1}); !errors.As(err, new(*lameduck.ConfigError)) {
 		t.Fatalf("negative floor: %v", err)
 	}
 	_ = http.StatusOK

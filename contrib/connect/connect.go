@@ -126,7 +126,7 @@ func (s *Server) HandlerOptions() []connect.HandlerOption {
 // for a handler that ignores its cancelled context.
 //
 // AddServer returns an error naming the problem for a nil srv, and the
-// error of Lifecycle.AddServerFuncs (lameduck.ErrAlreadyRunning once Run
+// error of Lifecycle.AddServerFuncs (an error once Run
 // has started). It is safe for concurrent use.
 func (s *Server) AddServer(srv *http.Server, ln net.Listener) error {
 	if srv == nil {

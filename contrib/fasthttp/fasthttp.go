@@ -66,7 +66,7 @@ import (
 // (chaining the hook srv had).
 //
 // It returns the error of Lifecycle.AddServerFuncs: an error naming an
-// empty addr with a nil ln, or lameduck.ErrAlreadyRunning once Run has
+// empty addr with a nil ln, or an error once Run has
 // started.
 func AddServer(lc *lameduck.Lifecycle, srv *fasthttp.Server, addr string, ln net.Listener) error {
 	// No forced stop of fasthttp's own: at the budget, Close ends the

@@ -50,7 +50,7 @@ import (
 // listening line. Register routes on the app as usual; do not call its
 // Listen, Listener or Shutdown methods.
 //
-// It returns AddServer's error (lameduck.ErrAlreadyRunning once Run has
+// It returns AddServer's error (an error once Run has
 // started, or an error naming an empty addr).
 func New(lc *lameduck.Lifecycle, addr string, config ...fiber.Config) (*fiber.App, error) {
 	var cfg fiber.Config
@@ -82,7 +82,7 @@ func New(lc *lameduck.Lifecycle, addr string, config ...fiber.Config) (*fiber.Ap
 // close, and the probes are not mounted.
 //
 // It returns the error of Lifecycle.AddServerFuncs: an error naming an
-// empty addr with a nil ln, or lameduck.ErrAlreadyRunning once Run has
+// empty addr with a nil ln, or an error once Run has
 // started.
 func AddServer(lc *lameduck.Lifecycle, app *fiber.App, addr string, ln net.Listener) error {
 	// The requests first, then Fiber's shutdown (its hooks, then fasthttp's,

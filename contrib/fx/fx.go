@@ -70,7 +70,7 @@ const noStartTimeout = 365 * 24 * time.Hour
 // drain (the stop hook then logs a warning that names both numbers).
 //
 // A bad setting is returned as fx.New's error (app.Err()), wrapping
-// lameduck.ErrInvalidConfig and naming the setting, its value and the fix;
+// a *lameduck.ConfigError naming the setting, its value and the fix;
 // app.Run then exits 1 before anything listens.
 //
 // The application's fx hooks are kept by the Lifecycle instead of fx (the

@@ -232,8 +232,8 @@ func TestBadSettingIsNewsError(t *testing.T) {
 	app := fx.New(ldfx.Option(lameduck.Config{ShutdownTeardown: -time.Second,
 		LookupEnv: func(string) (string, bool) { return "", false }}), fx.NopLogger)
 	err := app.Err()
-	if !errors.Is(err, lameduck.ErrInvalidConfig) || !strings.Contains(err.Error(), "ShutdownTeardown") {
-		t.Fatalf("app.Err() = %v; want lameduck.ErrInvalidConfig naming ShutdownTeardown", err)
+	if !errors.As(err, new(*lameduck.ConfigError)) || !strings.Contains(err.Error(), "ShutdownTeardown") {
+		t.Fatalf("app.Err() = %v; want a *lameduck.ConfigError naming ShutdownTeardown", err)
 	}
 }
 

@@ -119,7 +119,7 @@ func (s *Server) ServerOptions() []grpc.ServerOption {
 // without it. Do not call gs.Serve, GracefulStop or Stop yourself.
 //
 // AddServer returns the error of lameduck.Lifecycle.AddServerFuncs
-// (lameduck.ErrAlreadyRunning once Run has started, a missing address).
+// (an error once Run has started, a missing address).
 func (s *Server) AddServer(gs *grpc.Server, addr string, ln net.Listener) error {
 	if gs == nil {
 		return errors.New("lameduck: ldgrpc.Server.AddServer: the *grpc.Server is nil; pass the server created with ServerOptions")

@@ -19,7 +19,7 @@ func TestMaintenanceGauge(t *testing.T) {
 	probe := func(method, path string) {
 		t.Helper()
 		req := httptest.NewRequest(method, path, nil)
-		req.Header.Set(lameduck.PreStopTokenHeader, token)
+		req.Header.Set("X-Lameduck-Token", token)
 		rec := httptest.NewRecorder()
 		lc.ProbeHandler().ServeHTTP(rec, req)
 		if rec.Code != 200 {

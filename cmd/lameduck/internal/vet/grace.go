@@ -247,7 +247,7 @@ func checkPodGrace(o *Object, judgedHere []*judged) []Finding {
 	fix := fmt.Sprintf("raise terminationGracePeriodSeconds to at least %d, or shorten the containers' windows and teardowns", ceilSeconds(total))
 	if len(derived) > 0 {
 		fix += fmt.Sprintf("; give sidecar %s an explicit %sSHUTDOWN_TEARDOWN: a teardown derived from the pod's grace period assumes it stops first",
-			strings.Join(quoteAll(derived), ", "), lameduck.DefaultEnvPrefix)
+			strings.Join(quoteAll(derived), ", "), envPrefix)
 	}
 	name := judgedHere[0].c.Name // the judged sidecar, or else the first judged container
 	for _, j := range judgedHere {

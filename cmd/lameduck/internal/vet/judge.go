@@ -11,6 +11,16 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
+// envPrefix is the prefix of the variables the binary reads, the default
+// of lameduck.Config.EnvPrefix, which the containers vet judges use
+// (TestEnvPrefixIsTheResolvers holds it to the resolver's).
+const envPrefix = "LAMEDUCK_"
+
+// tokenHeader is the header a preStop httpGet hook carries the binary's
+// LAMEDUCK_PRESTOP_TOKEN in (TestTokenHeaderIsTheBinarys holds it to the
+// one the binary reads).
+const tokenHeader = "X-Lameduck-Token"
+
 // podContainer is one long-running container of a pod: a regular
 // container, or a native sidecar (an init container with restartPolicy
 // Always, which runs beside them and stops after them).
@@ -101,7 +111,7 @@ func judge(o *Object, k podContainer, opt Options) (*judged, string) {
 	j.signs = append(j.signs, j.servedSigns()...)
 	if len(j.signs) == 0 {
 		return nil, fmt.Sprintf("nothing says it runs lameduck: no %s* variable, no probe on a path lameduck serves (%s), not named with --container",
-			lameduck.DefaultEnvPrefix, strings.Join(append(slices.Clone(j.rc.LivenessPaths), j.rc.ReadinessPath, j.rc.StartupPath), ", "))
+			envPrefix, strings.Join(append(slices.Clone(j.rc.LivenessPaths), j.rc.ReadinessPath, j.rc.StartupPath), ", "))
 	}
 	j.ps = preStopTime(k.c)
 	return j, ""
@@ -112,7 +122,7 @@ func judge(o *Object, k podContainer, opt Options) (*judged, string) {
 func declaredSigns(c corev1.Container, opt Options) []string {
 	var signs []string
 	for _, e := range c.Env {
-		if strings.HasPrefix(e.Name, lameduck.DefaultEnvPrefix) {
+		if strings.HasPrefix(e.Name, envPrefix) {
 			signs = append(signs, "sets "+e.Name)
 			break
 		}
@@ -171,7 +181,7 @@ func isRunner(c corev1.Container, opt Options) bool {
 		return true
 	}
 	for _, e := range c.Env {
-		switch strings.TrimPrefix(e.Name, lameduck.DefaultEnvPrefix) {
+		switch strings.TrimPrefix(e.Name, envPrefix) {
 		case "EPOCH", "EPOCH_MISMATCH_DELAY", "FETCH_WAIT", "FAILURE_BACKOFF", "FAILURE_BACKOFF_MAX":
 			return true
 		}
@@ -181,7 +191,7 @@ func isRunner(c corev1.Container, opt Options) bool {
 	var cfg lameduck.Config
 	cfg.LookupEnv, cfg.Environ = envList(environment(c))
 	res, _ := worker.Resolve(worker.Config{Lifecycle: cfg})
-	return res.Sources["DRAIN_MODE"] == lameduck.DefaultEnvPrefix+"DRAIN_MODE"
+	return res.Sources["DRAIN_MODE"] == envPrefix+"DRAIN_MODE"
 }
 
 // environment returns the container's environment as the process sees it
@@ -195,15 +205,15 @@ func isRunner(c corev1.Container, opt Options) bool {
 func environment(c corev1.Container) []string {
 	kv := []string{"KUBERNETES_SERVICE_HOST=10.0.0.1"}
 	tokenSet := slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
-		return e.Name == lameduck.DefaultEnvPrefix+"PRESTOP_TOKEN"
+		return e.Name == envPrefix+"PRESTOP_TOKEN"
 	})
 	for _, e := range c.Env {
 		switch {
-		case e.Name == lameduck.DefaultEnvPrefix+"PRESTOP_TOKEN_FILE" && e.ValueFrom == nil && e.Value != "" && !tokenSet:
-			kv = append(kv, lameduck.DefaultEnvPrefix+"PRESTOP_TOKEN=(from file "+e.Value+")")
+		case e.Name == envPrefix+"PRESTOP_TOKEN_FILE" && e.ValueFrom == nil && e.Value != "" && !tokenSet:
+			kv = append(kv, envPrefix+"PRESTOP_TOKEN=(from file "+e.Value+")")
 		case e.ValueFrom == nil:
 			kv = append(kv, e.Name+"="+e.Value)
-		case e.Name == lameduck.DefaultEnvPrefix+"PRESTOP_TOKEN":
+		case e.Name == envPrefix+"PRESTOP_TOKEN":
 			kv = append(kv, e.Name+"=(from "+valueSource(e.ValueFrom)+")")
 		default:
 			kv = append(kv, e.Name) // known name, unknown value

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lameduck/lameduck"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -158,14 +157,14 @@ func checkPreStopHook(j *judged) []Finding {
 	case !rc.PreStop:
 		return []Finding{j.finding("prestop-hook", line, path,
 			"preStop is httpGet /prestop but the process does not serve it (LAMEDUCK_PRESTOP unset and no token): the hook gets 404 and the drain starts only at SIGTERM",
-			fmt.Sprintf("set %sPRESTOP_TOKEN from a Secret and the same value in the hook's %s header (or %sPRESTOP=true with the probes on %sPROBE_ADDR)", rc.EnvPrefix, lameduck.PreStopTokenHeader, rc.EnvPrefix, rc.EnvPrefix),
+			fmt.Sprintf("set %sPRESTOP_TOKEN from a Secret and the same value in the hook's %s header (or %sPRESTOP=true with the probes on %sPROBE_ADDR)", rc.EnvPrefix, tokenHeader, rc.EnvPrefix, rc.EnvPrefix),
 			map[string]any{"path": h.Path, "status": 404})}
 	case rc.PreStopToken != "" && !slices.ContainsFunc(h.HTTPHeaders, func(hd corev1.HTTPHeader) bool {
-		return strings.EqualFold(hd.Name, lameduck.PreStopTokenHeader) && hd.Value != ""
+		return strings.EqualFold(hd.Name, tokenHeader) && hd.Value != ""
 	}):
 		return []Finding{j.finding("prestop-hook", line, path,
-			"preStop is httpGet /prestop without an "+lameduck.PreStopTokenHeader+" header, but the process requires a token: the hook gets 401 and the drain starts only at SIGTERM",
-			"add httpHeaders: [{name: "+lameduck.PreStopTokenHeader+", value: <the token>}] to the hook",
+			"preStop is httpGet /prestop without an "+tokenHeader+" header, but the process requires a token: the hook gets 401 and the drain starts only at SIGTERM",
+			"add httpHeaders: [{name: "+tokenHeader+", value: <the token>}] to the hook",
 			map[string]any{"path": h.Path, "status": 401})}
 	}
 	return nil

@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"math"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -133,6 +135,33 @@ func TestBudgetIsTheBinarysStartupLine(t *testing.T) {
 		want := grace.Of(j.settings()).String()
 		if !strings.Contains(log.String(), "msg="+strconv.Quote("lameduck: "+want)) {
 			t.Errorf("env %q: the binary logged\n%s\nwant the budget line %q", env, log.String(), want)
+		}
+	}
+}
+
+func TestEnvPrefixIsTheResolvers(t *testing.T) {
+	res, _ := lameduck.Resolve(lameduck.Config{LookupEnv: func(string) (string, bool) { return "", false }})
+	if res.Config.EnvPrefix != envPrefix {
+		t.Fatalf("the resolver reads %q; vet judges %q", res.Config.EnvPrefix, envPrefix)
+	}
+}
+
+// The binary takes its token from tokenHeader: the maintenance switch
+// answers 200 with it and 401 without it.
+func TestTokenHeaderIsTheBinarys(t *testing.T) {
+	token := "0123456789abcdef0123"
+	lc, err := lameduck.New(lameduck.Config{LookupEnv: func(string) (string, bool) { return "", false },
+		Maintenance: true, PreStopToken: token, IgnoreSignals: true, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for header, want := range map[string]int{tokenHeader: http.StatusOK, "X-Other-Token": http.StatusUnauthorized} {
+		req := httptest.NewRequest(http.MethodPost, "/maintenance/off", nil)
+		req.Header.Set(header, token)
+		rec := httptest.NewRecorder()
+		lc.ProbeHandler().ServeHTTP(rec, req)
+		if rec.Code != want {
+			t.Errorf("the token in %s: %d; want %d", header, rec.Code, want)
 		}
 	}
 }
