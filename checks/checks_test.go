@@ -17,6 +17,7 @@ import (
 
 	"github.com/lameduck/lameduck/checks"
 	"github.com/lameduck/lameduck/health"
+	"github.com/lameduck/lameduck/internal/testsupport"
 	"go.uber.org/goleak"
 )
 
@@ -25,11 +26,11 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // listen starts a loopback TCP listener that greets each connection with
 // "+", closes it, and signals on accepted; it is closed and joined at
 // cleanup. stop closes it to simulate a server that went away, with its
-// port still held (listenHeld): a dial is refused, and never answered by
+// port still held (testsupport.ListenHeld): a dial is refused, and never answered by
 // another process that took the port.
 func listen(t *testing.T) (addr string, accepted <-chan struct{}, stop func()) {
 	t.Helper()
-	ln := listenHeld(t)
+	ln := testsupport.ListenHeld(t)
 	ch := make(chan struct{}, 64)
 	var wg sync.WaitGroup
 	wg.Go(func() {
