@@ -8,23 +8,14 @@ import (
 	"time"
 
 	"github.com/lameduck/lameduck"
+	"github.com/lameduck/lameduck/internal/testsupport"
 )
 
 // resolveList resolves a container's environment as lameduck vet does:
 // "KEY=value" entries, a later one winning.
 func resolveList(cfg lameduck.Config, kv ...string) (lameduck.Resolved, []error) {
-	cfg.LookupEnv, cfg.Environ = envList(kv)
+	cfg.LookupEnv, cfg.Environ = testsupport.EnvList(kv)
 	return lameduck.Resolve(cfg)
-}
-
-// envList returns a LookupEnv and an Environ that read only kv.
-func envList(kv []string) (func(string) (string, bool), func() []string) {
-	m := map[string]string{}
-	for _, e := range kv {
-		k, v, _ := strings.Cut(e, "=")
-		m[k] = v
-	}
-	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }, func() []string { return kv }
 }
 
 func TestResolveReturnsEveryProblemAsConfigErrors(t *testing.T) {
@@ -54,7 +45,7 @@ func TestResolveReturnsEveryProblemAsConfigErrors(t *testing.T) {
 	}
 	// New returns the very same errors, joined.
 	cfg := lameduck.Config{}
-	cfg.LookupEnv, cfg.Environ = envList([]string{"LAMEDUCK_SHUTDOWN_DELAY=5", "LAMEDUCK_SHUTDOWN_TEARDOWN=0s"})
+	cfg.LookupEnv, cfg.Environ = testsupport.EnvList([]string{"LAMEDUCK_SHUTDOWN_DELAY=5", "LAMEDUCK_SHUTDOWN_TEARDOWN=0s"})
 	_, err := lameduck.New(cfg)
 	_, errs = resolveList(lameduck.Config{}, "LAMEDUCK_SHUTDOWN_DELAY=5", "LAMEDUCK_SHUTDOWN_TEARDOWN=0s")
 	if err == nil || err.Error() != errors.Join(errs...).Error() {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/lameduck/lameduck"
 	"github.com/lameduck/lameduck/internal/extend"
+	"github.com/lameduck/lameduck/internal/testsupport"
 	"github.com/lameduck/lameduck/worker"
 )
 
@@ -18,7 +19,7 @@ import (
 func TestRunnerSettingsAreWorkersRows(t *testing.T) {
 	env := []string{"LAMEDUCK_EPOCH=3", "LAMEDUCK_EPOCH_MISMATCH_DELAY=2m", "LAMEDUCK_FETCH_WAIT=5s"}
 	var cfg lameduck.Config
-	cfg.LookupEnv, cfg.Environ = envList(env)
+	cfg.LookupEnv, cfg.Environ = testsupport.EnvList(env)
 	runner, errs := worker.Resolve(worker.Config{Lifecycle: cfg})
 	if len(errs) != 0 {
 		t.Fatalf("a runner refused its own settings: %v", errs)
@@ -28,7 +29,7 @@ func TestRunnerSettingsAreWorkersRows(t *testing.T) {
 	var added []string
 	for name := range runner.Sources {
 		var sc lameduck.Config
-		sc.LookupEnv, sc.Environ = envList([]string{"LAMEDUCK_" + name + "=x"})
+		sc.LookupEnv, sc.Environ = testsupport.EnvList([]string{"LAMEDUCK_" + name + "=x"})
 		_, errs := lameduck.Resolve(sc)
 		var ce *lameduck.ConfigError
 		if len(errs) == 1 && errors.As(errs[0], &ce) && ce.Setting == "LAMEDUCK_"+name &&
@@ -42,22 +43,11 @@ func TestRunnerSettingsAreWorkersRows(t *testing.T) {
 	}
 	for _, kv := range env {
 		var sc lameduck.Config
-		sc.LookupEnv, sc.Environ = envList([]string{kv})
+		sc.LookupEnv, sc.Environ = testsupport.EnvList([]string{kv})
 		_, errs := lameduck.Resolve(sc)
 		var ce *lameduck.ConfigError
 		if len(errs) != 1 || !errors.As(errs[0], &ce) || !strings.Contains(ce.Problem, "a runner's setting (package worker") {
 			t.Errorf("a server given %s: %v; want one error naming it a runner's setting", kv, errs)
 		}
 	}
-}
-
-// envList returns a LookupEnv and an Environ for lameduck.Config that read
-// only kv, "KEY=value" entries.
-func envList(kv []string) (func(string) (string, bool), func() []string) {
-	m := map[string]string{}
-	for _, e := range kv {
-		k, v, _ := strings.Cut(e, "=")
-		m[k] = v
-	}
-	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }, func() []string { return kv }
 }
