@@ -21,7 +21,8 @@ import (
 //	lameduck: LAMEDUCK_SHUTDOWN_DELAY="5": a duration needs a unit (write 5s or 5ms); set it to a Go duration with a unit, such as "5s", or unset it: invalid configuration
 type ConfigError struct {
 	// Setting is what was refused: an environment variable with its prefix
-	// ("LAMEDUCK_SHUTDOWN_DELAY") or a Config field ("Config.ShutdownDelay").
+	// ("LAMEDUCK_SHUTDOWN_DELAY") or a Config field ("Config.ShutdownDelay";
+	// a runner's own, "worker.Config.EpochPoll").
 	Setting string
 	// Value is the refused value: the variable's text, or the field's value
 	// formatted with %v.
@@ -34,7 +35,7 @@ type ConfigError struct {
 
 func (e *ConfigError) Error() string {
 	v := e.Value
-	if !strings.HasPrefix(e.Setting, "Config.") {
+	if !strings.Contains(e.Setting, "Config.") { // a variable's text: quoted
 		v = strconv.Quote(v)
 	}
 	return fmt.Sprintf("lameduck: %s=%s: %s; %s: invalid configuration", e.Setting, v, e.Problem, e.Fix)

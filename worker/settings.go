@@ -94,11 +94,11 @@ func Resolve(cfg Config) (Resolved, []error) {
 func (cfg Config) checkOwn() []error {
 	var errs []error
 	if cfg.EpochPoll < 0 {
-		errs = append(errs, &lameduck.ConfigError{Setting: "Config.EpochPoll", Value: cfg.EpochPoll.String(),
+		errs = append(errs, &lameduck.ConfigError{Setting: "worker.Config.EpochPoll", Value: cfg.EpochPoll.String(),
 			Problem: "must not be negative", Fix: "use 0 for the default " + DefaultEpochPoll.String()})
 	}
 	if cfg.LivenessFloor < 0 {
-		errs = append(errs, &lameduck.ConfigError{Setting: "Config.LivenessFloor", Value: cfg.LivenessFloor.String(),
+		errs = append(errs, &lameduck.ConfigError{Setting: "worker.Config.LivenessFloor", Value: cfg.LivenessFloor.String(),
 			Problem: "must not be negative", Fix: "use 0 for the default " + DefaultLivenessFloor.String()})
 	}
 	return errs
