@@ -12,6 +12,7 @@ import (
 
 	"github.com/lameduck/lameduck"
 	"github.com/lameduck/lameduck/health"
+	"github.com/lameduck/lameduck/internal/testsupport"
 )
 
 // census lists every goroutine lameduck itself starts, by the function that
@@ -43,10 +44,8 @@ var frameRE = regexp.MustCompile(`(?m)^github\.com/lameduck/lameduck\.(\(\*?\w+\
 // starters returns the lameduck functions whose goroutines are alive, named
 // by the outermost lameduck frame of each goroutine's stack.
 func starters() []string {
-	buf := make([]byte, 1<<20)
-	buf = buf[:runtime.Stack(buf, true)]
 	var out []string
-	for _, g := range strings.Split(string(buf), "\n\n") {
+	for _, g := range strings.Split(testsupport.AllStacks(), "\n\n") {
 		if strings.Contains(g, "lameduck_test.") && !strings.Contains(g, "created by github.com/lameduck/lameduck.") &&
 			!strings.Contains(g, "created by sync.(*WaitGroup).Go") {
 			continue // the test's own goroutines

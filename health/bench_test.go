@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/lameduck/lameduck/health"
+	"github.com/lameduck/lameduck/internal/testsupport"
 )
 
 // One captive goroutine per wedged dependency, never a growing pile of
@@ -73,14 +74,7 @@ func settledGrowth(before, want int) int {
 
 // pingGoroutines counts the goroutines running a check's ping.
 func pingGoroutines() int {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			return strings.Count(string(buf[:n]), "health.(*checkState).ping(")
-		}
-		buf = make([]byte, 2*len(buf))
-	}
+	return strings.Count(testsupport.AllStacks(), "health.(*checkState).ping(")
 }
 
 // Overlapping probes share pings, under real scheduling and -race. The

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lameduck/lameduck/health"
+	"github.com/lameduck/lameduck/internal/testsupport"
 )
 
 // A check's context: the ping's deadline, the probe's values, no
@@ -94,16 +95,8 @@ func contextGoroutines(t *testing.T) int {
 		t.Errorf("no synctest bubble in the goroutine's header %q", header)
 		return 0
 	}
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
 	count, seen := 0, 0
-	for g := range strings.SplitSeq(string(buf), "\n\n") {
+	for g := range strings.SplitSeq(testsupport.AllStacks(), "\n\n") {
 		header, _, _ := strings.Cut(g, "\n")
 		if !strings.HasPrefix(header, "goroutine ") || !strings.HasSuffix(strings.TrimSpace(header), ", synctest bubble "+bubble) {
 			continue

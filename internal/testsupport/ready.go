@@ -197,9 +197,7 @@ func (f Faults) stalled(t *testing.T) {
 	// One captive ping at most, and whatever a redial holds for a moment:
 	// never one goroutine per probe.
 	if n := settled(base + 2); n > base+2 {
-		buf := make([]byte, 1<<20)
-		buf = buf[:runtime.Stack(buf, true)]
-		t.Fatalf("goroutines grew from %d to %d over 4 stalled probes:\n%s", base, n, buf)
+		t.Fatalf("goroutines grew from %d to %d over 4 stalled probes:\n%s", base, n, AllStacks())
 	}
 	f.Up(t)
 	// A captive ping returns when the server answers again (or its
@@ -207,9 +205,7 @@ func (f Faults) stalled(t *testing.T) {
 	deadline := time.Now().Add(Guard)
 	for pinging.Load() > 0 {
 		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			buf = buf[:runtime.Stack(buf, true)]
-			t.Fatalf("a ping of the stall was still captive %s after it ended:\n%s", Guard, buf)
+			t.Fatalf("a ping of the stall was still captive %s after it ended:\n%s", Guard, AllStacks())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
