@@ -87,10 +87,7 @@ func pingGoroutines() int {
 func TestHundredConcurrentProbesSharePings(t *testing.T) {
 	c := health.NewChecker(health.CheckerOptions{Logger: quiet(), DefaultTimeout: 10 * time.Second})
 	var calls atomic.Int32
-	mustAdd(t, c, health.Check{Name: "db", Critical: true, Func: func(ctx context.Context) error {
-		calls.Add(1)
-		return sleepy(200*time.Millisecond, nil)(ctx)
-	}})
+	mustAdd(t, c, health.Check{Name: "db", Critical: true, Func: counted(&calls, 200*time.Millisecond)})
 	start := make(chan struct{})
 	var wg sync.WaitGroup
 	var notOK atomic.Int32
@@ -118,10 +115,7 @@ func TestHundredSimultaneousProbesShareExactlyOnePing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := health.NewChecker(health.CheckerOptions{Logger: quiet()})
 		var calls atomic.Int32
-		mustAdd(t, c, health.Check{Name: "db", Func: func(ctx context.Context) error {
-			calls.Add(1)
-			return sleepy(50*time.Millisecond, nil)(ctx)
-		}})
+		mustAdd(t, c, health.Check{Name: "db", Func: counted(&calls, 50*time.Millisecond)})
 		start := time.Now()
 		var wg sync.WaitGroup
 		for range 100 {
@@ -179,11 +173,8 @@ func BenchmarkProbeWedgedCheck(b *testing.B) {
 // many times the check ran for those 100 probes.
 func BenchmarkProbe100Concurrent50msCheck(b *testing.B) {
 	c := health.NewChecker(health.CheckerOptions{Logger: quiet()})
-	var calls atomic.Int64
-	mustAdd(b, c, health.Check{Name: "db", Func: func(ctx context.Context) error {
-		calls.Add(1)
-		return sleepy(50*time.Millisecond, nil)(ctx)
-	}})
+	var calls atomic.Int32
+	mustAdd(b, c, health.Check{Name: "db", Func: counted(&calls, 50*time.Millisecond)})
 	ctx := context.Background()
 	n := 0
 	for b.Loop() {

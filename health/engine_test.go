@@ -223,10 +223,7 @@ func TestOverlappingProbesShareOnePing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := health.NewChecker(health.CheckerOptions{Logger: quiet()})
 		var calls atomic.Int32
-		mustAdd(t, c, health.Check{Name: "db", Critical: true, Func: func(ctx context.Context) error {
-			calls.Add(1)
-			return sleepy(950*time.Millisecond, nil)(ctx)
-		}})
+		mustAdd(t, c, health.Check{Name: "db", Critical: true, Func: counted(&calls, 950*time.Millisecond)})
 		var wg sync.WaitGroup
 		var a health.Report
 		wg.Go(func() { a = mustRun(t, c, t.Context()) })
