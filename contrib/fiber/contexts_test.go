@@ -6,36 +6,10 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
-	"github.com/jackc/pgx/v5/pgxpool"
 	ldfiber "github.com/lameduck/lameduck/contrib/fiber"
+	"github.com/lameduck/lameduck/contrib/internal/fasthttptest"
 	"github.com/lameduck/lameduck/internal/testsupport"
 )
-
-// livePool returns a pool on the shared PostgreSQL with n connections open,
-// or skips (fails under CI) when it does not answer.
-func livePool(t *testing.T, n int) *pgxpool.Pool {
-	t.Helper()
-	srv := testsupport.Postgres
-	pool, err := pgxpool.New(context.Background(), srv.Addr())
-	if err != nil {
-		t.Fatalf("%s=%s: %v", srv.EnvVar, srv.Addr(), err)
-	}
-	t.Cleanup(pool.Close)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conns := make([]*pgxpool.Conn, 0, n)
-	for range n { // dialled now, so no query waits for a connect
-		c, err := pool.Acquire(ctx)
-		if err != nil {
-			srv.Missing(t, err)
-		}
-		conns = append(conns, c)
-	}
-	for _, c := range conns {
-		c.Release()
-	}
-	return pool
-}
 
 // Every context a Fiber v2 handler can reach — c.Context() (the
 // *fasthttp.RequestCtx) and c.UserContext() — passed to a 1s PostgreSQL
@@ -47,7 +21,7 @@ func livePool(t *testing.T, n int) *pgxpool.Pool {
 // once and the handler answered 500 "context canceled".
 func TestEveryContextLivesThroughTheTeardown(t *testing.T) {
 	contexts := []string{"Context", "UserContext"}
-	pool := livePool(t, len(contexts))
+	pool := fasthttptest.LivePool(t, len(contexts))
 	started := make(chan string, len(contexts))
 	// A Lifecycle of its own that listens to the process's signals, on the
 	// real clock: the test sends SIGTERM to itself, as the kubelet would.

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/lameduck/lameduck"
 	"github.com/lameduck/lameduck/health"
 	"github.com/lameduck/lameduck/internal/testsupport"
@@ -364,4 +365,31 @@ func BenchMiddleware[A any](b *testing.B, s Server[A]) {
 		fc := requestCtx("/api/orders")
 		return func() { h(fc) }
 	})
+}
+
+// LivePool returns a pool on the shared PostgreSQL with n connections open,
+// or skips (fails under CI) when it does not answer: for the tests that
+// pass a query every context a handler can reach.
+func LivePool(t *testing.T, n int) *pgxpool.Pool {
+	t.Helper()
+	srv := testsupport.Postgres
+	pool, err := pgxpool.New(context.Background(), srv.Addr())
+	if err != nil {
+		t.Fatalf("%s=%s: %v", srv.EnvVar, srv.Addr(), err)
+	}
+	t.Cleanup(pool.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conns := make([]*pgxpool.Conn, 0, n)
+	for range n { // dialled now, so no query waits for a connect
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			srv.Missing(t, err)
+		}
+		conns = append(conns, c)
+	}
+	for _, c := range conns {
+		c.Release()
+	}
+	return pool
 }
