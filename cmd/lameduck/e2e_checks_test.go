@@ -30,9 +30,10 @@ import (
 	"sync"
 	"syscall"
 
-	"golang.org/x/sys/unix"
 	"testing"
 	"time"
+
+	"github.com/lameduck/lameduck/internal/testsupport"
 )
 
 const (
@@ -571,18 +572,13 @@ func TestE2EChecksPanicAndWedgeSurvived(t *testing.T) {
 }
 
 // listenTCP starts a TCP listener on loopback that accepts and closes every
-// connection. stop closes it to simulate an outage, while a second socket,
-// bound to the same port with SO_REUSEPORT and never listening, keeps the
-// port reserved until the test ends: a dial gets "connection refused", and
-// no other process (another test's server binding 127.0.0.1:0) can take the
-// freed port and answer in its place.
+// connection. stop closes it to simulate an outage, while its port stays
+// reserved until the test ends (testsupport.ListenHeld): a dial gets
+// "connection refused", and no other process can take the freed port and
+// answer in its place.
 func listenTCP(t *testing.T) (addr string, stop func()) {
 	t.Helper()
-	ln, err := reusePort().Listen(context.Background(), "tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	holdPort(t, ln.Addr().(*net.TCPAddr).Port)
+	ln := testsupport.ListenHeld(t)
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for {
@@ -596,45 +592,6 @@ func listenTCP(t *testing.T) (addr string, stop func()) {
 	stop = sync.OnceFunc(func() { ln.Close(); wg.Wait() })
 	t.Cleanup(stop)
 	return ln.Addr().String(), stop
-}
-
-// holdPort binds a socket with SO_REUSEPORT to port on 127.0.0.1 (0: a port
-// the kernel picks) and never listens on it, until the test ends; it returns
-// the port. Connections to it are refused, and no other socket can bind it
-// but one that sets SO_REUSEPORT too (the kernel never hands a held port to
-// a bind to port 0, and a plain bind fails with "address already in use").
-func holdPort(t *testing.T, port int) int {
-	t.Helper()
-	hold, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { syscall.Close(hold) })
-	if err := syscall.SetsockoptInt(hold, syscall.SOL_SOCKET, unix.SO_REUSEPORT, 1); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Bind(hold, &syscall.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-		t.Fatalf("reserve port %d: %v", port, err)
-	}
-	sa, err := syscall.Getsockname(hold)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sa.(*syscall.SockaddrInet4).Port
-}
-
-// reusePort returns a ListenConfig whose sockets set SO_REUSEPORT, so a
-// listener can come back on a port another socket keeps reserved.
-func reusePort() *net.ListenConfig {
-	return &net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
-		var serr error
-		if err := c.Control(func(fd uintptr) {
-			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, unix.SO_REUSEPORT, 1)
-		}); err != nil {
-			return err
-		}
-		return serr
-	}}
 }
 
 // httpServer starts an httptest server answering code to every request.
@@ -713,7 +670,7 @@ func TestE2EChecksSecretsRedacted(t *testing.T) {
 	t.Parallel()
 	const secret = "s3cret"
 	broken := httpServer(t, http.StatusInternalServerError)
-	closedHost := net.JoinHostPort("127.0.0.1", fmt.Sprint(holdPort(t, 0))) // refused, and no one else's
+	closedHost := net.JoinHostPort("127.0.0.1", fmt.Sprint(testsupport.HoldPort(t, 0))) // refused, and no one else's
 	closed := "http://user:" + secret + "@" + closedHost + "/"
 	status := strings.Replace(broken.URL, "http://", "http://user:"+secret+"@", 1) + "/healthz"
 	token := "http://" + closedHost + "/healthz?token=" + secret

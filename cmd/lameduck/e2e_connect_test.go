@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -115,22 +114,8 @@ func TestE2EConnectDrain(t *testing.T) {
 		}
 	}
 	inFlight := perClient*len(clients) + 1 // the calls and the stream
-	for deadline := time.Now().Add(reqTimeout); ; time.Sleep(pollEvery) {
-		if m := scrapeGauge(t, p, "lameduck_requests_in_flight"); m >= float64(inFlight+1) { // and the scrape
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("fewer than %d requests in flight after %s", inFlight+1, reqTimeout)
-		}
-	}
-	p.signal(syscall.SIGTERM)
-	p.waitLog(`"lameduck: draining"`, startTimeout, msgContains("lameduck: draining"))
-	if code, out := healthProbe(t, bin, addr, "readiness"); code == 0 {
-		t.Errorf("grpc-health-probe -service readiness after SIGTERM: exit 0 (%s), want NOT_SERVING", out)
-	}
-	if code, out := healthProbe(t, bin, addr, "liveness"); code != 0 {
-		t.Errorf("grpc-health-probe -service liveness after SIGTERM: exit %d: %s, want SERVING", code, out)
-	}
+	awaitInFlight(t, p, inFlight+1, "the calls, the stream and the scrape")
+	sigtermThenProbe(t, p, bin, addr, "readiness")
 	for _, c := range clients { // in the window: still answered
 		if err := slow(c, 0); err != nil {
 			mu.Lock()

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lameduck/lameduck/internal/testsupport"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"google.golang.org/grpc"
@@ -67,6 +68,38 @@ func healthProbeBin(t *testing.T) string {
 		t.Skip(probeErr)
 	}
 	return probeBin
+}
+
+// awaitInFlight polls p's lameduck_requests_in_flight gauge until it
+// reads n or more (what names them, for the failure), or fails t after
+// reqTimeout.
+func awaitInFlight(t *testing.T, p *proc, n int, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(reqTimeout); ; time.Sleep(pollEvery) {
+		m := scrapeGauge(t, p, "lameduck_requests_in_flight")
+		if m >= float64(n) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("lameduck_requests_in_flight is %v after %s; want %d (%s) before SIGTERM", m, reqTimeout, n, what)
+		}
+	}
+}
+
+// sigtermThenProbe sends p SIGTERM, waits for its "lameduck: draining"
+// line, and asks grpc-health-probe (bin) at addr: the service readiness
+// names ("" for the server's overall status) must answer NOT_SERVING, and
+// "liveness" SERVING.
+func sigtermThenProbe(t *testing.T, p *proc, bin, addr, readiness string) {
+	t.Helper()
+	p.signal(syscall.SIGTERM)
+	p.waitLog(`"lameduck: draining"`, startTimeout, msgContains("lameduck: draining"))
+	if code, out := healthProbe(t, bin, addr, readiness); code == 0 {
+		t.Errorf("grpc-health-probe -service %q after SIGTERM: exit 0 (%s), want NOT_SERVING", readiness, out)
+	}
+	if code, out := healthProbe(t, bin, addr, "liveness"); code != 0 {
+		t.Errorf("grpc-health-probe -service liveness after SIGTERM: exit %d: %s, want SERVING", code, out)
+	}
 }
 
 // healthProbe runs grpc-health-probe against addr for service and returns
@@ -164,24 +197,9 @@ func TestE2EGRPCAndMetrics(t *testing.T) {
 		slow <- cc.Invoke(ctx, "/lameduck.demo.Demo/Slow", durationpb.New(5*time.Second), new(emptypb.Empty))
 	}()
 	// Both calls in flight before the signal.
-	for deadline := time.Now().Add(reqTimeout); ; time.Sleep(pollEvery) {
-		m := scrapeGauge(t, p, "lameduck_requests_in_flight")
-		if m >= 3 { // the stream, the slow call, the scrape
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("lameduck_requests_in_flight is %v after %s; want 3 (the stream, the slow call, the scrape) before SIGTERM", m, reqTimeout)
-		}
-	}
+	awaitInFlight(t, p, 3, "the stream, the slow call, the scrape")
 
-	p.signal(syscall.SIGTERM)
-	p.waitLog(`"lameduck: draining"`, startTimeout, msgContains("lameduck: draining"))
-	if code, out := healthProbe(t, bin, addr, ""); code == 0 {
-		t.Errorf("grpc-health-probe after SIGTERM: exit 0 (%s), want NOT_SERVING", out)
-	}
-	if code, out := healthProbe(t, bin, addr, "liveness"); code != 0 {
-		t.Errorf("grpc-health-probe -service liveness after SIGTERM: exit %d: %s, want SERVING", code, out)
-	}
+	sigtermThenProbe(t, p, bin, addr, "")
 	var streamErr error
 	for streamErr == nil {
 		streamErr = stream.RecvMsg(new(timestamppb.Timestamp))
@@ -256,7 +274,7 @@ func TestE2EContribChecks(t *testing.T) {
 // out of the demo as JSON records of the process's handler under
 // --log-format json, never as go-redis' plain-text lines on stderr.
 func TestE2ERedisLogsThroughSlog(t *testing.T) {
-	down := holdPort(t, 0) // bound, never listening: every dial is refused
+	down := testsupport.HoldPort(t, 0) // bound, never listening: every dial is refused
 	p := startChecks(t, nil, "--check-redis", fmt.Sprintf("cache=127.0.0.1:%d", down))
 	p.get("/readyz") // a probe runs the check, and go-redis fails to dial
 	p.waitLog("go-redis' line through slog", 20*time.Second, func(l logLine) bool {

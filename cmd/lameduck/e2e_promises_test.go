@@ -36,14 +36,8 @@ func TestE2ESIGTERMDuringBootWaitsNoWindow(t *testing.T) {
 		}
 		time.Sleep(pollEvery)
 	}
-	code, _ := p.waitExit(20 * time.Second)
-	if code != 0 {
-		t.Fatalf("exit code %d; want 0 (an interrupted boot is not a failure)", code)
-	}
-	l := p.waitLog(`"lameduck: draining"`, time.Second, msgContains("lameduck: draining"))
-	if w, _ := l.rec["window"].(string); w != "0s" {
-		t.Errorf("the draining line says window=%v; want 0s for a pod that never became ready: %s", l.rec["window"], l.raw)
-	}
+	// Exit 0: an interrupted boot is not a failure.
+	l := exitedWithNoWindow(t, p)
 	if _, ok := p.findLog(msgContains("startup task interrupted")); !ok {
 		t.Errorf("no log line says the startup task was interrupted")
 	}
@@ -156,12 +150,20 @@ func TestE2EPreStopBeforeReady(t *testing.T) {
 	if r.code != http.StatusOK {
 		t.Fatalf("GET /prestop during boot = %s; want 200 (no window for a pod never ready)", r)
 	}
-	code, _ := p.waitExit(20 * time.Second)
-	if code != 0 {
+	exitedWithNoWindow(t, p)
+}
+
+// exitedWithNoWindow waits for p to exit, fails t unless it exited 0 and
+// its draining line says window=0s (a pod that never became ready has no
+// window), and returns that line.
+func exitedWithNoWindow(t *testing.T, p *proc) logLine {
+	t.Helper()
+	if code, _ := p.waitExit(20 * time.Second); code != 0 {
 		t.Fatalf("exit code %d; want 0", code)
 	}
-	drained := p.waitLog(`"lameduck: draining"`, time.Second, msgContains("lameduck: draining"))
-	if w, _ := drained.rec["window"].(string); w != "0s" {
-		t.Errorf("the draining line says window=%v; want 0s: %s", drained.rec["window"], drained.raw)
+	l := p.waitLog(`"lameduck: draining"`, time.Second, msgContains("lameduck: draining"))
+	if w, _ := l.rec["window"].(string); w != "0s" {
+		t.Errorf("the draining line says window=%v; want 0s for a pod that never became ready: %s", l.rec["window"], l.raw)
 	}
+	return l
 }

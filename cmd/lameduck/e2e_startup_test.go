@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lameduck/lameduck/internal/testsupport"
 )
 
 // checkRetryLines checks that each failed try is logged once, with its
@@ -50,7 +52,7 @@ func TestE2EStartupRetriesUntilTheDependencyIsUp(t *testing.T) {
 	p.want("/startupz", 503, "starting")
 	p.want("/healthz", 200, "ok")
 
-	ln, err := reusePort().Listen(context.Background(), "tcp4", addr) // the dependency comes up
+	ln, err := testsupport.ReusePort().Listen(context.Background(), "tcp4", addr) // the dependency comes up
 	if err != nil {
 		t.Fatal(err)
 	}

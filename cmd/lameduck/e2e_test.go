@@ -27,6 +27,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lameduck/lameduck/internal/testsupport"
 )
 
 const (
@@ -304,18 +306,28 @@ func startDemo(t *testing.T, env map[string]string, args ...string) *proc {
 // only other answer allowed meanwhile.
 func (p *proc) waitServing(timeout time.Duration) reply {
 	p.t.Helper()
+	return p.waitReadyz(timeout, http.StatusOK, "ok", http.StatusServiceUnavailable, "starting",
+		"/readyz not 200 ok within %s")
+}
+
+// waitReadyz polls /readyz every pollEvery until it answers code and
+// status, and returns that answer. The only other answer allowed meanwhile
+// is wasCode and wasStatus; any other fails the test, and so does timeout
+// passing first, with late (a format taking timeout) as the message.
+func (p *proc) waitReadyz(timeout time.Duration, code int, status string, wasCode int, wasStatus, late string) reply {
+	p.t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
 		r := p.get("/readyz")
 		switch {
-		case r.code == http.StatusOK && r.status() == "ok":
+		case r.code == code && r.status() == status:
 			return r
-		case r.code == http.StatusServiceUnavailable && r.status() == "starting":
+		case r.code == wasCode && r.status() == wasStatus:
 		default:
-			p.t.Fatalf("GET /readyz = %s while waiting for 200 ok", r)
+			p.t.Fatalf("GET /readyz = %s while waiting for %d %s", r, code, status)
 		}
 		if time.Now().After(deadline) {
-			p.t.Fatalf("/readyz not 200 ok within %s", timeout)
+			p.t.Fatalf(late, timeout)
 		}
 		time.Sleep(pollEvery)
 	}
@@ -494,21 +506,8 @@ func awaitResult(t *testing.T, ch <-chan result, timeout time.Duration) result {
 // answer. Any answer other than 200 ok before it fails the test.
 func (p *proc) waitDraining(timeout time.Duration) reply {
 	p.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		r := p.get("/readyz")
-		switch {
-		case r.code == http.StatusServiceUnavailable && r.status() == "draining":
-			return r
-		case r.code == http.StatusOK && r.status() == "ok":
-		default:
-			p.t.Fatalf("GET /readyz = %s while waiting for 503 draining", r)
-		}
-		if time.Now().After(deadline) {
-			p.t.Fatalf("/readyz still 200 ok %s after the signal", timeout)
-		}
-		time.Sleep(pollEvery)
-	}
+	return p.waitReadyz(timeout, http.StatusServiceUnavailable, "draining", http.StatusOK, "ok",
+		"/readyz still 200 ok %s after the signal")
 }
 
 func env(kv ...string) map[string]string {
@@ -731,7 +730,7 @@ func TestE2EInvalidDurationsFailBeforeListening(t *testing.T) {
 		{"LAMEDUCK_SHUTDOWN_TEARDOWN", "0s"},
 	} {
 		t.Run(tc.name+"="+tc.value, func(t *testing.T) {
-			addr := net.JoinHostPort("127.0.0.1", fmt.Sprint(holdPort(t, 0)))
+			addr := net.JoinHostPort("127.0.0.1", fmt.Sprint(testsupport.HoldPort(t, 0)))
 			p := startProc(t, env(tc.name, tc.value), "--addr", addr)
 			code, _ := p.waitExit(startTimeout)
 
