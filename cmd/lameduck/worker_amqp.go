@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"time"
 
 	"github.com/lameduck/lameduck"
@@ -52,14 +51,8 @@ func dialAMQP(url string) (*amqp.Connection, error) {
 // run in reverse: the Source's channels close, then the connection. On an
 // error it undoes what it did.
 func openAMQP(ctx context.Context, o workerOptions, lc *lameduck.Lifecycle, log *slog.Logger) (q demoQueue, err error) {
-	var undo []func()
-	defer func() {
-		if err != nil {
-			for _, f := range slices.Backward(undo) {
-				f()
-			}
-		}
-	}()
+	var undo undoer
+	defer undo.onError(&err)
 	shown := health.Redact(o.amqpURL)
 	conn, err := dialAMQP(o.amqpURL)
 	if err != nil {

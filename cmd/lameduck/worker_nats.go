@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -151,14 +150,8 @@ func demoConsumerFor(ctx context.Context, st jetstream.Stream, o workerOptions) 
 // retired, then the connection closed, then the embedded server stopped.
 // On an error it undoes what it did.
 func openNATS(ctx context.Context, o workerOptions, lc *lameduck.Lifecycle, log *slog.Logger) (q demoQueue, err error) {
-	var undo []func()
-	defer func() {
-		if err != nil {
-			for _, f := range slices.Backward(undo) {
-				f()
-			}
-		}
-	}()
+	var undo undoer
+	defer undo.onError(&err)
 	url := o.natsURL
 	if url == "" {
 		ns, err := startEmbedded(o.embeddedAddr, o.store)

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -66,14 +65,8 @@ func postgresPool(ctx context.Context, url string, conns int) (*pgxpool.Pool, er
 // epoch row is deleted, then the pool closed. On an error it undoes what
 // it did.
 func openPostgres(ctx context.Context, o workerOptions, lc *lameduck.Lifecycle, log *slog.Logger) (q demoQueue, err error) {
-	var undo []func()
-	defer func() {
-		if err != nil {
-			for _, f := range slices.Backward(undo) {
-				f()
-			}
-		}
-	}()
+	var undo undoer
+	defer undo.onError(&err)
 	shown := health.Redact(o.postgresURL)
 	pool, err := postgresPool(ctx, o.postgresURL, o.loops+2)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,6 +24,22 @@ type demoQueue struct {
 	job func(worker.Job) *countedJob
 	// attrs are the "demo-worker: consuming" line's, after the queue's kind.
 	attrs []any
+}
+
+// undoer is what an open function of a queue did, to be undone, last
+// first, should the function fail: it appends a func for each step.
+type undoer []func()
+
+// onError runs the recorded steps' undos, last first, when *err is not
+// nil; open functions defer it with their named error result. Its pointer
+// receiver sees the steps appended after the defer.
+func (u *undoer) onError(err *error) {
+	if *err == nil {
+		return
+	}
+	for _, f := range slices.Backward(*u) {
+		f()
+	}
 }
 
 // demoSource is the demo worker's worker.Source: the queue's own Source,
