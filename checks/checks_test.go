@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,31 +25,20 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // listen starts a loopback TCP listener that greets each connection with
 // "+", closes it, and signals on accepted; it is closed and joined at
 // cleanup. stop closes it to simulate a server that went away, with its
-// port still held (testsupport.ListenHeld): a dial is refused, and never answered by
-// another process that took the port.
+// port still held (testsupport.TCPServer): a dial is refused, and never
+// answered by another process that took the port.
 func listen(t *testing.T) (addr string, accepted <-chan struct{}, stop func()) {
 	t.Helper()
-	ln := testsupport.ListenHeld(t)
 	ch := make(chan struct{}, 64)
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Write([]byte("+"))
-			c.Close()
-			select {
-			case ch <- struct{}{}:
-			default:
-			}
+	addr, stop = testsupport.TCPServer(t, func(c net.Conn) {
+		c.Write([]byte("+"))
+		c.Close()
+		select {
+		case ch <- struct{}{}:
+		default:
 		}
 	})
-	var once sync.Once
-	stop = func() { once.Do(func() { ln.Close(); wg.Wait() }) }
-	t.Cleanup(stop)
-	return ln.Addr().String(), ch, stop
+	return addr, ch, stop
 }
 
 // waitAccepted fails the test unless the server accepted a connection.

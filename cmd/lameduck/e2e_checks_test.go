@@ -578,20 +578,7 @@ func TestE2EChecksPanicAndWedgeSurvived(t *testing.T) {
 // answer in its place.
 func listenTCP(t *testing.T) (addr string, stop func()) {
 	t.Helper()
-	ln := testsupport.ListenHeld(t)
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	})
-	stop = sync.OnceFunc(func() { ln.Close(); wg.Wait() })
-	t.Cleanup(stop)
-	return ln.Addr().String(), stop
+	return testsupport.TCPServer(t, func(c net.Conn) { c.Close() })
 }
 
 // httpServer starts an httptest server answering code to every request.

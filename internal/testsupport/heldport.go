@@ -3,6 +3,7 @@ package testsupport
 import (
 	"context"
 	"net"
+	"sync"
 	"testing"
 )
 
@@ -22,4 +23,27 @@ func ListenHeld(t testing.TB) net.Listener {
 	}
 	HoldPort(t, ln.Addr().(*net.TCPAddr).Port)
 	return ln
+}
+
+// TCPServer listens on a held loopback port (ListenHeld) and hands each
+// connection it accepts to serve, in the accept loop, which must close it.
+// stop closes the listener, the port staying held (a dial is then refused),
+// and joins the loop; it is safe to call more than once, and t's cleanup
+// calls it.
+func TCPServer(t testing.TB, serve func(net.Conn)) (addr string, stop func()) {
+	t.Helper()
+	ln := ListenHeld(t)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			serve(c)
+		}
+	})
+	stop = sync.OnceFunc(func() { ln.Close(); wg.Wait() })
+	t.Cleanup(stop)
+	return ln.Addr().String(), stop
 }
