@@ -209,12 +209,7 @@ func TestHealthThroughThePhases(t *testing.T) {
 	if _, err := watch.Recv(); status.Code(err) != codes.Unavailable {
 		t.Fatalf("Watch at the window's end: %v, want Unavailable", err)
 	}
-	select {
-	case err := <-runErr:
-		must(err)
-	case <-time.After(20 * time.Second):
-		t.Fatal("Run did not return")
-	}
+	must(testsupport.Recv(t, runErr, "Run's return"))
 }
 
 // The health service follows the probe paths the Lifecycle was configured
@@ -232,13 +227,7 @@ func TestHealthFollowsRenamedPathsAndSetServing(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := serve(t, lc, logs)
-	runErr := make(chan error, 1)
-	go func() { runErr <- lc.Run(context.Background()) }()
-	select {
-	case <-lc.Events().StartupDone.Done():
-	case <-time.After(10 * time.Second):
-		t.Fatal("never serving")
-	}
+	wait := lameducktest.Start(t, lc)
 	wantStatus(t, s.cc, "serving, renamed paths", map[string]healthpb.HealthCheckResponse_ServingStatus{
 		"": serving, "readiness": serving, "liveness": serving, testSvc: serving})
 	for _, svc := range []string{"", "readiness"} {
@@ -248,13 +237,8 @@ func TestHealthFollowsRenamedPathsAndSetServing(t *testing.T) {
 		wantStatus(t, s.cc, "SetServing("+svc+", true)", map[string]healthpb.HealthCheckResponse_ServingStatus{svc: serving})
 	}
 	lc.BeginShutdown("test")
-	select {
-	case err := <-runErr:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("Run did not return")
+	if err := wait(); err != nil {
+		t.Fatal(err)
 	}
 }
 
