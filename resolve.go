@@ -212,16 +212,22 @@ func defaultEnv(c *Config, _ map[string]string) string {
 	return "KUBERNETES_SERVICE_HOST is not set"
 }
 
+// byEnv is the rule of a default that depends only on where the process
+// runs: inKubernetes's when Env is kubernetes, elsewhere's otherwise.
+func byEnv(inKubernetes, elsewhere defaultRule) defaultRule {
+	return func(c *Config, src map[string]string) string {
+		if c.Env == EnvKubernetes {
+			return inKubernetes(c, src)
+		}
+		return elsewhere(c, src)
+	}
+}
+
 // defaultShutdownDelay is 5s in Kubernetes, for endpoint removal to
 // propagate, and no window elsewhere: Ctrl-C stops now.
-func defaultShutdownDelay(c *Config, _ map[string]string) string {
-	if c.Env == EnvKubernetes {
-		c.ShutdownDelay = defaultKubernetesDelay
-		return "default in Kubernetes"
-	}
-	c.ShutdownDelay = NoDelay
-	return "default outside Kubernetes: Ctrl-C stops now"
-}
+var defaultShutdownDelay = byEnv(
+	fixed(func(c *Config) { c.ShutdownDelay = defaultKubernetesDelay }, "default in Kubernetes"),
+	fixed(func(c *Config) { c.ShutdownDelay = NoDelay }, "default outside Kubernetes: Ctrl-C stops now"))
 
 // defaultNotReadyAt keeps readiness through the window inside Kubernetes,
 // where the EndpointSlice takes a terminating pod out of routing whatever
@@ -229,14 +235,10 @@ func defaultShutdownDelay(c *Config, _ map[string]string) string {
 // (KEP-1669), and turns it 503 at the signal elsewhere, where a load
 // balancer's own health check is the only routing signal
 // (docs/probes-and-shutdown.md, "When readiness turns 503").
-func defaultNotReadyAt(c *Config, _ map[string]string) string {
-	if c.Env == EnvKubernetes {
-		c.NotReadyAt = NotReadyAtTeardown
-		return "default in Kubernetes: the EndpointSlice takes the pod out; readiness keeps a last endpoint serving"
-	}
-	c.NotReadyAt = NotReadyAtSignal
-	return "default outside Kubernetes: readiness is the balancer's signal"
-}
+var defaultNotReadyAt = byEnv(
+	fixed(func(c *Config) { c.NotReadyAt = NotReadyAtTeardown },
+		"default in Kubernetes: the EndpointSlice takes the pod out; readiness keeps a last endpoint serving"),
+	fixed(func(c *Config) { c.NotReadyAt = NotReadyAtSignal }, "default outside Kubernetes: readiness is the balancer's signal"))
 
 // defaultPreStop turns the hook on when a token is set.
 func defaultPreStop(c *Config, _ map[string]string) string {
