@@ -136,12 +136,7 @@ func (l *Lifecycle) refusedMaintenance(r *http.Request) {
 // refuses the preStop hook: anyone who reaches the port could take every
 // replica out of rotation.
 func checkMaintenanceIsGuarded(c *Config, src map[string]string) []error {
-	p := c.EnvPrefix
-	if !c.Maintenance || c.PreStopToken != "" || c.ProbeAddr != "" || src["PRESTOP"] == "refused token" {
-		return nil
-	}
-	return []error{&ConfigError{Setting: named(c, src, "MAINTENANCE"), Value: "true",
-		Problem: "the maintenance switch would be served on the application's own listener, where anyone who reaches the port can take the pod out of rotation",
-		Fix: fmt.Sprintf("set %sPRESTOP_TOKEN (or %sPRESTOP_TOKEN_FILE) and send it in the %s header, "+
-			"or serve the probes on their own port with %sPROBE_ADDR (such as \":9090\")", p, p, preStopTokenHeader, p)}}
+	return refuseUnguarded(c, src, "MAINTENANCE", c.Maintenance,
+		"the maintenance switch would be served on the application's own listener, where anyone who reaches the port can take the pod out of rotation",
+		"the")
 }

@@ -145,14 +145,24 @@ func (c *Config) readTokenFile(src map[string]string) []error {
 // listener without a token: anyone who reaches the port could drain the
 // pod.
 func checkPreStopIsGuarded(c *Config, src map[string]string) []error {
+	return refuseUnguarded(c, src, "PRESTOP", c.PreStop,
+		"GET /prestop would be served on the application's own listener, where anyone who reaches the port can drain the pod",
+		"the hook's")
+}
+
+// refuseUnguarded refuses a control endpoint that is on (the setting named
+// turns it on) and would be served on the application's own listener
+// without a token; problem says what anyone could do with it, and the fix
+// sends the token in sender's header. A token already refused asks for no
+// second fix.
+func refuseUnguarded(c *Config, src map[string]string, setting string, on bool, problem, sender string) []error {
 	p := c.EnvPrefix
-	if !c.PreStop || c.PreStopToken != "" || c.ProbeAddr != "" || src["PRESTOP"] == "refused token" {
+	if !on || c.PreStopToken != "" || c.ProbeAddr != "" || src["PRESTOP"] == "refused token" {
 		return nil
 	}
-	return []error{&ConfigError{Setting: named(c, src, "PRESTOP"), Value: "true",
-		Problem: "GET /prestop would be served on the application's own listener, where anyone who reaches the port can drain the pod",
-		Fix: fmt.Sprintf("set %sPRESTOP_TOKEN (or %sPRESTOP_TOKEN_FILE) and send it in the hook's %s header, "+
-			"or serve the probes on their own port with %sPROBE_ADDR (such as \":9090\")", p, p, preStopTokenHeader, p)}}
+	return []error{&ConfigError{Setting: named(c, src, setting), Value: "true", Problem: problem,
+		Fix: fmt.Sprintf("set %sPRESTOP_TOKEN (or %sPRESTOP_TOKEN_FILE) and send it in %s %s header, "+
+			"or serve the probes on their own port with %sPROBE_ADDR (such as \":9090\")", p, p, sender, preStopTokenHeader, p)}}
 }
 
 // checkProbePaths refuses two probes on one path, and a probe under
