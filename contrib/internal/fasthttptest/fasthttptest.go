@@ -367,10 +367,50 @@ func BenchMiddleware[A any](b *testing.B, s Server[A]) {
 	})
 }
 
-// LivePool returns a pool on the shared PostgreSQL with n connections open,
+// Query runs the test's query on ctx, the context a handler reached by the
+// name the request gave (nil when the handler knows no context by that
+// name), and returns the status code and the body to answer with.
+type Query func(name string, ctx context.Context) (code int, body string)
+
+// EveryContextLivesThroughTheTeardown passes every context a handler of
+// s's app can reach to a 1s PostgreSQL query (pg_sleep, which pgx cancels
+// on the server when its context ends) started 100ms before SIGTERM (the
+// test signals its own process, as the kubelet would), with no lame-duck
+// window: the teardown begins at the signal, and each query must still
+// run to its end, its handler answering 200 with the query's result
+// (testsupport.SignalDuringQueries). contexts names the contexts; route
+// adds GET path to the app, whose handler picks the context the request's
+// ctx parameter names and answers what query returns for it.
+func EveryContextLivesThroughTheTeardown[A any](t *testing.T, s Server[A], contexts []string, route func(app A, path string, query Query)) {
+	t.Helper()
+	pool := livePool(t, len(contexts))
+	started := make(chan string, len(contexts))
+	// A Lifecycle of its own that listens to the process's signals, on the
+	// real clock.
+	lc := testsupport.SignalledLifecycle(t, 30*time.Second)
+	app := s.New(lc)
+	route(app, "/query", func(name string, ctx context.Context) (int, string) {
+		if ctx == nil {
+			return 400, "ctx=" + name
+		}
+		started <- name
+		var got string
+		if err := pool.QueryRow(ctx, "SELECT $1::text FROM pg_sleep(1)", name).Scan(&got); err != nil {
+			return 500, err.Error()
+		}
+		return 200, got
+	})
+	ln, base := testsupport.Listen(t)
+	if err := s.AddServer(lc, app, "", ln); err != nil {
+		t.Fatal(err)
+	}
+	testsupport.SignalDuringQueries(t, lc, base, contexts, started)
+}
+
+// livePool returns a pool on the shared PostgreSQL with n connections open,
 // or skips (fails under CI) when it does not answer: for the tests that
 // pass a query every context a handler can reach.
-func LivePool(t *testing.T, n int) *pgxpool.Pool {
+func livePool(t *testing.T, n int) *pgxpool.Pool {
 	t.Helper()
 	srv := testsupport.Postgres
 	pool, err := pgxpool.New(context.Background(), srv.Addr())
