@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -23,7 +24,11 @@ var Components = []string{"etcd", "kube-apiserver", "kube-controller-manager", "
 // it returns at once). A cold build of Kubernetes on a
 // 2-core machine takes 12 to 14 minutes (two cold CI runs, 2026-12) and
 // grows the Go build cache by about 3.5 GB; with a warm cache it only
-// links, in seconds.
+// links, in seconds. The two builds run at once: each starts by resolving
+// its modules (hundreds of go.mod files fetched one after another, latency
+// more than bandwidth), so one resolves while the other compiles, and the
+// compilers share the cores. Build returns the first error of either, once
+// both have ended.
 //
 // k8s.io/kubernetes cannot be built with `go install …@version`: its go.mod
 // replaces its staging modules (k8s.io/api, k8s.io/client-go, …) with local
@@ -35,10 +40,11 @@ var Components = []string{"etcd", "kube-apiserver", "kube-controller-manager", "
 // etcd main with CGO_ENABLED=0, stamping the version as Kubernetes' own
 // build does (hack/lib/version.sh).
 func Build(ctx context.Context, cfg Config) error {
-	if err := buildKubernetes(ctx, cfg); err != nil {
-		return err
-	}
-	return buildTraefik(ctx, cfg)
+	traefik := make(chan error, 1)
+	go func() { traefik <- buildTraefik(ctx, cfg) }()
+	kerr := buildKubernetes(ctx, cfg)
+	terr := <-traefik
+	return errors.Join(kerr, terr)
 }
 
 // buildKubernetes builds the Components missing from Config.Bin.
@@ -61,10 +67,12 @@ func buildKubernetes(ctx context.Context, cfg Config) error {
 			return err
 		}
 		cfg.Logf("go mod tidy (about 800 MB of modules on a cold cache)")
+		start := time.Now()
 		if err := goCmd(ctx, src, nil, "mod", "tidy"); err != nil {
 			os.Remove(filepath.Join(src, "go.sum"))
 			return fmt.Errorf("kube: go mod tidy in %s: %w", src, err)
 		}
+		cfg.Logf("resolved k8s.io/kubernetes@%s's modules in %s", cfg.Version, time.Since(start).Round(time.Second))
 	}
 	minor := strings.Split(cfg.Version, ".")[1]
 	ld := "-s -w"

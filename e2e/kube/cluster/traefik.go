@@ -46,10 +46,13 @@ func buildTraefik(ctx context.Context, cfg Config) error {
 		if err := writeTraefikModule(ctx, cfg, src); err != nil {
 			return err
 		}
+		cfg.Logf("go mod tidy of traefik (about 200 MB of modules on a cold cache)")
+		start := time.Now()
 		if err := goCmd(ctx, src, nil, "mod", "tidy"); err != nil {
 			os.Remove(filepath.Join(src, "go.sum"))
 			return fmt.Errorf("kube: go mod tidy in %s: %w", src, err)
 		}
+		cfg.Logf("resolved %s@%s's modules in %s", traefikModule, cfg.TraefikVersion, time.Since(start).Round(time.Second))
 	}
 	cfg.Logf("building traefik %s (about 4 min on 2 cores with a cold Go build cache)", cfg.TraefikVersion)
 	start := time.Now()
