@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -126,11 +127,7 @@ func (r *registry) close() (string, int) {
 // once the join is over.
 // It is safe for concurrent use and does not block.
 func (l *Lifecycle) GoWrite(name string, timeout time.Duration, fn func(ctx context.Context) error) error {
-	if err := l.checkTask("GoWrite", name, timeout, fn); err != nil {
-		return err
-	}
-	if err := l.bg.enter(name, false); err != nil {
-		l.log.Warn("lameduck: background write refused: "+err.Error(), "task", name)
+	if err := l.admitTask("GoWrite", "write", name, timeout, fn); err != nil {
 		return err
 	}
 	go func() {
@@ -152,11 +149,7 @@ func (l *Lifecycle) GoWrite(name string, timeout time.Duration, fn func(ctx cont
 // panics from fn are handled as in GoWrite. It is safe for concurrent use
 // and does not block.
 func (l *Lifecycle) GoLoop(name string, fn func(ctx context.Context) error) error {
-	if err := l.checkTask("GoLoop", name, 0, fn); err != nil {
-		return err
-	}
-	if err := l.bg.enter(name, true); err != nil {
-		l.log.Info("lameduck: background loop refused: "+err.Error(), "task", name)
+	if err := l.admitTask("GoLoop", "loop", name, 0, fn); err != nil {
 		return err
 	}
 	go func() {
@@ -166,7 +159,11 @@ func (l *Lifecycle) GoLoop(name string, fn func(ctx context.Context) error) erro
 	return nil
 }
 
-func (l *Lifecycle) checkTask(method, name string, timeout time.Duration, fn func(context.Context) error) error {
+// admitTask checks the arguments of a background task of kind ("write" or
+// "loop", started by method) and enters it in the registry. A refusal by
+// the registry is logged, a write's as a warning and a loop's as
+// information, and returned.
+func (l *Lifecycle) admitTask(method, kind, name string, timeout time.Duration, fn func(context.Context) error) error {
 	switch {
 	case name == "":
 		return fmt.Errorf("lameduck: %s: empty task name; name the task so an overrun can be named", method)
@@ -174,6 +171,15 @@ func (l *Lifecycle) checkTask(method, name string, timeout time.Duration, fn fun
 		return fmt.Errorf("lameduck: %s(%q): timeout=%s is negative; use 0 for no deadline of its own", method, name, timeout)
 	case fn == nil:
 		return fmt.Errorf("lameduck: %s(%q): nil function", method, name)
+	}
+	loop := kind == "loop"
+	if err := l.bg.enter(name, loop); err != nil {
+		level := slog.LevelWarn
+		if loop {
+			level = slog.LevelInfo
+		}
+		l.log.Log(context.Background(), level, "lameduck: background "+kind+" refused: "+err.Error(), "task", name)
+		return err
 	}
 	return nil
 }
