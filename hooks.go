@@ -77,15 +77,25 @@ func (l *Lifecycle) callUntil(kind string, f namedFunc, deadline time.Time) erro
 		}()
 		done <- f.fn(ctx)
 	}()
-	select {
-	case err := <-done:
+	if ok, err := resultBy(ctx, done); ok {
 		return err
+	}
+	return context.DeadlineExceeded
+}
+
+// resultBy waits for a result on res until ctx ends. A result ready as ctx
+// ends wins (the function returned as its context ended); ok is false when
+// ctx ended with no result.
+func resultBy(ctx context.Context, res <-chan error) (ok bool, err error) {
+	select {
+	case err := <-res:
+		return true, err
 	case <-ctx.Done():
-		select {
-		case err := <-done: // it returned as its context ended
-			return err
-		default:
-			return context.DeadlineExceeded
-		}
+	}
+	select {
+	case err := <-res:
+		return true, err
+	default:
+		return false, nil
 	}
 }

@@ -195,15 +195,8 @@ func (l *Lifecycle) callStartup(ctx context.Context, t startupTask) error {
 		}()
 		err = t.fn(ctx)
 	}()
-	select {
-	case err := <-res:
+	if ok, err := resultBy(ctx, res); ok {
 		return err
-	case <-ctx.Done():
-	}
-	select {
-	case err := <-res: // it returned as its context ended
-		return err
-	default:
 	}
 	if l.startCx.Err() != nil {
 		return <-res // the signal: Run bounds this wait
