@@ -17,18 +17,10 @@ import (
 // canceled".
 func TestEveryContextLivesThroughTheTeardown(t *testing.T) {
 	fasthttptest.EveryContextLivesThroughTheTeardown(t, server, []string{"Context", "UserContext"},
-		func(app *fiber.App, path string, query fasthttptest.Query) {
+		func(app *fiber.App, path string, answer fasthttptest.Contexts) {
 			app.Get(path, func(c *fiber.Ctx) error {
-				name := c.Query("ctx")
-				var ctx context.Context
-				switch name {
-				case "Context":
-					ctx = c.Context()
-				case "UserContext":
-					ctx = c.UserContext()
-				}
-				code, body := query(name, ctx)
-				return c.Status(code).SendString(body)
+				answer(c.Context(), map[string]context.Context{"Context": c.Context(), "UserContext": c.UserContext()})
+				return nil
 			})
 		})
 }

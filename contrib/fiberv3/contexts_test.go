@@ -17,20 +17,10 @@ import (
 // cancelled at once and the handler answered 500 "context canceled".
 func TestEveryContextLivesThroughTheTeardown(t *testing.T) {
 	fasthttptest.EveryContextLivesThroughTheTeardown(t, server, []string{"Ctx", "Context", "RequestCtx"},
-		func(app *fiber.App, path string, query fasthttptest.Query) {
+		func(app *fiber.App, path string, answer fasthttptest.Contexts) {
 			app.Get(path, func(c fiber.Ctx) error {
-				name := c.Query("ctx")
-				var ctx context.Context
-				switch name {
-				case "Ctx":
-					ctx = c
-				case "Context":
-					ctx = c.Context()
-				case "RequestCtx":
-					ctx = c.RequestCtx()
-				}
-				code, body := query(name, ctx)
-				return c.Status(code).SendString(body)
+				answer(c.RequestCtx(), map[string]context.Context{"Ctx": c, "Context": c.Context(), "RequestCtx": c.RequestCtx()})
+				return nil
 			})
 		})
 }

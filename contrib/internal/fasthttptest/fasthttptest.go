@@ -367,10 +367,9 @@ func BenchMiddleware[A any](b *testing.B, s Server[A]) {
 	})
 }
 
-// Query runs the test's query on ctx, the context a handler reached by the
-// name the request gave (nil when the handler knows no context by that
-// name), and returns the status code and the body to answer with.
-type Query func(name string, ctx context.Context) (code int, body string)
+// Contexts answers a request on fc with the contexts its handler can
+// reach, each by its name.
+type Contexts func(fc *fasthttp.RequestCtx, contexts map[string]context.Context)
 
 // EveryContextLivesThroughTheTeardown passes every context a handler of
 // s's app can reach to a 1s PostgreSQL query (pg_sleep, which pgx cancels
@@ -378,33 +377,38 @@ type Query func(name string, ctx context.Context) (code int, body string)
 // test signals its own process, as the kubelet would), with no lame-duck
 // window: the teardown begins at the signal, and each query must still
 // run to its end, its handler answering 200 with the query's result
-// (testsupport.SignalDuringQueries). contexts names the contexts; route
-// adds GET path to the app, whose handler picks the context the request's
-// ctx parameter names and answers what query returns for it.
-func EveryContextLivesThroughTheTeardown[A any](t *testing.T, s Server[A], contexts []string, route func(app A, path string, query Query)) {
+// (testsupport.SignalDuringQueries). names names the contexts; route adds
+// GET path to the app, whose handler calls answer with its request and
+// the contexts by those names. The query runs on the context the request's
+// ctx parameter names.
+func EveryContextLivesThroughTheTeardown[A any](t *testing.T, s Server[A], names []string, route func(app A, path string, answer Contexts)) {
 	t.Helper()
-	pool := livePool(t, len(contexts))
-	started := make(chan string, len(contexts))
+	pool := livePool(t, len(names))
+	started := make(chan string, len(names))
 	// A Lifecycle of its own that listens to the process's signals, on the
 	// real clock.
 	lc := testsupport.SignalledLifecycle(t, 30*time.Second)
 	app := s.New(lc)
-	route(app, "/query", func(name string, ctx context.Context) (int, string) {
-		if ctx == nil {
-			return 400, "ctx=" + name
+	route(app, "/query", func(fc *fasthttp.RequestCtx, contexts map[string]context.Context) {
+		name := string(fc.QueryArgs().Peek("ctx"))
+		ctx, ok := contexts[name]
+		if !ok {
+			fc.Error("ctx="+name, 400)
+			return
 		}
 		started <- name
 		var got string
 		if err := pool.QueryRow(ctx, "SELECT $1::text FROM pg_sleep(1)", name).Scan(&got); err != nil {
-			return 500, err.Error()
+			fc.Error(err.Error(), 500)
+			return
 		}
-		return 200, got
+		fc.SetBodyString(got)
 	})
 	ln, base := testsupport.Listen(t)
 	if err := s.AddServer(lc, app, "", ln); err != nil {
 		t.Fatal(err)
 	}
-	testsupport.SignalDuringQueries(t, lc, base, contexts, started)
+	testsupport.SignalDuringQueries(t, lc, base, names, started)
 }
 
 // livePool returns a pool on the shared PostgreSQL with n connections open,
