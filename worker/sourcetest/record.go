@@ -66,22 +66,31 @@ func newBooks(ids []string, plans map[string]plan) *books {
 	return b
 }
 
+// maxRecorded is how many messages of one kind (a side's breaches, a
+// scenario's notes) a verdict keeps: enough to show what went wrong
+// without burying it.
+const maxRecorded = 20
+
+// record appends the formatted message to list unless list holds
+// maxRecorded already. The caller holds the lock that guards list.
+func record(list *[]string, format string, args ...any) {
+	if len(*list) < maxRecorded {
+		*list = append(*list, fmt.Sprintf(format, args...))
+	}
+}
+
 // workerBroke records a breach of the runner's side of the contract.
 func (b *books) workerBroke(format string, args ...any) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if len(b.worker) < 20 {
-		b.worker = append(b.worker, fmt.Sprintf(format, args...))
-	}
+	record(&b.worker, format, args...)
 }
 
 // sourceBroke records a breach of the Source's side of the contract.
 func (b *books) sourceBroke(format string, args ...any) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if len(b.source) < 20 {
-		b.source = append(b.source, fmt.Sprintf(format, args...))
-	}
+	record(&b.source, format, args...)
 }
 
 // causeName names a hand-back's cause as the verdict counts it.

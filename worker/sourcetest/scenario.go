@@ -115,9 +115,7 @@ func (sc *scene) fail(format string, args ...any) {
 func (sc *scene) note(format string, args ...any) {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
-	if len(sc.notes) < 20 {
-		sc.notes = append(sc.notes, fmt.Sprintf(format, args...))
-	}
+	record(&sc.notes, format, args...)
 }
 
 // ackFailed records an Ack's error: a failure where connections stay up.
