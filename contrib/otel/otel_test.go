@@ -58,41 +58,40 @@ func (r reader) collect(t *testing.T) map[string]metricdata.Metrics {
 // value returns the value of the point of ms[name] whose attributes include
 // want (for a histogram, its count), and whether there is one.
 func value(ms map[string]metricdata.Metrics, name string, want ...attribute.KeyValue) (float64, bool) {
-	has := func(set attribute.Set) bool {
-		for _, kv := range want {
-			if v, ok := set.Value(kv.Key); !ok || v != kv.Value {
-				return false
-			}
-		}
-		return true
-	}
 	switch d := ms[name].Data.(type) {
 	case metricdata.Gauge[int64]:
-		for _, p := range d.DataPoints {
-			if has(p.Attributes) {
-				return float64(p.Value), true
-			}
-		}
+		return first(d.DataPoints, dataPoint, want)
 	case metricdata.Gauge[float64]:
-		for _, p := range d.DataPoints {
-			if has(p.Attributes) {
-				return p.Value, true
-			}
-		}
+		return first(d.DataPoints, dataPoint, want)
 	case metricdata.Sum[int64]:
-		for _, p := range d.DataPoints {
-			if has(p.Attributes) {
-				return float64(p.Value), true
-			}
-		}
+		return first(d.DataPoints, dataPoint, want)
 	case metricdata.Histogram[float64]:
-		for _, p := range d.DataPoints {
-			if has(p.Attributes) {
-				return float64(p.Count), true
-			}
-		}
+		return first(d.DataPoints, func(p metricdata.HistogramDataPoint[float64]) (attribute.Set, float64) {
+			return p.Attributes, float64(p.Count)
+		}, want)
 	}
 	return 0, false
+}
+
+// first returns the value of the first of points whose attributes, as read
+// reads them with its value, include want, and whether there is one.
+func first[P any](points []P, read func(P) (attribute.Set, float64), want []attribute.KeyValue) (float64, bool) {
+next:
+	for _, p := range points {
+		set, v := read(p)
+		for _, kv := range want {
+			if got, ok := set.Value(kv.Key); !ok || got != kv.Value {
+				continue next
+			}
+		}
+		return v, true
+	}
+	return 0, false
+}
+
+// dataPoint reads a gauge's or a sum's point.
+func dataPoint[N int64 | float64](p metricdata.DataPoint[N]) (attribute.Set, float64) {
+	return p.Attributes, float64(p.Value)
 }
 
 func want(t *testing.T, ms map[string]metricdata.Metrics, name string, v float64, attrs ...attribute.KeyValue) {
