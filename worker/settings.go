@@ -130,6 +130,13 @@ func (s *settings) check(prefix string) []error {
 	return nil
 }
 
+// durationRow is the row of a positive duration setting, stored at d,
+// whose default is def; example shows the form ("5s").
+func durationRow(name, field, example string, d *time.Duration, def time.Duration, doc string) extend.Row {
+	return extend.Row{Name: name, Field: field, Form: `a positive Go duration with a unit, such as "` + example + `"`, Duration: d, Doc: doc,
+		Default: func() string { *d = def; return "default" }}
+}
+
 // extension is what a runner adds to its Lifecycle's Config: its rows
 // (EPOCH, EPOCH_MISMATCH_DELAY, FETCH_WAIT), its default rules and drain
 // modes, and, with w, the worker's probe answers, its jobs in flight and
@@ -139,18 +146,14 @@ func (s *settings) extension(w *Worker) *extend.Extension {
 		Rows: []extend.Row{
 			{Name: "EPOCH", Field: "Epoch", Form: `a non-negative integer, such as "3"`, Uint: &s.Epoch,
 				Doc: "a runner's rollout epoch, a non-negative integer; an older one than the fleet's newest is superseded ([runners](docs/runners.md#rollout-epochs))"},
-			{Name: "EPOCH_MISMATCH_DELAY", Field: "EpochMismatchDelay", Form: `a positive Go duration with a unit, such as "2m"`, Duration: &s.EpochMismatchDelay,
-				Doc:     "how long a superseded runner delays the redelivery of a job it hands back",
-				Default: func() string { s.EpochMismatchDelay = DefaultEpochMismatchDelay; return "default" }},
-			{Name: "FETCH_WAIT", Field: "FetchWait", Form: `a positive Go duration with a unit, such as "5s"`, Duration: &s.FetchWait,
-				Doc:     "how long a runner's fetch waits for a job; its liveness allows max(2m, 20 × it) without a cycle",
-				Default: func() string { s.FetchWait = DefaultFetchWait; return "default" }},
-			{Name: "FAILURE_BACKOFF", Field: "FailureBackoff", Form: `a positive Go duration with a unit, such as "1s"`, Duration: &s.FailureBackoff,
-				Doc:     "how long a job whose handler failed waits before its first redelivery; each later one doubles it, up to FAILURE_BACKOFF_MAX ([runners](docs/runners.md#failures-and-backoff))",
-				Default: func() string { s.FailureBackoff = DefaultFailureBackoff; return "default" }},
-			{Name: "FAILURE_BACKOFF_MAX", Field: "FailureBackoffMax", Form: `a positive Go duration with a unit, such as "5m"`, Duration: &s.FailureBackoffMax,
-				Doc:     "the longest a failed job's redelivery is delayed",
-				Default: func() string { s.FailureBackoffMax = DefaultFailureBackoffMax; return "default" }},
+			durationRow("EPOCH_MISMATCH_DELAY", "EpochMismatchDelay", "2m", &s.EpochMismatchDelay, DefaultEpochMismatchDelay,
+				"how long a superseded runner delays the redelivery of a job it hands back"),
+			durationRow("FETCH_WAIT", "FetchWait", "5s", &s.FetchWait, DefaultFetchWait,
+				"how long a runner's fetch waits for a job; its liveness allows max(2m, 20 × it) without a cycle"),
+			durationRow("FAILURE_BACKOFF", "FailureBackoff", "1s", &s.FailureBackoff, DefaultFailureBackoff,
+				"how long a job whose handler failed waits before its first redelivery; each later one doubles it, up to FAILURE_BACKOFF_MAX ([runners](docs/runners.md#failures-and-backoff))"),
+			durationRow("FAILURE_BACKOFF_MAX", "FailureBackoffMax", "5m", &s.FailureBackoffMax, DefaultFailureBackoffMax,
+				"the longest a failed job's redelivery is delayed"),
 		},
 		Defaults: extend.Defaults{
 			ProbeAddr: func(f extend.Fields) string {
