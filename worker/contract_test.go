@@ -68,15 +68,12 @@ func TestAFetchUnderWayAtTheDrainIsWaitedForAndItsJobHandedBack(t *testing.T) {
 // cut (no ErrDrainBound, exit 0).
 func TestAJobDoneAfterTheBoundIsAckedNotCut(t *testing.T) {
 	src := newSource()
-	h := newHarness(t, worker.Config{}, map[string]string{"LAMEDUCK_DRAIN_TIMEOUT": "1m"})
 	started, release := make(chan context.Context, 1), make(chan struct{})
-	if err := h.addLoop(worker.Loop{Name: "jobs", Source: src, FetchWait: time.Second, Handle: func(ctx context.Context, _ worker.Job) error {
+	h := withLoop(t, worker.Config{}, map[string]string{"LAMEDUCK_DRAIN_TIMEOUT": "1m"}, src, func(ctx context.Context, _ worker.Job) error {
 		started <- ctx
 		<-release // finishes its work although asked to stop
 		return nil
-	}}); err != nil {
-		t.Fatal(err)
-	}
+	}, time.Second)
 	h.boot(src)
 	j := newJob("job-9")
 	src.deliver(t, j)

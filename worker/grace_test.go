@@ -44,19 +44,16 @@ func (h *harness) advanceUntil(step time.Duration, what string, cond func() bool
 // before the grace period ends.
 func TestTheDrainBoundFitsTheGraceAndHandsTheJobBack(t *testing.T) {
 	src := newSource()
-	h := newHarness(t, worker.Config{}, map[string]string{"LAMEDUCK_ENV": "kubernetes", "LAMEDUCK_TERMINATION_GRACE": "30s"})
-	c := h.w.Lifecycle().Config()
-	if c.DrainTimeout != 18*time.Second || c.ShutdownTeardown != 9*time.Second {
-		t.Fatalf("drain bound %s, teardown %s; want 18s and 9s for a 30s grace", c.DrainTimeout, c.ShutdownTeardown)
-	}
 	started, stuck := make(chan context.Context, 1), make(chan struct{})
-	t.Cleanup(func() { close(stuck) })
-	if err := h.addLoop(worker.Loop{Name: "jobs", Source: src, FetchWait: time.Second, Handle: func(ctx context.Context, _ worker.Job) error {
+	h := withLoop(t, worker.Config{}, map[string]string{"LAMEDUCK_ENV": "kubernetes", "LAMEDUCK_TERMINATION_GRACE": "30s"}, src, func(ctx context.Context, _ worker.Job) error {
 		started <- ctx
 		<-stuck // ignores its context
 		return nil
-	}}); err != nil {
-		t.Fatal(err)
+	}, time.Second)
+	t.Cleanup(func() { close(stuck) })
+	c := h.w.Lifecycle().Config()
+	if c.DrainTimeout != 18*time.Second || c.ShutdownTeardown != 9*time.Second {
+		t.Fatalf("drain bound %s, teardown %s; want 18s and 9s for a 30s grace", c.DrainTimeout, c.ShutdownTeardown)
 	}
 	h.boot(src)
 	j := causeJob{newJob("job-9"), make(chan error, 1)}

@@ -54,7 +54,7 @@ func TestProbesAndDrainLogCountTheJobInFlight(t *testing.T) {
 // errors (the queue refuses) or idle answers keeps cycling.
 func TestSilentFetchesFailLiveness(t *testing.T) {
 	src, hd := newSilentSource(), newHandler()
-	h := withLoop(t, worker.Config{}, nil, src, hd, time.Second)
+	h := withLoop(t, worker.Config{}, nil, src, hd.Handle, time.Second)
 	h.boot(src.fakeSource)
 	// Each round: the fetch ends as told, the loop pauses 1s (its timer and
 	// the epoch poller's are then both armed), and 30s pass.

@@ -16,11 +16,11 @@ import (
 )
 
 // withLoop returns a harness (newHarness) whose worker has one loop,
-// "jobs", on src, run by hd, fetching for fetchWait (0: the default).
-func withLoop(t *testing.T, cfg worker.Config, vars map[string]string, src worker.Source, hd *handler, fetchWait time.Duration) *harness {
+// "jobs", on src, run by handle, fetching for fetchWait (0: the default).
+func withLoop(t *testing.T, cfg worker.Config, vars map[string]string, src worker.Source, handle func(context.Context, worker.Job) error, fetchWait time.Duration) *harness {
 	t.Helper()
 	h := newHarness(t, cfg, vars)
-	if err := h.addLoop(worker.Loop{Name: "jobs", Source: src, Handle: hd.Handle, FetchWait: fetchWait}); err != nil {
+	if err := h.addLoop(worker.Loop{Name: "jobs", Source: src, Handle: handle, FetchWait: fetchWait}); err != nil {
 		t.Fatal(err)
 	}
 	return h
@@ -30,7 +30,7 @@ func withLoop(t *testing.T, cfg worker.Config, vars map[string]string, src worke
 // first cycle.
 func serving(t *testing.T, cfg worker.Config, vars map[string]string, src *fakeSource, hd *handler) *harness {
 	t.Helper()
-	h := withLoop(t, cfg, vars, src, hd, time.Second)
+	h := withLoop(t, cfg, vars, src, hd.Handle, time.Second)
 	h.boot(src)
 	awaitFetch(t, src)
 	// The epoch poller's timer, the only one while the loop waits in its
@@ -49,7 +49,7 @@ func serving(t *testing.T, cfg worker.Config, vars map[string]string, src *fakeS
 // loop cycle once, idle, and waits for StartupDone.
 func beforeTheFirstCycle(t *testing.T) (h *harness, cycle func()) {
 	src, hd := newSource(), newHandler()
-	h = withLoop(t, worker.Config{}, nil, src, hd, 0)
+	h = withLoop(t, worker.Config{}, nil, src, hd.Handle, 0)
 	h.run()
 	awaitFetch(t, src) // the loop runs, but has not cycled
 	return h, func() {
@@ -78,7 +78,7 @@ func TestLivenessStalledAfterTheThreshold(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src, hd := newSource(), newHandler()
-			h := withLoop(t, worker.Config{}, nil, src, hd, tc.fetchWait)
+			h := withLoop(t, worker.Config{}, nil, src, hd.Handle, tc.fetchWait)
 			h.boot(src)
 			awaitFetch(t, src) // from here on the consumer never answers again
 			h.clock.Advance(tc.threshold)
@@ -304,7 +304,7 @@ func noFetch(t *testing.T, s *fakeSource, when string) {
 func TestSupersededAtBootFetchesNothingAndStaysAlive(t *testing.T) {
 	src, hd := newSource(), newHandler()
 	cfg := worker.Config{Epochs: worker.StaticEpochs(5)}
-	h := withLoop(t, cfg, map[string]string{"LAMEDUCK_EPOCH": "4"}, src, hd, time.Second)
+	h := withLoop(t, cfg, map[string]string{"LAMEDUCK_EPOCH": "4"}, src, hd.Handle, time.Second)
 	h.run()
 	h.awaitEvent(h.w.Lifecycle().Events().StartupDone)
 	body := h.expect("/readyz", 503, "superseded")
@@ -536,20 +536,17 @@ func TestPanicsInHandleAndAckAreRecovered(t *testing.T) {
 	src := newSource()
 	var panics []string
 	var mu sync.Mutex
-	h := newHarness(t, worker.Config{Lifecycle: lameduck.Config{OnPanic: func(what string, v any, _ []byte) {
+	calls := 0
+	h := withLoop(t, worker.Config{Lifecycle: lameduck.Config{OnPanic: func(what string, v any, _ []byte) {
 		mu.Lock()
 		defer mu.Unlock()
 		panics = append(panics, fmt.Sprint(what, ": ", v))
-	}}}, nil)
-	calls := 0
-	if err := h.addLoop(worker.Loop{Name: "jobs", Source: src, FetchWait: time.Second, Handle: func(context.Context, worker.Job) error {
+	}}}, nil, src, func(context.Context, worker.Job) error {
 		if calls++; calls == 1 {
 			panic("handler exploded")
 		}
 		return nil
-	}}); err != nil {
-		t.Fatal(err)
-	}
+	}, time.Second)
 	h.boot(src)
 	j1 := newJob("job-1")
 	src.deliver(t, j1)
