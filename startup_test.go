@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lameduck/lameduck"
+	"github.com/lameduck/lameduck/internal/testsupport"
 )
 
 // flaky returns a startup task that fails its first n tries, and a channel
@@ -27,15 +28,10 @@ func flaky(n int) (func(context.Context) error, <-chan int) {
 	}, tries
 }
 
+// next returns the number of the next try of a flaky task.
 func next(t *testing.T, tries <-chan int) int {
 	t.Helper()
-	select {
-	case n := <-tries:
-		return n
-	case <-time.After(10 * time.Second):
-		t.Fatal("the task was not tried again")
-		return 0
-	}
+	return testsupport.Recv(t, tries, "the task to be tried again")
 }
 
 // waitRetryOrStop waits until the boot waits on n timers (a retry is

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/lameduck/lameduck"
+	"github.com/lameduck/lameduck/internal/testsupport"
 	"github.com/lameduck/lameduck/lameducktest"
 )
 
@@ -129,13 +130,7 @@ func startNoWait(t *testing.T, lc *lameduck.Lifecycle) func() error {
 	go func() { done <- lc.Run(context.Background()) }()
 	return func() error {
 		t.Helper()
-		select {
-		case err := <-done:
-			return err
-		case <-time.After(10 * time.Second):
-			t.Fatal("Run did not return")
-			return nil
-		}
+		return testsupport.Recv(t, done, "Run to return")
 	}
 }
 
