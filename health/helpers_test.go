@@ -57,8 +57,6 @@ func mustRun(t testing.TB, c *health.Checker, ctx context.Context) health.Report
 	return rep
 }
 
-// sleepy returns a check that answers err after d, or ctx.Err() when its
-// context ends first.
 // counted returns a check's Func that adds 1 to calls, then sleeps d as
 // sleepy does and returns nil.
 func counted(calls *atomic.Int32, d time.Duration) func(context.Context) error {
@@ -68,6 +66,8 @@ func counted(calls *atomic.Int32, d time.Duration) func(context.Context) error {
 	}
 }
 
+// sleepy returns a check that answers err after d, or ctx.Err() when its
+// context ends first.
 func sleepy(d time.Duration, err error) func(context.Context) error {
 	return func(ctx context.Context) error {
 		t := time.NewTimer(d)
