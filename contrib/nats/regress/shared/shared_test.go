@@ -51,14 +51,8 @@ func TestHostileSharedSourceDrain(t *testing.T) {
 	srv := natstest.JetStream(t)
 	ctx := context.Background()
 	_, js := natstest.Connect(t, srv.ClientURL())
-	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "SH", Subjects: []string{"SH.jobs"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cons, err := st.CreateConsumer(ctx, jetstream.ConsumerConfig{Durable: "w", AckPolicy: jetstream.AckExplicitPolicy})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, cons := natstest.WorkQueue(t, js, jetstream.StreamConfig{Name: "SH", Subjects: []string{"SH.jobs"}},
+		jetstream.ConsumerConfig{Durable: "w", AckPolicy: jetstream.AckExplicitPolicy})
 	src, err := ldnats.NewSource(js, cons, ldnats.SourceConfig{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)

@@ -90,15 +90,8 @@ func TestHostileStrayNotDrained(t *testing.T) {
 	ctx := context.Background()
 
 	nc, js := natstest.Connect(t, srv.ClientURL())
-	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "STR", Subjects: []string{"STR.jobs"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cons, err := st.CreateConsumer(ctx, jetstream.ConsumerConfig{Durable: "w", AckPolicy: jetstream.AckExplicitPolicy,
-		AckWait: 3 * time.Second, MaxDeliver: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, cons := natstest.WorkQueue(t, js, jetstream.StreamConfig{Name: "STR", Subjects: []string{"STR.jobs"}},
+		jetstream.ConsumerConfig{Durable: "w", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 3 * time.Second, MaxDeliver: 1})
 	advisories := natstest.WatchMaxDeliveries(t, nc, "STR", "w")
 
 	relay, err := sourcetest.NewRelay(strings.TrimPrefix(srv.ClientURL(), "nats://"), 0)
