@@ -29,6 +29,25 @@ func wantNewest(t *testing.T, e *ldnats.Epochs, mine, want uint64, why string) {
 	}
 }
 
+// bucket returns the key-value bucket of js by that name.
+func bucket(t *testing.T, js jetstream.JetStream, name string) jetstream.KeyValue {
+	t.Helper()
+	kv, err := js.KeyValue(testsupport.Context(t, time.Minute), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv
+}
+
+// wantKeys fails t unless the bucket of js by that name holds n keys.
+func wantKeys(t *testing.T, js jetstream.JetStream, name string, n int, why string) {
+	t.Helper()
+	keys, err := bucket(t, js, name).Keys(testsupport.Context(t, time.Minute))
+	if err != nil || len(keys) != n {
+		t.Fatalf("keys %q, %v; want %s", keys, err, why)
+	}
+}
+
 func jetStream(t *testing.T) jetstream.JetStream {
 	t.Helper()
 	js, err := jetstream.New(connect(t, startEmbedded(t, true).url()))
@@ -68,14 +87,7 @@ func TestEpochsNewestAmongLiveRunners(t *testing.T) {
 	draining.Store(true)
 	wantNewest(t, third, 3, 3, "a draining runner keeps its last answer")
 	wantNewest(t, old, 1, 1, "the epoch-3 runner is draining")
-	kv, err := js.KeyValue(testsupport.Context(t, time.Minute), ldnats.DefaultEpochBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys, err := kv.Keys(testsupport.Context(t, time.Minute))
-	if err != nil || len(keys) != 2 {
-		t.Fatalf("keys %q, %v; want the two runners' still counting (old's and other's)", keys, err)
-	}
+	wantKeys(t, js, ldnats.DefaultEpochBucket, 2, "the two runners' still counting (old's and other's)")
 }
 
 // A runner killed without a drain (its key never deleted) stops counting
@@ -88,14 +100,7 @@ func TestEpochsStaleKeyStopsCounting(t *testing.T) {
 	wantNewest(t, killed, 5, 5, "alone")
 	time.Sleep(500 * time.Millisecond) // more than 3 × 50ms of the server's time passes
 	wantNewest(t, alive, 1, 1, "the epoch-5 key is older than three of its polls")
-	kv, err := js.KeyValue(testsupport.Context(t, time.Minute), "epochs")
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys, err := kv.Keys(testsupport.Context(t, time.Minute))
-	if err != nil || len(keys) != 1 {
-		t.Fatalf("keys %q, %v; want only the live runner's: the stale one deleted", keys, err)
-	}
+	wantKeys(t, js, "epochs", 1, "only the live runner's: the stale one deleted")
 }
 
 // Every live runner is seen while the others put their keys: the epoch-2
@@ -155,11 +160,7 @@ func TestEpochsEveryLiveRunnerSeenWhileTheyPut(t *testing.T) {
 func TestEpochsRefuses(t *testing.T) {
 	js := jetStream(t)
 	e := newEpochs(t, js, ldnats.EpochsConfig{Fleet: "jobs"})
-	kv, err := js.KeyValue(testsupport.Context(t, time.Minute), ldnats.DefaultEpochBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kv.Put(testsupport.Context(t, time.Minute), "jobs.bad", []byte("2")); err != nil {
+	if _, err := bucket(t, js, ldnats.DefaultEpochBucket).Put(testsupport.Context(t, time.Minute), "jobs.bad", []byte("2")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.Newest(testsupport.Context(t, time.Minute), 1); err == nil || !strings.Contains(err.Error(), "lameduck_epochs/jobs.bad") {
