@@ -16,6 +16,7 @@ import (
 
 	"github.com/lameduck/lameduck"
 	"github.com/lameduck/lameduck/health"
+	"github.com/lameduck/lameduck/lameducktest"
 )
 
 // refusedWithoutToken checks that LAMEDUCK_<setting>=true without a token,
@@ -299,9 +300,7 @@ func TestProbePaths(t *testing.T) {
 		t.Fatal(err)
 	}
 	lc.AddServer(&http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(299) })}, ln)
-	done := make(chan error, 1)
-	go func() { done <- lc.Run(context.Background()) }()
-	await(t, lc.Events().StartupDone)
+	wait := lameducktest.Start(t, lc)
 	base := "http://" + ln.Addr().String()
 	c := client(t)
 	for _, p := range []string{"/-/live", "/-/healthz", "/-/ready", "/-/startup"} {
@@ -314,13 +313,8 @@ func TestProbePaths(t *testing.T) {
 		}
 	}
 	lc.BeginShutdown("test")
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Run did not return")
+	if err := wait(); err != nil {
+		t.Fatal(err)
 	}
 
 	for _, tc := range []struct {
