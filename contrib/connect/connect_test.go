@@ -374,7 +374,7 @@ func TestDrainEveryProtocol(t *testing.T) {
 	}
 }
 
-func check(t *testing.T, hc *grpchealth.Client, service string) (grpchealth.Status, error) {
+func check(t testing.TB, hc *grpchealth.Client, service string) (grpchealth.Status, error) {
 	t.Helper()
 	res, err := hc.Check(testsupport.Context(t, 10*time.Second), &grpchealth.CheckRequest{Service: service})
 	if err != nil {
@@ -383,7 +383,7 @@ func check(t *testing.T, hc *grpchealth.Client, service string) (grpchealth.Stat
 	return res.Status, nil
 }
 
-func wantStatus(t *testing.T, cs []client, url, when string, want map[string]grpchealth.Status) {
+func wantStatus(t testing.TB, cs []client, url, when string, want map[string]grpchealth.Status) {
 	t.Helper()
 	for _, c := range cs {
 		hc := grpchealth.NewClient(c.http, url, c.opts...)
@@ -401,73 +401,41 @@ const (
 	pingSvc    = "test.v1.Test"
 )
 
-// The health service through the phases, on every protocol, with a
-// critical check that fails for a while, SetServing, an unknown service,
-// and a Watch stream told of each change and ended at the window's end.
+// The health service through the phases (testsupport.HealthThroughThePhases),
+// asked on every protocol: starting, serving, a critical check failing,
+// SetServing, an unknown service, the signal, and a Watch stream (gRPC over
+// h2c) told of each change and ended at the window's end.
 //
 // The Lifecycle runs on the fake clock, so the window lasts until the test
 // ends it; the Watch's re-read keeps its real timer.
 func TestHealthThroughThePhases(t *testing.T) {
 	p := testsupport.NewPhases(t)
-	lc, clk := p.LC, p.Clk
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	s := serve(t, lc)
+	s := serve(t, p.LC)
 	cs := clients(t)
 	s.srv.Health().SetServing(pingSvc, true)
-	runErr := make(chan error, 1)
-	go func() { runErr <- lc.Run(context.Background()) }()
-
-	wantStatus(t, cs, s.url, "starting", map[string]grpchealth.Status{
-		"": notServing, "readiness": notServing, "liveness": serving, pingSvc: notServing})
 	hc := grpchealth.NewClient(cs[2].http, s.url, cs[2].opts...) // gRPC over h2c
-	if _, err := check(t, hc, "nope"); connect.CodeOf(err) != connect.CodeNotFound {
-		t.Errorf("Check(nope): %v, want NotFound", err)
-	}
-	ctx := testsupport.Context(t, 30*time.Second)
-	watch := hc.Watch(ctx, &grpchealth.CheckRequest{Service: ""})
-	next := func(want grpchealth.Status) {
-		t.Helper()
-		ev := testsupport.Recv(t, watch, "a Watch update")
-		if ev.Err != nil || ev.Response.Status != want {
-			t.Fatalf("Watch: %+v, want %v", ev, want)
-		}
-	}
-	next(notServing)
-	inFlight(t, lc, 0) // health calls are probes, not requests in flight
-
-	close(p.Boot)
-	next(serving)
-	wantStatus(t, cs, s.url, "serving", map[string]grpchealth.Status{
-		"": serving, "readiness": serving, "liveness": serving, pingSvc: serving})
-	p.Failing.Store(true)
-	wantStatus(t, cs, s.url, "a critical check fails", map[string]grpchealth.Status{
-		"": notServing, "readiness": notServing, "liveness": serving, pingSvc: notServing})
-	next(notServing) // within the Watch's re-read
-	p.Failing.Store(false)
-	next(serving)
-	s.srv.Health().SetServing(pingSvc, false)
-	wantStatus(t, cs, s.url, "SetServing false", map[string]grpchealth.Status{"": serving, pingSvc: notServing})
-	s.srv.Health().SetServing(pingSvc, true)
-
-	lc.BeginShutdown("SIGTERM")
-	next(notServing)
-	s.srv.Health().SetServing(pingSvc, true)
-	wantStatus(t, cs, s.url, "draining", map[string]grpchealth.Status{
-		"": notServing, "readiness": notServing, "liveness": serving, pingSvc: notServing})
-	if lc.Events().WindowEnded.Fired() {
-		t.Fatal("the window ended before the test ended it")
-	}
-	lameducktest.EndWindow(t, lc, clk)
-	ev := testsupport.Recv(t, watch, "the Watch's end")
-	if connect.CodeOf(ev.Err) != connect.CodeUnavailable {
-		t.Fatalf("Watch at the window's end: %+v, want Unavailable", ev)
-	}
-	must(testsupport.Recv(t, runErr, "Run's return"))
+	testsupport.HealthThroughThePhases(t, p, testsupport.Health[grpchealth.Status]{
+		Serving: serving, NotServing: notServing, Service: pingSvc,
+		Want: func(t testing.TB, when string, want map[string]grpchealth.Status) {
+			wantStatus(t, cs, s.url, when, want)
+		},
+		Check: func(t testing.TB, service string) error {
+			_, err := check(t, hc, service)
+			return err
+		},
+		Watch: func(t testing.TB) func() (grpchealth.Status, error) {
+			watch := hc.Watch(testsupport.Context(t, 30*time.Second), &grpchealth.CheckRequest{Service: ""})
+			return func() (grpchealth.Status, error) {
+				ev := testsupport.Recv(t, watch, "a Watch update")
+				if ev.Response == nil { // the stream's end
+					return 0, ev.Err
+				}
+				return ev.Response.Status, nil
+			}
+		},
+		Code:       func(err error) uint32 { return uint32(connect.CodeOf(err)) },
+		SetServing: s.srv.Health().SetServing,
+	})
 }
 
 // A call that outlives the teardown budget is cut and named in the log, by

@@ -105,7 +105,7 @@ func realLifecycle(t *testing.T, delay, teardown time.Duration, logs io.Writer) 
 	return lc
 }
 
-func check(t *testing.T, cc *grpc.ClientConn, service string) healthpb.HealthCheckResponse_ServingStatus {
+func check(t testing.TB, cc *grpc.ClientConn, service string) healthpb.HealthCheckResponse_ServingStatus {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -116,7 +116,7 @@ func check(t *testing.T, cc *grpc.ClientConn, service string) healthpb.HealthChe
 	return resp.GetStatus()
 }
 
-func wantStatus(t *testing.T, cc *grpc.ClientConn, when string, want map[string]healthpb.HealthCheckResponse_ServingStatus) {
+func wantStatus(t testing.TB, cc *grpc.ClientConn, when string, want map[string]healthpb.HealthCheckResponse_ServingStatus) {
 	t.Helper()
 	for svc, st := range want {
 		if got := check(t, cc, svc); got != st {
@@ -131,85 +131,40 @@ const (
 	testSvc    = "grpc.testing.TestService"
 )
 
-// The health service through the phases, with a critical check that
-// fails for a while, SetServing, and a Watch stream told of each change.
+// The health service through the phases (testsupport.HealthThroughThePhases):
+// starting, serving, a critical check failing, SetServing, an unknown
+// service, the signal, and a Watch stream told of each change.
 //
 // The Lifecycle runs on the fake clock, so the window lasts until the test
 // ends it, however long the questions asked in it take; gRPC and the
 // Watch's re-read keep their real timers.
 func TestHealthThroughThePhases(t *testing.T) {
 	p := testsupport.NewPhases(t)
-	lc, clk, logs := p.LC, p.Clk, p.Logs
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	s := serve(t, lc, logs)
-	runErr := make(chan error, 1)
-	go func() { runErr <- lc.Run(context.Background()) }()
-
-	// Starting.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := healthpb.NewHealthClient(s.cc).Check(ctx, &healthpb.HealthCheckRequest{Service: ""})
-		cancel()
-		if err == nil || time.Now().After(deadline) {
-			break
-		}
-	}
-	wantStatus(t, s.cc, "starting", map[string]healthpb.HealthCheckResponse_ServingStatus{
-		"": notServing, "readiness": notServing, "liveness": serving, testSvc: notServing})
-	// The stream's context is a hang guard: a Recv that never returns
-	// fails when it ends.
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	watch, err := healthpb.NewHealthClient(s.cc).Watch(ctx, &healthpb.HealthCheckRequest{Service: ""})
-	must(err)
-	next := func(want healthpb.HealthCheckResponse_ServingStatus) {
-		t.Helper()
-		resp, err := watch.Recv()
-		if err != nil || resp.GetStatus() != want {
-			t.Fatalf("Watch: %v %v, want %s", resp.GetStatus(), err, want)
-		}
-	}
-	next(notServing)
-	if _, err := healthpb.NewHealthClient(s.cc).Check(testsupport.Context(t, 10*time.Second), &healthpb.HealthCheckRequest{Service: "nope"}); status.Code(err) != codes.NotFound {
-		t.Errorf("Check(nope): %v, want NotFound", err)
-	}
-
-	// Serving.
-	close(p.Boot)
-	next(serving)
-	wantStatus(t, s.cc, "serving", map[string]healthpb.HealthCheckResponse_ServingStatus{
-		"": serving, "readiness": serving, "liveness": serving, testSvc: serving})
-	p.Failing.Store(true)
-	wantStatus(t, s.cc, "a critical check fails", map[string]healthpb.HealthCheckResponse_ServingStatus{
-		"": notServing, "readiness": notServing, "liveness": serving, testSvc: notServing})
-	next(notServing) // within the Watch's re-read
-	p.Failing.Store(false)
-	next(serving)
-	s.srv.Health().SetServing(testSvc, false)
-	wantStatus(t, s.cc, "SetServing false", map[string]healthpb.HealthCheckResponse_ServingStatus{"": serving, testSvc: notServing})
-	s.srv.Health().SetServing(testSvc, true)
-
-	// The signal: NOT_SERVING for all but liveness, for good.
-	lc.BeginShutdown("test")
-	next(notServing)
-	s.srv.Health().SetServing(testSvc, true)
-	wantStatus(t, s.cc, "draining", map[string]healthpb.HealthCheckResponse_ServingStatus{
-		"": notServing, "readiness": notServing, "liveness": serving, testSvc: notServing})
-	if ev := lc.Events().WindowEnded; ev.Fired() {
-		t.Fatal("the window ended before the test ended it")
-	}
-	// The window's end ends the Watch stream with Unavailable.
-	lameducktest.EndWindow(t, lc, clk)
-	if _, err := watch.Recv(); status.Code(err) != codes.Unavailable {
-		t.Fatalf("Watch at the window's end: %v, want Unavailable", err)
-	}
-	must(testsupport.Recv(t, runErr, "Run's return"))
+	s := serve(t, p.LC, p.Logs)
+	testsupport.HealthThroughThePhases(t, p, testsupport.Health[healthpb.HealthCheckResponse_ServingStatus]{
+		Serving: serving, NotServing: notServing, Service: testSvc,
+		Want: func(t testing.TB, when string, want map[string]healthpb.HealthCheckResponse_ServingStatus) {
+			wantStatus(t, s.cc, when, want)
+		},
+		Check: func(t testing.TB, service string) error {
+			_, err := healthpb.NewHealthClient(s.cc).Check(testsupport.Context(t, 10*time.Second), &healthpb.HealthCheckRequest{Service: service})
+			return err
+		},
+		Watch: func(t testing.TB) func() (healthpb.HealthCheckResponse_ServingStatus, error) {
+			// The stream's context is a hang guard: a Recv that never
+			// returns fails when it ends.
+			watch, err := healthpb.NewHealthClient(s.cc).Watch(testsupport.Context(t, 30*time.Second), &healthpb.HealthCheckRequest{Service: ""})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return func() (healthpb.HealthCheckResponse_ServingStatus, error) {
+				resp, err := watch.Recv()
+				return resp.GetStatus(), err
+			}
+		},
+		Code:       func(err error) uint32 { return uint32(status.Code(err)) },
+		SetServing: s.srv.Health().SetServing,
+	})
 }
 
 // The health service follows the probe paths the Lifecycle was configured
