@@ -409,32 +409,33 @@ const (
 // The Lifecycle runs on the fake clock, so the window lasts until the test
 // ends it; the Watch's re-read keeps its real timer.
 func TestHealthThroughThePhases(t *testing.T) {
-	p := testsupport.NewPhases(t)
-	s := serve(t, p.LC)
-	cs := clients(t)
-	s.srv.Health().SetServing(pingSvc, true)
-	hc := grpchealth.NewClient(cs[2].http, s.url, cs[2].opts...) // gRPC over h2c
-	testsupport.HealthThroughThePhases(t, p, testsupport.Health[grpchealth.Status]{
-		Serving: serving, NotServing: notServing, Service: pingSvc,
-		Want: func(t testing.TB, when string, want map[string]grpchealth.Status) {
-			wantStatus(t, cs, s.url, when, want)
-		},
-		Check: func(t testing.TB, service string) error {
-			_, err := check(t, hc, service)
-			return err
-		},
-		Watch: func(t testing.TB) func() (grpchealth.Status, error) {
-			watch := hc.Watch(testsupport.Context(t, 30*time.Second), &grpchealth.CheckRequest{Service: ""})
-			return func() (grpchealth.Status, error) {
-				ev := testsupport.Recv(t, watch, "a Watch update")
-				if ev.Response == nil { // the stream's end
-					return 0, ev.Err
+	testsupport.HealthThroughThePhases(t, func(lc *lameduck.Lifecycle, _ *testsupport.LogBuffer) testsupport.Health[grpchealth.Status] {
+		s := serve(t, lc)
+		cs := clients(t)
+		s.srv.Health().SetServing(pingSvc, true)
+		hc := grpchealth.NewClient(cs[2].http, s.url, cs[2].opts...) // gRPC over h2c
+		return testsupport.Health[grpchealth.Status]{
+			Serving: serving, NotServing: notServing, Service: pingSvc,
+			Want: func(t testing.TB, when string, want map[string]grpchealth.Status) {
+				wantStatus(t, cs, s.url, when, want)
+			},
+			Check: func(t testing.TB, service string) error {
+				_, err := check(t, hc, service)
+				return err
+			},
+			Watch: func(t testing.TB) func() (grpchealth.Status, error) {
+				watch := hc.Watch(testsupport.Context(t, 30*time.Second), &grpchealth.CheckRequest{Service: ""})
+				return func() (grpchealth.Status, error) {
+					ev := testsupport.Recv(t, watch, "a Watch update")
+					if ev.Response == nil { // the stream's end
+						return 0, ev.Err
+					}
+					return ev.Response.Status, nil
 				}
-				return ev.Response.Status, nil
-			}
-		},
-		Code:       func(err error) uint32 { return uint32(connect.CodeOf(err)) },
-		SetServing: s.srv.Health().SetServing,
+			},
+			Code:       func(err error) uint32 { return uint32(connect.CodeOf(err)) },
+			SetServing: s.srv.Health().SetServing,
+		}
 	})
 }
 

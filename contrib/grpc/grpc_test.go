@@ -139,31 +139,33 @@ const (
 // ends it, however long the questions asked in it take; gRPC and the
 // Watch's re-read keep their real timers.
 func TestHealthThroughThePhases(t *testing.T) {
-	p := testsupport.NewPhases(t)
-	s := serve(t, p.LC, p.Logs)
-	testsupport.HealthThroughThePhases(t, p, testsupport.Health[healthpb.HealthCheckResponse_ServingStatus]{
-		Serving: serving, NotServing: notServing, Service: testSvc,
-		Want: func(t testing.TB, when string, want map[string]healthpb.HealthCheckResponse_ServingStatus) {
-			wantStatus(t, s.cc, when, want)
-		},
-		Check: func(t testing.TB, service string) error {
-			_, err := healthpb.NewHealthClient(s.cc).Check(testsupport.Context(t, 10*time.Second), &healthpb.HealthCheckRequest{Service: service})
-			return err
-		},
-		Watch: func(t testing.TB) func() (healthpb.HealthCheckResponse_ServingStatus, error) {
-			// The stream's context is a hang guard: a Recv that never
-			// returns fails when it ends.
-			watch, err := healthpb.NewHealthClient(s.cc).Watch(testsupport.Context(t, 30*time.Second), &healthpb.HealthCheckRequest{Service: ""})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return func() (healthpb.HealthCheckResponse_ServingStatus, error) {
-				resp, err := watch.Recv()
-				return resp.GetStatus(), err
-			}
-		},
-		Code:       func(err error) uint32 { return uint32(status.Code(err)) },
-		SetServing: s.srv.Health().SetServing,
+	type servingStatus = healthpb.HealthCheckResponse_ServingStatus
+	testsupport.HealthThroughThePhases(t, func(lc *lameduck.Lifecycle, logs *testsupport.LogBuffer) testsupport.Health[servingStatus] {
+		s := serve(t, lc, logs)
+		return testsupport.Health[servingStatus]{
+			Serving: serving, NotServing: notServing, Service: testSvc,
+			Want: func(t testing.TB, when string, want map[string]servingStatus) {
+				wantStatus(t, s.cc, when, want)
+			},
+			Check: func(t testing.TB, service string) error {
+				_, err := healthpb.NewHealthClient(s.cc).Check(testsupport.Context(t, 10*time.Second), &healthpb.HealthCheckRequest{Service: service})
+				return err
+			},
+			Watch: func(t testing.TB) func() (servingStatus, error) {
+				// The stream's context is a hang guard: a Recv that never
+				// returns fails when it ends.
+				watch, err := healthpb.NewHealthClient(s.cc).Watch(testsupport.Context(t, 30*time.Second), &healthpb.HealthCheckRequest{Service: ""})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return func() (servingStatus, error) {
+					resp, err := watch.Recv()
+					return resp.GetStatus(), err
+				}
+			},
+			Code:       func(err error) uint32 { return uint32(status.Code(err)) },
+			SetServing: s.srv.Health().SetServing,
+		}
 	})
 }
 

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lameduck/lameduck"
 	"github.com/lameduck/lameduck/lameducktest"
 )
 
@@ -38,16 +39,20 @@ type Health[S comparable] struct {
 	SetServing func(service string, serving bool)
 }
 
-// HealthThroughThePhases runs p's Lifecycle and takes h through every
+// HealthThroughThePhases makes a [Phases], has serve register the
+// integration's server on its Lifecycle (logging to logs) and return its
+// health service, runs the Lifecycle and takes the service through every
 // phase: starting (the server NOT_SERVING, liveness SERVING, an unknown
 // service NotFound), serving, the critical check failing and back,
 // SetServing, and the signal, from which every service but liveness is
 // NOT_SERVING for good, SetServing true included. A Watch of the server is
 // told of each change, is no request in flight (a probe), and ends with
-// Unavailable at the window's end, which the test takes p's Lifecycle to
+// Unavailable at the window's end, which the test takes the Lifecycle to
 // on the fake clock; then Run must return nil.
-func HealthThroughThePhases[S comparable](t *testing.T, p *Phases, h Health[S]) {
+func HealthThroughThePhases[S comparable](t *testing.T, serve func(lc *lameduck.Lifecycle, logs *LogBuffer) Health[S]) {
 	t.Helper()
+	p := NewPhases(t)
+	h := serve(p.LC, p.Logs)
 	serving, notServing, svc := h.Serving, h.NotServing, h.Service
 	runErr := make(chan error, 1)
 	go func() { runErr <- p.LC.Run(context.Background()) }()
