@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lameduck/lameduck/checks"
+	"github.com/lameduck/lameduck/cmd/lameduck/internal/ctxtime"
 	"github.com/lameduck/lameduck/health"
 )
 
@@ -148,7 +149,7 @@ func simulated(mode string, start time.Time) (func(context.Context) error, error
 		if err != nil {
 			return nil, err
 		}
-		return func(ctx context.Context) error { return sleep(ctx, d) }, nil
+		return func(ctx context.Context) error { return ctxtime.Sleep(ctx, d) }, nil
 	case "wedge":
 		return func(context.Context) error { select {} }, nil
 	case "panic":

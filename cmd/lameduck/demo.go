@@ -14,6 +14,7 @@ import (
 
 	"github.com/lameduck/lameduck"
 	"github.com/lameduck/lameduck/checks"
+	"github.com/lameduck/lameduck/cmd/lameduck/internal/ctxtime"
 	ldprometheus "github.com/lameduck/lameduck/contrib/prometheus"
 	"github.com/lameduck/lameduck/health"
 	"github.com/prometheus/client_golang/prometheus"
@@ -205,7 +206,7 @@ func runDemo(ctx context.Context, o demoOptions) error {
 	if o.startupDelay > 0 {
 		d := o.startupDelay
 		if err := lc.AddStartupTask("simulated boot work", func(ctx context.Context) error {
-			return sleep(ctx, d)
+			return ctxtime.Sleep(ctx, d)
 		}); err != nil {
 			return err
 		}
@@ -287,7 +288,7 @@ func (d *demo) slow(ctx context.Context, q map[string][]string) (code int, body 
 	if msg != "" {
 		return http.StatusBadRequest, map[string]any{"error": msg}, true
 	}
-	if sleep(ctx, dur) != nil {
+	if ctxtime.Sleep(ctx, dur) != nil {
 		return 0, nil, false
 	}
 	return http.StatusOK, map[string]any{"slept": dur.String()}, true
@@ -305,7 +306,7 @@ func (d *demo) write(q map[string][]string) (int, any) {
 		return http.StatusBadRequest, map[string]any{"error": msg}
 	}
 	err := d.lc.GoWrite(name, 0, func(ctx context.Context) error {
-		if err := sleep(ctx, dur); err != nil {
+		if err := ctxtime.Sleep(ctx, dur); err != nil {
 			return err
 		}
 		d.log.Info("demo: write done", "task", name, "took", dur.String())
@@ -422,18 +423,6 @@ func parseSlow(q map[string][]string) (d time.Duration, msg string) {
 		return 0, fmt.Sprintf("d=%q is over the %s limit", v, maxSlow)
 	}
 	return d, ""
-}
-
-// sleep waits d, or until ctx ends, and returns ctx's error then.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

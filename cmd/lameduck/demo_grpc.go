@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/lameduck/lameduck"
+	"github.com/lameduck/lameduck/cmd/lameduck/internal/ctxtime"
 	ldgrpc "github.com/lameduck/lameduck/contrib/grpc"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -65,7 +66,7 @@ var demoServiceDesc = grpc.ServiceDesc{
 
 // grpcSlow answers after d, or when the call is cancelled.
 func grpcSlow(ctx context.Context, d *durationpb.Duration) (*emptypb.Empty, error) {
-	if err := sleep(ctx, min(d.AsDuration(), maxSlow)); err != nil {
+	if err := ctxtime.Sleep(ctx, min(d.AsDuration(), maxSlow)); err != nil {
 		return nil, err
 	}
 	return &emptypb.Empty{}, nil

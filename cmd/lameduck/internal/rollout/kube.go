@@ -21,6 +21,8 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/lameduck/lameduck/cmd/lameduck/internal/ctxtime"
 )
 
 // ModeCluster is the Report's Mode of a rollout on a real cluster.
@@ -226,7 +228,7 @@ func RunKube(ctx context.Context, opt KubeOptions) (*Report, error) {
 		})
 	defer ld.stop()
 
-	if err := sleepCtx(ctx, opt.Warmup); err != nil {
+	if err := ctxtime.Sleep(ctx, opt.Warmup); err != nil {
 		return nil, err
 	}
 	for round := 1; round <= opt.Rounds; round++ {
@@ -243,7 +245,7 @@ func RunKube(ctx context.Context, opt KubeOptions) (*Report, error) {
 		done.Add(1)
 		ld.progress()
 	}
-	if err := sleepCtx(ctx, opt.Cooldown); err != nil {
+	if err := ctxtime.Sleep(ctx, opt.Cooldown); err != nil {
 		return nil, err
 	}
 	samples, metrics, loadStart, loadEnd := ld.stop()
@@ -429,7 +431,7 @@ func (k *kubeRun) restart(ctx context.Context, round int) (RoundReport, int64, e
 	if dep.Spec.Template.Annotations[restartedAtAnnotation] == at {
 		// The same second as the last restart: the same template, which
 		// would roll nothing.
-		if err := sleepCtx(ctx, now.Truncate(time.Second).Add(time.Second).Sub(now)); err != nil {
+		if err := ctxtime.Sleep(ctx, now.Truncate(time.Second).Add(time.Second).Sub(now)); err != nil {
 			return RoundReport{}, 0, err
 		}
 		at = time.Now().Format(time.RFC3339)

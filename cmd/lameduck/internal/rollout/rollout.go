@@ -28,6 +28,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/lameduck/lameduck/cmd/lameduck/internal/ctxtime"
 )
 
 // Balancer modes.
@@ -278,7 +280,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 		})
 	defer ld.stop()
 
-	if err := sleepCtx(ctx, opt.Warmup); err != nil {
+	if err := ctxtime.Sleep(ctx, opt.Warmup); err != nil {
 		return nil, err
 	}
 	var terminated []*replica
@@ -309,7 +311,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 		}
 		<-r.removedCh
 	}
-	if err := sleepCtx(ctx, opt.Cooldown); err != nil {
+	if err := ctxtime.Sleep(ctx, opt.Cooldown); err != nil {
 		return nil, err
 	}
 	samples, metrics, loadStart, loadEnd := ld.stop()
@@ -339,16 +341,5 @@ func (ro *rollout) stopAll() {
 	}
 	for _, r := range all {
 		<-r.exited // terminate's and stop's own timers SIGKILL at their bound
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }
