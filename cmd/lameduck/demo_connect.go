@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"time"
 
 	connectrpc "connectrpc.com/connect"
 	ldconnect "github.com/lameduck/lameduck/contrib/connect"
@@ -32,18 +31,7 @@ func (d *demo) addConnect(addr string) error {
 		}, opts...))
 	mux.Handle(ticks, connectrpc.NewServerStreamHandler(ticks,
 		func(ctx context.Context, _ *connectrpc.Request[emptypb.Empty], stream *connectrpc.ServerStream[timestamppb.Timestamp]) error {
-			tick := time.NewTicker(100 * time.Millisecond)
-			defer tick.Stop()
-			for {
-				if err := stream.Send(timestamppb.Now()); err != nil {
-					return err
-				}
-				select {
-				case <-ctx.Done():
-					return ctx.Err()
-				case <-tick.C:
-				}
-			}
+			return grpcTicks(ctx, stream.Send)
 		}, opts...))
 	return srv.AddServer(demoHTTPServer(addr, mux), nil)
 }

@@ -48,18 +48,7 @@ var demoServiceDesc = grpc.ServiceDesc{
 			if err := stream.RecvMsg(new(emptypb.Empty)); err != nil {
 				return err
 			}
-			tick := time.NewTicker(100 * time.Millisecond)
-			defer tick.Stop()
-			for {
-				if err := stream.SendMsg(timestamppb.Now()); err != nil {
-					return err
-				}
-				select {
-				case <-stream.Context().Done():
-					return stream.Context().Err()
-				case <-tick.C:
-				}
-			}
+			return grpcTicks(stream.Context(), func(ts *timestamppb.Timestamp) error { return stream.SendMsg(ts) })
 		},
 	}},
 }
@@ -70,6 +59,23 @@ func grpcSlow(ctx context.Context, d *durationpb.Duration) (*emptypb.Empty, erro
 		return nil, err
 	}
 	return &emptypb.Empty{}, nil
+}
+
+// grpcTicks sends the time every 100ms, the first at once, until ctx ends
+// (and returns its error) or a send fails (and returns that error).
+func grpcTicks(ctx context.Context, send func(*timestamppb.Timestamp) error) error {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if err := send(timestamppb.Now()); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
 }
 
 // addGRPC serves the demo's gRPC service and the health service on addr,
