@@ -182,17 +182,11 @@ func openNATS(ctx context.Context, o workerOptions, lc *lameduck.Lifecycle, log 
 	if err != nil {
 		return q, demoErrorf("lameduck: demo-worker: %w", err)
 	}
-	q.epochs = worker.StaticEpochs(0)
-	if o.epochSource == "kv" {
-		kve, err := ldnats.NewEpochs(ctx, js, ldnats.EpochsConfig{Fleet: o.name, Poll: o.epochPoll, Draining: lc.Events().ShutdownInitiated.Fired})
-		if err != nil {
-			return q, demoErrorf("lameduck: demo-worker: --epoch-source=kv: %w; use --epoch-source=static to run without one", err)
-		}
-		q.epochs = kve
-		// runs before the connection's closer: closers run in reverse
-		if err := lc.AddCloser("epoch key", kve.Retire); err != nil {
-			return q, err
-		}
+	q.epochs, err = openEpochs(lc, o, "kv", "epoch key", "", func(draining func() bool) (publishedEpochs, error) {
+		return ldnats.NewEpochs(ctx, js, ldnats.EpochsConfig{Fleet: o.name, Poll: o.epochPoll, Draining: draining})
+	})
+	if err != nil {
+		return q, err
 	}
 	q.src = src
 	q.job = func(j worker.Job) *countedJob {

@@ -84,17 +84,11 @@ func openPostgres(ctx context.Context, o workerOptions, lc *lameduck.Lifecycle, 
 	if err := lc.AddCloser("PostgreSQL pool", func(context.Context) error { pool.Close(); return nil }); err != nil {
 		return q, err
 	}
-	q.epochs = worker.StaticEpochs(0)
-	if o.epochSource == "table" {
-		pe, err := newPGEpochs(ctx, pool, o.name, o.epochPoll, lc.Events().ShutdownInitiated.Fired)
-		if err != nil {
-			return q, demoErrorf("lameduck: demo-worker: --epoch-source=table at --postgres=%q: %w; use --epoch-source=static to run without one", shown, err)
-		}
-		q.epochs = pe
-		// runs before the pool's closer: closers run in reverse
-		if err := lc.AddCloser("epoch row", pe.Retire); err != nil {
-			return q, err
-		}
+	q.epochs, err = openEpochs(lc, o, "table", "epoch row", fmt.Sprintf(" at --postgres=%q", shown), func(draining func() bool) (publishedEpochs, error) {
+		return newPGEpochs(ctx, pool, o.name, o.epochPoll, draining)
+	})
+	if err != nil {
+		return q, err
 	}
 	q.src = src
 	q.job = func(j worker.Job) *countedJob {

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lameduck/lameduck"
 	"github.com/lameduck/lameduck/worker"
 )
 
@@ -40,6 +41,33 @@ func (u *undoer) onError(err *error) {
 	for _, f := range slices.Backward(*u) {
 		f()
 	}
+}
+
+// publishedEpochs is an epoch store in which each runner publishes its own
+// epoch (--epoch-source kv or table), withdrawn by Retire at shutdown.
+type publishedEpochs interface {
+	worker.EpochSource
+	Retire(context.Context) error
+}
+
+// openEpochs returns where the fleet's newest epoch is read: static epochs
+// (never superseded) unless --epoch-source is own, the queue's own store;
+// else the store open returns (given the Lifecycle's draining test), its
+// Retire registered as the closer name. Registered after the connection's
+// closer, it runs before it: closers run in reverse. where follows the flag
+// in open's error (" at --postgres=…", or empty).
+func openEpochs(lc *lameduck.Lifecycle, o workerOptions, own, name, where string, open func(draining func() bool) (publishedEpochs, error)) (worker.EpochSource, error) {
+	if o.epochSource != own {
+		return worker.StaticEpochs(0), nil
+	}
+	e, err := open(lc.Events().ShutdownInitiated.Fired)
+	if err != nil {
+		return nil, demoErrorf("lameduck: demo-worker: --epoch-source=%s%s: %w; use --epoch-source=static to run without one", own, where, err)
+	}
+	if err := lc.AddCloser(name, e.Retire); err != nil {
+		return nil, err
+	}
+	return e, nil
 }
 
 // demoSource is the demo worker's worker.Source: the queue's own Source,
