@@ -203,6 +203,34 @@ func ReadInputs(paths []string, stdin io.Reader) (objs []Object, docs int, err e
 	return objs, docs, nil
 }
 
+// templated decodes, by kind, the workloads that have nothing to read but
+// their metadata and the pod template at spec.template.
+var templated = map[string]func(into func(any) error) (metav1.ObjectMeta, corev1.PodTemplateSpec, error){
+	"StatefulSet": template(func(o *appsv1.StatefulSet) (metav1.ObjectMeta, corev1.PodTemplateSpec) {
+		return o.ObjectMeta, o.Spec.Template
+	}),
+	"DaemonSet": template(func(o *appsv1.DaemonSet) (metav1.ObjectMeta, corev1.PodTemplateSpec) {
+		return o.ObjectMeta, o.Spec.Template
+	}),
+	"ReplicaSet": template(func(o *appsv1.ReplicaSet) (metav1.ObjectMeta, corev1.PodTemplateSpec) {
+		return o.ObjectMeta, o.Spec.Template
+	}),
+	"Job": template(func(o *batchv1.Job) (metav1.ObjectMeta, corev1.PodTemplateSpec) { return o.ObjectMeta, o.Spec.Template }),
+}
+
+// template decodes a T with into and returns what get reads of it: its
+// metadata and its pod template.
+func template[T any](get func(*T) (metav1.ObjectMeta, corev1.PodTemplateSpec)) func(into func(any) error) (metav1.ObjectMeta, corev1.PodTemplateSpec, error) {
+	return func(into func(any) error) (metav1.ObjectMeta, corev1.PodTemplateSpec, error) {
+		var o T
+		if err := into(&o); err != nil {
+			return metav1.ObjectMeta{}, corev1.PodTemplateSpec{}, err
+		}
+		meta, tmpl := get(&o)
+		return meta, tmpl, nil
+	}
+}
+
 // decode reads the workloads of one document, or of one item of a List;
 // at is where its object is in the file.
 func decode(d document, at place) ([]Object, error) {
@@ -236,30 +264,12 @@ func decode(d document, at place) ([]Object, error) {
 		objs := obj(o.ObjectMeta, o.Spec.Template.ObjectMeta, o.Spec.Template.Spec, "spec", "template", "spec")
 		objs[0].Replicas, objs[0].Strategy, objs[0].top = o.Spec.Replicas, &o.Spec.Strategy, at.at("spec")
 		return objs, nil
-	case "StatefulSet":
-		var o appsv1.StatefulSet
-		if err := into(&o); err != nil {
+	case "StatefulSet", "DaemonSet", "ReplicaSet", "Job":
+		meta, tmpl, err := templated[tm.Kind](into)
+		if err != nil {
 			return nil, err
 		}
-		return obj(o.ObjectMeta, o.Spec.Template.ObjectMeta, o.Spec.Template.Spec, "spec", "template", "spec"), nil
-	case "DaemonSet":
-		var o appsv1.DaemonSet
-		if err := into(&o); err != nil {
-			return nil, err
-		}
-		return obj(o.ObjectMeta, o.Spec.Template.ObjectMeta, o.Spec.Template.Spec, "spec", "template", "spec"), nil
-	case "ReplicaSet":
-		var o appsv1.ReplicaSet
-		if err := into(&o); err != nil {
-			return nil, err
-		}
-		return obj(o.ObjectMeta, o.Spec.Template.ObjectMeta, o.Spec.Template.Spec, "spec", "template", "spec"), nil
-	case "Job":
-		var o batchv1.Job
-		if err := into(&o); err != nil {
-			return nil, err
-		}
-		return obj(o.ObjectMeta, o.Spec.Template.ObjectMeta, o.Spec.Template.Spec, "spec", "template", "spec"), nil
+		return obj(meta, tmpl.ObjectMeta, tmpl.Spec, "spec", "template", "spec"), nil
 	case "CronJob":
 		var o batchv1.CronJob
 		if err := into(&o); err != nil {
