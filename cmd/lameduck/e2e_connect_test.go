@@ -20,19 +20,14 @@ import (
 // h2c hand-offs (GOAWAY seen frame by frame), the budget's cut, and the rollout simulator's rolling
 // restarts under load, 0 failed.
 func TestE2EConnect(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		run  func(*testing.T)
-	}{
-		{"SIGTERMDrainsInFlightRequest", TestE2ESIGTERMDrainsInFlightRequest},
-		{"NewConnectionsServedThroughWindow", TestE2ENewConnectionsServedThroughWindow},
-		{"KeepAliveClientHandedOver", TestE2EKeepAliveClientHandedOver},
-		{"H2CHandOver", TestE2EH2CHandOver},
-		{"TeardownBudgetCutsLongRequest", TestE2ETeardownBudgetCutsLongRequest},
-		{"RolloutDemoDropsNothing", TestRolloutDemoDropsNothing},
-	} {
-		t.Run(tc.name, tc.run)
-	}
+	rerun(t,
+		TestE2ESIGTERMDrainsInFlightRequest,
+		TestE2ENewConnectionsServedThroughWindow,
+		TestE2EKeepAliveClientHandedOver,
+		TestE2EH2CHandOver,
+		TestE2ETeardownBudgetCutsLongRequest,
+		TestRolloutDemoDropsNothing,
+	)
 }
 
 // `lameduck demo --server connect` with a real SIGTERM: grpc-health-probe

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -27,46 +29,53 @@ func demoServer(t *testing.T) string {
 // (it does not read the connection while the handler runs), so that
 // request runs to its end or to the budget.
 func TestE2EFiber(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		run  func(*testing.T)
-	}{
-		{"SIGTERMDrainsInFlightRequest", TestE2ESIGTERMDrainsInFlightRequest},
-		{"NewConnectionsServedThroughWindow", TestE2ENewConnectionsServedThroughWindow},
-		{"KeepAliveClientHandedOver", TestE2EKeepAliveClientHandedOver},
-		{"TeardownBudgetCutsLongRequest", TestE2ETeardownBudgetCutsLongRequest},
-		{"ChecksPanicAndWedgeSurvived", TestE2EChecksPanicAndWedgeSurvived},
-		{"ZeroDelayExitsAtOnce", TestE2EZeroDelayExitsAtOnce},
-		{"SecondSIGTERMDoesNotShortenWindow", TestE2ESecondSIGTERMDoesNotShortenWindow},
-		{"PreStopTwiceOneWindow", TestE2EPreStopTwiceOneWindow},
-		{"SIGTERMDuringBootWaitsNoWindow", TestE2ESIGTERMDuringBootWaitsNoWindow},
-		{"SecondSignalExitCodes", TestE2ESecondSignalExitCodes},
-		{"SendRetryAfterAnswers503DuringTeardown", TestE2ESendRetryAfterAnswers503DuringTeardown},
-		{"WebSocketUpgradeRefusedAfterSignal", TestE2EWebSocketUpgradeRefusedAfterSignal},
-		{"WebSocketClosedGoingAwayAtWindowEnd", TestE2EWebSocketClosedGoingAwayAtWindowEnd},
-		{"WebSocketIgnoringCloseIsForceClosed", TestE2EWebSocketIgnoringCloseIsForceClosed},
-		{"IdleDrainTrafficHoldsThenIdleEnds", TestE2EIdleDrainTrafficHoldsThenIdleEnds},
-		{"IdleDrainBoundEndsSteadyTraffic", TestE2EIdleDrainBoundEndsSteadyTraffic},
-		{"DefaultJoinWaitsForTheWrite", TestE2EDefaultJoinWaitsForTheWrite},
-		{"JoinNamesTheWriteThatOverran", TestE2EJoinNamesTheWriteThatOverran},
-		{"SlowRejectsBadDurations", TestE2ESlowRejectsBadDurations},
-		{"CheckMaxAgeBoundsPings", TestE2ECheckMaxAgeBoundsPings},
-		{"ChecksBadSpecsFailBeforeListening", TestE2EChecksBadSpecsFailBeforeListening},
-		{"ChecksConcurrentMaxNotSum", TestE2EChecksConcurrentMaxNotSum},
-		{"ChecksEveryMode", TestE2EChecksEveryMode},
-		{"ChecksProbeStormSharesPing", TestE2EChecksProbeStormSharesPing},
-		{"ChecksRealStdlib", TestE2EChecksRealStdlib},
-		{"ChecksSecretsRedacted", TestE2EChecksSecretsRedacted},
-		{"InvalidDurationsFailBeforeListening", TestE2EInvalidDurationsFailBeforeListening},
-		{"LoopStopsAtSignalAndLateLoopIsRefused", TestE2ELoopStopsAtSignalAndLateLoopIsRefused},
-		{"PreStopBeforeReady", TestE2EPreStopBeforeReady},
-		{"SecondSIGINTExitsWhenEnabled", TestE2ESecondSIGINTExitsWhenEnabled},
-		{"StartupDelay", TestE2EStartupDelay},
-		{"ServerSentEventsEndCleanly", TestE2EServerSentEventsEndCleanly},
-		{"RollingRestartZeroFailures", TestE2ERollingRestartZeroFailures},
-		{"RolloutDemoDropsNothing", TestRolloutDemoDropsNothing},
-		{"MetricsScrapedThroughTheTeardown", TestE2EMetricsScrapedThroughTheTeardown},
-	} {
-		t.Run(tc.name, tc.run)
+	rerun(t,
+		TestE2ESIGTERMDrainsInFlightRequest,
+		TestE2ENewConnectionsServedThroughWindow,
+		TestE2EKeepAliveClientHandedOver,
+		TestE2ETeardownBudgetCutsLongRequest,
+		TestE2EChecksPanicAndWedgeSurvived,
+		TestE2EZeroDelayExitsAtOnce,
+		TestE2ESecondSIGTERMDoesNotShortenWindow,
+		TestE2EPreStopTwiceOneWindow,
+		TestE2ESIGTERMDuringBootWaitsNoWindow,
+		TestE2ESecondSignalExitCodes,
+		TestE2ESendRetryAfterAnswers503DuringTeardown,
+		TestE2EWebSocketUpgradeRefusedAfterSignal,
+		TestE2EWebSocketClosedGoingAwayAtWindowEnd,
+		TestE2EWebSocketIgnoringCloseIsForceClosed,
+		TestE2EIdleDrainTrafficHoldsThenIdleEnds,
+		TestE2EIdleDrainBoundEndsSteadyTraffic,
+		TestE2EDefaultJoinWaitsForTheWrite,
+		TestE2EJoinNamesTheWriteThatOverran,
+		TestE2ESlowRejectsBadDurations,
+		TestE2ECheckMaxAgeBoundsPings,
+		TestE2EChecksBadSpecsFailBeforeListening,
+		TestE2EChecksConcurrentMaxNotSum,
+		TestE2EChecksEveryMode,
+		TestE2EChecksProbeStormSharesPing,
+		TestE2EChecksRealStdlib,
+		TestE2EChecksSecretsRedacted,
+		TestE2EInvalidDurationsFailBeforeListening,
+		TestE2ELoopStopsAtSignalAndLateLoopIsRefused,
+		TestE2EPreStopBeforeReady,
+		TestE2ESecondSIGINTExitsWhenEnabled,
+		TestE2EStartupDelay,
+		TestE2EServerSentEventsEndCleanly,
+		TestE2ERollingRestartZeroFailures,
+		TestRolloutDemoDropsNothing,
+		TestE2EMetricsScrapedThroughTheTeardown,
+	)
+}
+
+// rerun runs each of tests, end-to-end tests of the net/http demo, as a
+// subtest of t named after it without its Test and E2E prefixes
+// (TestE2EFiber/KeepAliveClientHandedOver), so that demoServer gives it
+// the server t's name stands for.
+func rerun(t *testing.T, tests ...func(*testing.T)) {
+	for _, test := range tests {
+		name := runtime.FuncForPC(reflect.ValueOf(test).Pointer()).Name()
+		name = name[strings.LastIndex(name, ".")+1:]
+		t.Run(strings.TrimPrefix(strings.TrimPrefix(name, "Test"), "E2E"), test)
 	}
 }
