@@ -577,14 +577,8 @@ func TestE2ENewConnectionsServedThroughWindow(t *testing.T) {
 	defer tr.CloseIdleConnections()
 	c := &http.Client{Transport: tr, Timeout: reqTimeout}
 
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	var sig, refused time.Time
 	var before, inWindow, after int
-	for i := 0; ; i++ {
-		if i == 4 {
-			sig = p.signal(syscall.SIGTERM)
-		}
+	sig, refused := p.requestUntilRefused(4, delay, delay+10*time.Second, func(sig time.Time) (time.Time, bool) {
 		sent := time.Now()
 		r, err := p.do(context.Background(), c, "/")
 		now := time.Now()
@@ -603,32 +597,54 @@ func TestE2ENewConnectionsServedThroughWindow(t *testing.T) {
 		case sig.IsZero() || now.Before(sig.Add(delay)):
 			t.Fatalf("GET / on a new connection failed %s after SIGTERM, inside the %s window: %v",
 				now.Sub(sig), delay, err)
-		case errors.Is(err, syscall.ECONNREFUSED):
-			refused = now
+		case isRefused(err):
+			return now, true
 		default:
 			// A connection caught in the listener's backlog as it closed
 			// may be reset; that can only happen after the window.
 			t.Logf("GET / %s after SIGTERM (after the window): %v", now.Sub(sig), err)
 		}
-		if !refused.IsZero() {
-			break
-		}
-		if !sig.IsZero() && now.After(sig.Add(delay+10*time.Second)) {
-			t.Fatalf("connections still accepted %s after SIGTERM", now.Sub(sig))
-		}
-		<-tick.C
-	}
+		return now, false
+	})
 	t.Logf("200s: %d before SIGTERM, %d in the window, %d after it; first refusal %s after SIGTERM",
 		before, inWindow, after, refused.Sub(sig))
-	if refused.Before(sig.Add(delay)) {
-		t.Errorf("first refused connection %s after SIGTERM; want no earlier than the %s window", refused.Sub(sig), delay)
-	}
 	if inWindow < 5 {
 		t.Errorf("only %d requests answered inside the window; want a steady stream (about 60)", inWindow)
 	}
 	if code, _ := p.waitExit(15 * time.Second); code != 0 {
 		t.Fatalf("exit code %d; want 0", code)
 	}
+}
+
+// requestUntilRefused calls request every 50ms, sends SIGTERM before the
+// call numbered sigAt (from 0), and stops at the first call that reports a
+// refused connection. request gets SIGTERM's time (zero before it) and
+// returns when its request ended and whether the connection was refused.
+// The test fails when connections are still accepted giveUp after SIGTERM,
+// and when the first refusal came less than the window delay after it.
+// It returns SIGTERM's time and the first refusal's.
+func (p *proc) requestUntilRefused(sigAt int, delay, giveUp time.Duration, request func(sig time.Time) (now time.Time, refused bool)) (sig, refusedAt time.Time) {
+	p.t.Helper()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for i := 0; ; i++ {
+		if i == sigAt {
+			sig = p.signal(syscall.SIGTERM)
+		}
+		now, refused := request(sig)
+		if refused {
+			refusedAt = now
+			break
+		}
+		if !sig.IsZero() && now.After(sig.Add(giveUp)) {
+			p.t.Fatalf("connections still accepted %s after SIGTERM", now.Sub(sig))
+		}
+		<-tick.C
+	}
+	if refusedAt.Before(sig.Add(delay)) {
+		p.t.Errorf("first refused connection %s after SIGTERM; want no earlier than the %s window", refusedAt.Sub(sig), delay)
+	}
+	return sig, refusedAt
 }
 
 // 3. With a zero window and nothing in flight, SIGTERM stops the process at
