@@ -409,25 +409,13 @@ func (p *proc) do(ctx context.Context, c *http.Client, path string) (reply, erro
 
 // doHeader is do with request headers.
 func (p *proc) doHeader(ctx context.Context, c *http.Client, path string, hdr map[string]string) (reply, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.base+path, nil)
+	a, err := testsupport.FetchContext(ctx, c, http.MethodGet, p.base+path, hdr)
 	if err != nil {
 		return reply{}, err
 	}
-	for k, v := range hdr {
-		req.Header.Set(k, v)
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return reply{}, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return reply{}, err
-	}
-	r := reply{code: resp.StatusCode, header: resp.Header, raw: string(b), at: time.Now()}
+	r := reply{code: a.Code, header: a.Header, raw: a.Body, at: time.Now()}
 	var body map[string]any
-	if json.Unmarshal(b, &body) == nil {
+	if json.Unmarshal([]byte(a.Body), &body) == nil {
 		r.body = body
 	}
 	return r, nil

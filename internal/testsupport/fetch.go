@@ -1,6 +1,7 @@
 package testsupport
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -24,7 +25,14 @@ type Reply struct {
 // testing.T, so it is safe in any goroutine; on the test's own goroutine
 // use Do.
 func Fetch(c *http.Client, method, url string, hdr map[string]string) (Reply, error) {
-	req, err := http.NewRequest(method, url, nil)
+	return FetchContext(context.Background(), c, method, url, hdr)
+}
+
+// FetchContext is Fetch with the request bound to ctx: it ends, with ctx's
+// error wrapped, when ctx does, and carries what ctx carries (an
+// httptrace.ClientTrace).
+func FetchContext(ctx context.Context, c *http.Client, method, url string, hdr map[string]string) (Reply, error) {
+	req, err := http.NewRequestWithContext(ctx, method, url, nil)
 	if err != nil {
 		return Reply{}, err
 	}
