@@ -24,9 +24,10 @@ package cluster
 
 import (
 	"cmp"
-	"fmt"
-	"os"
+	"context"
 	"path/filepath"
+
+	"github.com/lameduck/lameduck/e2e/kube/kubebuild"
 )
 
 // Config names where the cluster lives and what it is built from. The zero
@@ -46,7 +47,8 @@ type Config struct {
 	// NodeName is the Node's name. Default "lameduck-e2e".
 	NodeName string
 	// Logf receives progress lines. Default: stderr, each line prefixed
-	// "kube: " (no timestamp).
+	// "kube: " (no timestamp). Work, Version, TraefikVersion and Logf are
+	// kubebuild.Target's, with its defaults.
 	Logf func(format string, args ...any)
 }
 
@@ -64,18 +66,28 @@ const (
 )
 
 func (c Config) withDefaults() Config {
-	c.Work = cmp.Or(c.Work, os.Getenv("LDTEST_KUBE_WORK"), "/var/tmp/lameduck-kube")
-	c.Version = cmp.Or(c.Version, os.Getenv("LDTEST_KUBE_VERSION"), "v1.34.4")
-	c.TraefikVersion = cmp.Or(c.TraefikVersion, "v3.6.12")
+	t := c.target()
+	c.Work, c.Version, c.TraefikVersion, c.Logf = t.Work, t.Version, t.TraefikVersion, t.Logf
 	c.NodeName = cmp.Or(c.NodeName, "lameduck-e2e")
-	if c.Logf == nil {
-		c.Logf = stderrLogf
-	}
 	return c
 }
 
+// target is what kubebuild builds for this Config, with its defaults.
+func (c Config) target() kubebuild.Target {
+	return kubebuild.Target{Work: c.Work, Version: c.Version, TraefikVersion: c.TraefikVersion, Logf: c.Logf}.WithDefaults()
+}
+
 // Bin is the directory of the built binaries of this Version.
-func (c Config) Bin() string { c = c.withDefaults(); return filepath.Join(c.Work, "bin-"+c.Version) }
+func (c Config) Bin() string { return c.target().Bin() }
+
+// TraefikBin is the Traefik binary Build makes of TraefikVersion: static
+// (CGO_ENABLED=0), for the cluster's image of it.
+func (c Config) TraefikBin() string { return c.target().TraefikBin() }
+
+// Build makes the binaries of Version into Bin, and Traefik into
+// TraefikBin, unless every one of them is already there (kubebuild.Build
+// says how and how long it takes).
+func Build(ctx context.Context, cfg Config) error { return kubebuild.Build(ctx, cfg.target()) }
 
 // Run is the directory of the running cluster's state: pids, logs,
 // certificates, etcd's data, containerd's root.
@@ -94,7 +106,3 @@ func (c Config) containerdDir() string    { return filepath.Join(c.Run(), "conta
 func (c Config) ContainerdSocket() string { return filepath.Join(c.containerdDir(), "containerd.sock") }
 
 func (c Config) bin(name string) string { return filepath.Join(c.Bin(), name) }
-
-func stderrLogf(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "kube: "+format+"\n", args...)
-}

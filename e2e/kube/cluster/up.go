@@ -16,6 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/lameduck/lameduck/e2e/kube/kubebuild"
 )
 
 // The sysctls the kubelet rewrites at start (its setupKernelTunables), put
@@ -429,7 +431,7 @@ func (cfg Config) Running() bool { return len(cfg.NotRunning()) == 0 }
 // them.
 func (cfg Config) NotRunning() []string {
 	var out []string
-	for _, c := range append([]string{"containerd"}, Components...) {
+	for _, c := range append([]string{"containerd"}, kubebuild.Components...) {
 		if c != "kubectl" && !cfg.running(c) {
 			out = append(out, c)
 		}

@@ -1,4 +1,4 @@
-package cluster
+package kubebuild
 
 import (
 	"context"
@@ -15,70 +15,70 @@ import (
 // in the cluster to route to a Service's endpoints, as users' ingresses do.
 const traefikModule = "github.com/traefik/traefik/v3"
 
-// TraefikBin is the Traefik binary Build makes of Config.TraefikVersion:
+// TraefikBin is the Traefik binary Build makes of Target.TraefikVersion:
 // static (CGO_ENABLED=0), for the cluster's image of it.
-func (c Config) TraefikBin() string {
-	c = c.withDefaults()
-	return filepath.Join(c.Work, "bin-traefik-"+c.TraefikVersion, "traefik")
+func (t Target) TraefikBin() string {
+	t = t.withDefaults()
+	return filepath.Join(t.Work, "bin-traefik-"+t.TraefikVersion, "traefik")
 }
 
-// buildTraefik builds Traefik's command at Config.TraefikVersion into
+// buildTraefik builds Traefik's command at Target.TraefikVersion into
 // TraefikBin, unless it is there already. Traefik is not built with `go
 // install …@version`: its go.mod replaces three modules with forks
 // (containous/mux and others), and replace directives apply only in the
-// main module. buildTraefik writes a module of its own under Config.Work
+// main module. buildTraefik writes a module of its own under Target.Work
 // that requires Traefik, copies its replace lines, and names its command
 // with a tool directive (so `go mod tidy` keeps what it needs), then builds
 // it with the version stamped as Traefik's release does. Cold, on 2 cores:
 // about 4 minutes (measured 2026-12-07) and 200 MB of modules.
-func buildTraefik(ctx context.Context, cfg Config) error {
-	cfg = cfg.withDefaults()
-	out := cfg.TraefikBin()
+func buildTraefik(ctx context.Context, t Target) error {
+	t = t.withDefaults()
+	out := t.TraefikBin()
 	if _, err := os.Stat(out); err == nil {
 		return nil
 	}
-	src := filepath.Join(cfg.Work, "src-traefik-"+cfg.TraefikVersion)
+	src := filepath.Join(t.Work, "src-traefik-"+t.TraefikVersion)
 	if err := os.MkdirAll(src, 0o755); err != nil {
 		return err
 	}
 	if _, err := os.Stat(filepath.Join(src, "go.sum")); err != nil {
-		cfg.Logf("resolving %s@%s", traefikModule, cfg.TraefikVersion)
-		if err := writeTraefikModule(ctx, cfg, src); err != nil {
+		t.Logf("resolving %s@%s", traefikModule, t.TraefikVersion)
+		if err := writeTraefikModule(ctx, t, src); err != nil {
 			return err
 		}
-		cfg.Logf("go mod tidy of traefik (about 200 MB of modules on a cold cache)")
+		t.Logf("go mod tidy of traefik (about 200 MB of modules on a cold cache)")
 		start := time.Now()
 		if err := goCmd(ctx, src, nil, "mod", "tidy"); err != nil {
 			os.Remove(filepath.Join(src, "go.sum"))
 			return fmt.Errorf("kube: go mod tidy in %s: %w", src, err)
 		}
-		cfg.Logf("resolved %s@%s's modules in %s", traefikModule, cfg.TraefikVersion, time.Since(start).Round(time.Second))
+		t.Logf("resolved %s@%s's modules in %s", traefikModule, t.TraefikVersion, time.Since(start).Round(time.Second))
 	}
-	cfg.Logf("building traefik %s (about 4 min on 2 cores with a cold Go build cache)", cfg.TraefikVersion)
+	t.Logf("building traefik %s (about 4 min on 2 cores with a cold Go build cache)", t.TraefikVersion)
 	start := time.Now()
 	tmp := out + ".tmp"
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return err
 	}
-	ld := "-s -w -X " + traefikModule + "/pkg/version.Version=" + cfg.TraefikVersion
+	ld := "-s -w -X " + traefikModule + "/pkg/version.Version=" + t.TraefikVersion
 	if err := goCmd(ctx, src, []string{"CGO_ENABLED=0"}, "build", "-trimpath", "-ldflags", ld, "-o", tmp, traefikModule+"/cmd/traefik"); err != nil {
-		return fmt.Errorf("kube: building traefik %s: %w", cfg.TraefikVersion, err)
+		return fmt.Errorf("kube: building traefik %s: %w", t.TraefikVersion, err)
 	}
 	if err := os.Rename(tmp, out); err != nil { // moved in only once built, so a cut build is rebuilt
 		return err
 	}
-	cfg.Logf("built traefik %s in %s", cfg.TraefikVersion, time.Since(start).Round(time.Second))
+	t.Logf("built traefik %s in %s", t.TraefikVersion, time.Since(start).Round(time.Second))
 	return nil
 }
 
 // writeTraefikModule writes src/go.mod: a module that requires Traefik at
-// Config.TraefikVersion with the same Go version and replace lines as
+// Target.TraefikVersion with the same Go version and replace lines as
 // Traefik's own go.mod, and its command as a tool.
-func writeTraefikModule(ctx context.Context, cfg Config, src string) error {
+func writeTraefikModule(ctx context.Context, t Target, src string) error {
 	var dl struct{ GoMod, Error string }
-	out, err := goOutput(ctx, src, "mod", "download", "-json", traefikModule+"@"+cfg.TraefikVersion)
+	out, err := goOutput(ctx, src, "mod", "download", "-json", traefikModule+"@"+t.TraefikVersion)
 	if jerr := json.Unmarshal(out, &dl); jerr != nil || dl.GoMod == "" {
-		return fmt.Errorf("kube: go mod download %s@%s: %v %s %s", traefikModule, cfg.TraefikVersion, err, dl.Error, out)
+		return fmt.Errorf("kube: go mod download %s@%s: %v %s %s", traefikModule, t.TraefikVersion, err, dl.Error, out)
 	}
 	data, err := os.ReadFile(dl.GoMod)
 	if err != nil {
@@ -91,10 +91,10 @@ func writeTraefikModule(ctx context.Context, cfg Config, src string) error {
 	mod := &modfile.File{}
 	mod.AddModuleStmt("traefikbuild")
 	mod.AddGoStmt(theirs.Go.Version)
-	mod.AddNewRequire(traefikModule, cfg.TraefikVersion, false)
+	mod.AddNewRequire(traefikModule, t.TraefikVersion, false)
 	for _, r := range theirs.Replace {
 		if modfile.IsDirectoryPath(r.New.Path) {
-			return fmt.Errorf("kube: %s@%s replaces %s with the directory %s, which its module does not ship", traefikModule, cfg.TraefikVersion, r.Old.Path, r.New.Path)
+			return fmt.Errorf("kube: %s@%s replaces %s with the directory %s, which its module does not ship", traefikModule, t.TraefikVersion, r.Old.Path, r.New.Path)
 		}
 		if err := mod.AddReplace(r.Old.Path, r.Old.Version, r.New.Path, r.New.Version); err != nil {
 			return err

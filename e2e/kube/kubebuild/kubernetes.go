@@ -1,4 +1,4 @@
-package cluster
+package kubebuild
 
 import (
 	"bytes"
@@ -16,11 +16,12 @@ import (
 	"golang.org/x/mod/modfile"
 )
 
-// Components are the binaries Build makes, in the order Up starts them.
+// Components are the binaries Build makes, in the order cluster.Up starts
+// them.
 var Components = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy", "kubectl"}
 
-// Build makes the binaries of Config.Version into Config.Bin, and Traefik
-// into Config.TraefikBin, unless every one of them is already there (then
+// Build makes the binaries of Target.Version into Target.Bin, and Traefik
+// into Target.TraefikBin, unless every one of them is already there (then
 // it returns at once). A cold build of Kubernetes on a
 // 2-core machine takes 12 to 14 minutes (two cold CI runs, 2026-12) and
 // grows the Go build cache by about 3.5 GB; with a warm cache it only
@@ -32,52 +33,52 @@ var Components = []string{"etcd", "kube-apiserver", "kube-controller-manager", "
 //
 // k8s.io/kubernetes cannot be built with `go install …@version`: its go.mod
 // replaces its staging modules (k8s.io/api, k8s.io/client-go, …) with local
-// directories. Build writes a module of its own under Config.Work that
+// directories. Build writes a module of its own under Target.Work that
 // requires k8s.io/kubernetes and each staging module it both replaces and
 // requires at the matching v0.X.Y (k8s.io/sample-* are replaced but not
 // required, and the proxy does not serve them), plus etcd's server at the
 // version Kubernetes pins, then builds the six commands and a three-line
 // etcd main with CGO_ENABLED=0, stamping the version as Kubernetes' own
 // build does (hack/lib/version.sh).
-func Build(ctx context.Context, cfg Config) error {
+func Build(ctx context.Context, t Target) error {
 	traefik := make(chan error, 1)
-	go func() { traefik <- buildTraefik(ctx, cfg) }()
-	kerr := buildKubernetes(ctx, cfg)
+	go func() { traefik <- buildTraefik(ctx, t) }()
+	kerr := buildKubernetes(ctx, t)
 	terr := <-traefik
 	return errors.Join(kerr, terr)
 }
 
-// buildKubernetes builds the Components missing from Config.Bin.
-func buildKubernetes(ctx context.Context, cfg Config) error {
-	cfg = cfg.withDefaults()
+// buildKubernetes builds the Components missing from Target.Bin.
+func buildKubernetes(ctx context.Context, t Target) error {
+	t = t.withDefaults()
 	missing := slices.DeleteFunc(slices.Clone(Components), func(b string) bool {
-		_, err := os.Stat(cfg.bin(b))
+		_, err := os.Stat(t.bin(b))
 		return err == nil
 	})
 	if len(missing) == 0 {
 		return nil
 	}
-	src := filepath.Join(cfg.Work, "src-"+cfg.Version)
+	src := filepath.Join(t.Work, "src-"+t.Version)
 	if err := os.MkdirAll(filepath.Join(src, "cmd", "etcd"), 0o755); err != nil {
 		return err
 	}
 	if _, err := os.Stat(filepath.Join(src, "go.sum")); err != nil {
-		cfg.Logf("resolving k8s.io/kubernetes@%s", cfg.Version)
-		if err := writeBuildModule(ctx, cfg, src); err != nil {
+		t.Logf("resolving k8s.io/kubernetes@%s", t.Version)
+		if err := writeBuildModule(ctx, t, src); err != nil {
 			return err
 		}
-		cfg.Logf("go mod tidy (about 800 MB of modules on a cold cache)")
+		t.Logf("go mod tidy (about 800 MB of modules on a cold cache)")
 		start := time.Now()
 		if err := goCmd(ctx, src, nil, "mod", "tidy"); err != nil {
 			os.Remove(filepath.Join(src, "go.sum"))
 			return fmt.Errorf("kube: go mod tidy in %s: %w", src, err)
 		}
-		cfg.Logf("resolved k8s.io/kubernetes@%s's modules in %s", cfg.Version, time.Since(start).Round(time.Second))
+		t.Logf("resolved k8s.io/kubernetes@%s's modules in %s", t.Version, time.Since(start).Round(time.Second))
 	}
-	minor := strings.Split(cfg.Version, ".")[1]
+	minor := strings.Split(t.Version, ".")[1]
 	ld := "-s -w"
 	for _, p := range []string{"k8s.io/component-base/version", "k8s.io/client-go/pkg/version"} {
-		ld += fmt.Sprintf(" -X %[1]s.gitVersion=%[2]s -X %[1]s.gitMajor=1 -X %[1]s.gitMinor=%[3]s -X %[1]s.gitTreeState=clean -X %[1]s.buildDate=1970-01-01T00:00:00Z", p, cfg.Version, minor)
+		ld += fmt.Sprintf(" -X %[1]s.gitVersion=%[2]s -X %[1]s.gitMajor=1 -X %[1]s.gitMinor=%[3]s -X %[1]s.gitTreeState=clean -X %[1]s.buildDate=1970-01-01T00:00:00Z", p, t.Version, minor)
 	}
 	var pkgs []string
 	for _, b := range missing {
@@ -87,34 +88,34 @@ func buildKubernetes(ctx context.Context, cfg Config) error {
 			pkgs = append(pkgs, "k8s.io/kubernetes/cmd/"+b)
 		}
 	}
-	tmp := cfg.Bin() + ".tmp"
+	tmp := t.Bin() + ".tmp"
 	if err := os.MkdirAll(tmp, 0o755); err != nil {
 		return err
 	}
-	cfg.Logf("building %s (12 to 14 min on 2 cores with a cold Go build cache)", strings.Join(missing, " "))
+	t.Logf("building %s (12 to 14 min on 2 cores with a cold Go build cache)", strings.Join(missing, " "))
 	start := time.Now()
 	args := append([]string{"build", "-ldflags", ld, "-o", tmp + "/"}, pkgs...)
 	if err := goCmd(ctx, src, []string{"CGO_ENABLED=0"}, args...); err != nil {
 		return fmt.Errorf("kube: building %s: %w", strings.Join(missing, " "), err)
 	}
-	if err := os.MkdirAll(cfg.Bin(), 0o755); err != nil {
+	if err := os.MkdirAll(t.Bin(), 0o755); err != nil {
 		return err
 	}
 	for _, b := range missing { // moved in only once built, so a cut build is rebuilt
-		if err := os.Rename(filepath.Join(tmp, b), cfg.bin(b)); err != nil {
+		if err := os.Rename(filepath.Join(tmp, b), t.bin(b)); err != nil {
 			return err
 		}
 	}
 	os.RemoveAll(tmp)
-	cfg.Logf("built %s in %s", strings.Join(missing, " "), time.Since(start).Round(time.Second))
+	t.Logf("built %s in %s", strings.Join(missing, " "), time.Since(start).Round(time.Second))
 	return nil
 }
 
-func writeBuildModule(ctx context.Context, cfg Config, src string) error {
+func writeBuildModule(ctx context.Context, t Target, src string) error {
 	var dl struct{ GoMod, Error string }
-	out, err := goOutput(ctx, src, "mod", "download", "-json", "k8s.io/kubernetes@"+cfg.Version)
+	out, err := goOutput(ctx, src, "mod", "download", "-json", "k8s.io/kubernetes@"+t.Version)
 	if jerr := json.Unmarshal(out, &dl); jerr != nil || dl.GoMod == "" {
-		return fmt.Errorf("kube: go mod download k8s.io/kubernetes@%s: %v %s %s", cfg.Version, err, dl.Error, out)
+		return fmt.Errorf("kube: go mod download k8s.io/kubernetes@%s: %v %s %s", t.Version, err, dl.Error, out)
 	}
 	data, err := os.ReadFile(dl.GoMod)
 	if err != nil {
@@ -128,15 +129,15 @@ func writeBuildModule(ctx context.Context, cfg Config, src string) error {
 	for _, r := range k8s.Require {
 		required[r.Mod.Path] = r.Mod.Version
 	}
-	staging := "v0." + strings.TrimPrefix(cfg.Version, "v1.") // v1.34.4 -> v0.34.4
+	staging := "v0." + strings.TrimPrefix(t.Version, "v1.") // v1.34.4 -> v0.34.4
 	mod := &modfile.File{}
 	mod.AddModuleStmt("kubebuild")
 	goVersion := k8s.Go.Version
 	mod.AddGoStmt(goVersion)
-	mod.AddNewRequire("k8s.io/kubernetes", cfg.Version, false)
+	mod.AddNewRequire("k8s.io/kubernetes", t.Version, false)
 	etcd := required["go.etcd.io/etcd/server/v3"]
 	if etcd == "" {
-		return fmt.Errorf("kube: k8s.io/kubernetes@%s does not require go.etcd.io/etcd/server/v3", cfg.Version)
+		return fmt.Errorf("kube: k8s.io/kubernetes@%s does not require go.etcd.io/etcd/server/v3", t.Version)
 	}
 	mod.AddNewRequire("go.etcd.io/etcd/server/v3", etcd, false)
 	for _, r := range k8s.Replace {

@@ -1,4 +1,4 @@
-package cluster
+package kubebuild
 
 import (
 	"os"
@@ -14,7 +14,7 @@ import (
 // command as a tool, so `go mod tidy` keeps what it needs. It reads
 // Traefik's go.mod through the module proxy (the go.mod only, a few KB).
 func TestTraefikModule(t *testing.T) {
-	cfg := Config{Work: t.TempDir(), Logf: t.Logf}.withDefaults()
+	cfg := Target{Work: t.TempDir(), Logf: t.Logf}.withDefaults()
 	src := t.TempDir()
 	if err := writeTraefikModule(t.Context(), cfg, src); err != nil {
 		t.Fatal(err)
