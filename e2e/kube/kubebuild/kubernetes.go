@@ -62,18 +62,8 @@ func buildKubernetes(ctx context.Context, t Target) error {
 	if err := os.MkdirAll(filepath.Join(src, "cmd", "etcd"), 0o755); err != nil {
 		return err
 	}
-	if _, err := os.Stat(filepath.Join(src, "go.sum")); err != nil {
-		t.Logf("resolving k8s.io/kubernetes@%s", t.Version)
-		if err := writeBuildModule(ctx, t, src); err != nil {
-			return err
-		}
-		t.Logf("go mod tidy (about 800 MB of modules on a cold cache)")
-		start := time.Now()
-		if err := goCmd(ctx, src, nil, "mod", "tidy"); err != nil {
-			os.Remove(filepath.Join(src, "go.sum"))
-			return fmt.Errorf("kube: go mod tidy in %s: %w", src, err)
-		}
-		t.Logf("resolved k8s.io/kubernetes@%s's modules in %s", t.Version, time.Since(start).Round(time.Second))
+	if err := resolve(ctx, t, src, "k8s.io/kubernetes@"+t.Version, "about 800 MB", writeBuildModule); err != nil {
+		return err
 	}
 	minor := strings.Split(t.Version, ".")[1]
 	ld := "-s -w"
@@ -108,6 +98,28 @@ func buildKubernetes(ctx context.Context, t Target) error {
 	}
 	os.RemoveAll(tmp)
 	t.Logf("built %s in %s", strings.Join(missing, " "), time.Since(start).Round(time.Second))
+	return nil
+}
+
+// resolve writes the build module in src with write and resolves its
+// modules with go mod tidy (size: how much a cold cache downloads), unless
+// src holds a go.sum from an earlier resolve. A failed tidy leaves no
+// go.sum, so the next Build resolves again.
+func resolve(ctx context.Context, t Target, src, module, size string, write func(context.Context, Target, string) error) error {
+	if _, err := os.Stat(filepath.Join(src, "go.sum")); err == nil {
+		return nil
+	}
+	t.Logf("resolving %s", module)
+	if err := write(ctx, t, src); err != nil {
+		return err
+	}
+	t.Logf("go mod tidy for %s (%s of modules on a cold cache)", module, size)
+	start := time.Now()
+	if err := goCmd(ctx, src, nil, "mod", "tidy"); err != nil {
+		os.Remove(filepath.Join(src, "go.sum"))
+		return fmt.Errorf("kube: go mod tidy in %s: %w", src, err)
+	}
+	t.Logf("resolved %s's modules in %s", module, time.Since(start).Round(time.Second))
 	return nil
 }
 

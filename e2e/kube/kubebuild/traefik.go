@@ -41,18 +41,8 @@ func buildTraefik(ctx context.Context, t Target) error {
 	if err := os.MkdirAll(src, 0o755); err != nil {
 		return err
 	}
-	if _, err := os.Stat(filepath.Join(src, "go.sum")); err != nil {
-		t.Logf("resolving %s@%s", traefikModule, t.TraefikVersion)
-		if err := writeTraefikModule(ctx, t, src); err != nil {
-			return err
-		}
-		t.Logf("go mod tidy of traefik (about 200 MB of modules on a cold cache)")
-		start := time.Now()
-		if err := goCmd(ctx, src, nil, "mod", "tidy"); err != nil {
-			os.Remove(filepath.Join(src, "go.sum"))
-			return fmt.Errorf("kube: go mod tidy in %s: %w", src, err)
-		}
-		t.Logf("resolved %s@%s's modules in %s", traefikModule, t.TraefikVersion, time.Since(start).Round(time.Second))
+	if err := resolve(ctx, t, src, traefikModule+"@"+t.TraefikVersion, "about 200 MB", writeTraefikModule); err != nil {
+		return err
 	}
 	t.Logf("building traefik %s (about 4 min on 2 cores with a cold Go build cache)", t.TraefikVersion)
 	start := time.Now()
