@@ -3,11 +3,6 @@ package kube_test
 import (
 	"context"
 	"net/http"
-	"os"
-	"path/filepath"
-	"slices"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,23 +27,13 @@ import (
 // cannot do").
 func TestConnectRollingRestartsThroughKubeProxy(t *testing.T) {
 	e := newEnv(t, "connect")
-	body, err := os.ReadFile(filepath.Join("testdata", "connect.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.kubectl(body, "apply", "-f", "-")
-	e.waitRolledOut("demo-connect", 3*time.Minute)
+	e.applyTestdata("connect.yaml", "demo-connect", 3*time.Minute)
 	svc := e.serviceAddr("demo-connect")
 	pods := e.watchPods("demo")
 	g := startGRPCLoad(t, svc, loadRate/4)
 	c := startConnectLoad(t, "http://"+svc, loadRate/4)
 	time.Sleep(2 * time.Second)
-	for i := range rounds {
-		start := time.Now()
-		e.restart("demo-connect")
-		e.waitRolledOut("demo-connect", 4*time.Minute)
-		t.Logf("round %d: rolled out, old pods gone, in %.1fs", i+1, time.Since(start).Seconds())
-	}
+	e.restartRounds("demo-connect", rounds)
 	time.Sleep(2 * time.Second)
 	gr, cr := g.finish(), c.finish()
 	t.Logf("gRPC (grpc-go): %s", gr)
@@ -65,71 +50,39 @@ func TestConnectRollingRestartsThroughKubeProxy(t *testing.T) {
 	checkExits(t, lives, nil, 3*rounds, 0)
 }
 
-// connectLoad makes open-loop unary calls (Slow with a 10ms duration) with
-// Connect's Go client over h2c, rate a second, spread over 8 clients of
-// their own transport (8 connections, as 8 client processes would hold).
-type connectLoad struct {
-	stop     context.CancelFunc
-	wg       sync.WaitGroup
-	trs      []*http.Transport
-	total    atomic.Int64
-	mu       sync.Mutex
-	failed   int
-	kinds    map[string]int
-	examples []string
-}
-
+// startConnectLoad is a callLoad of Connect's Go client calling Slow with a
+// 10ms duration over h2c, each of its 8 clients on a transport of its own
+// (8 connections, as 8 client processes would hold); finish closes them.
 func startConnectLoad(t *testing.T, base string, rate int) *connectLoad {
 	t.Helper()
-	l := &connectLoad{kinds: map[string]int{}}
-	var clients []*connect.Client[durationpb.Duration, emptypb.Empty]
+	l := &connectLoad{}
+	var callers []caller
 	for range 8 {
 		p := new(http.Protocols)
 		p.SetUnencryptedHTTP2(true)
 		tr := &http.Transport{Protocols: p}
 		l.trs = append(l.trs, tr)
-		clients = append(clients, connect.NewClient[durationpb.Duration, emptypb.Empty](&http.Client{Transport: tr}, base+"/lameduck.demo.Demo/Slow"))
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	l.stop = cancel
-	l.wg.Go(func() {
-		tick := time.NewTicker(time.Second / time.Duration(rate))
-		defer tick.Stop()
-		for i := 0; ; i++ {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
+		c := connect.NewClient[durationpb.Duration, emptypb.Empty](&http.Client{Transport: tr}, base+"/lameduck.demo.Demo/Slow")
+		callers = append(callers, func(ctx context.Context) (string, string) {
+			if _, err := c.CallUnary(ctx, connect.NewRequest(durationpb.New(10*time.Millisecond))); err != nil {
+				return connect.CodeOf(err).String(), err.Error()
 			}
-			c := clients[i%len(clients)]
-			l.wg.Go(func() {
-				cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				defer cancel()
-				_, err := c.CallUnary(cctx, connect.NewRequest(durationpb.New(10*time.Millisecond)))
-				l.total.Add(1)
-				if err != nil {
-					l.mu.Lock()
-					l.failed++
-					code := connect.CodeOf(err).String()
-					l.kinds[code]++
-					if len(l.examples) < 5 {
-						l.examples = append(l.examples, time.Now().Format("15:04:05.000")+" "+err.Error())
-					}
-					l.mu.Unlock()
-				}
-			})
-		}
-	})
+			return "", ""
+		})
+	}
+	l.callLoad = startCallLoad(rate, callers)
 	return l
 }
 
+type connectLoad struct {
+	*callLoad
+	trs []*http.Transport
+}
+
 func (l *connectLoad) finish() loadResult {
-	l.stop()
-	l.wg.Wait()
+	r := l.callLoad.finish()
 	for _, tr := range l.trs {
 		tr.CloseIdleConnections()
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return loadResult{Total: int(l.total.Load()), Failed: l.failed, Kinds: l.kinds, Examples: slices.Clone(l.examples)}
+	return r
 }

@@ -3,10 +3,7 @@ package kube_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
-
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -26,22 +23,12 @@ import (
 // the server refuses none it received (see retryCounter).
 func TestGRPCRollingRestartsThroughKubeProxy(t *testing.T) {
 	e := newEnv(t, "grpc")
-	body, err := os.ReadFile(filepath.Join("testdata", "grpc.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.kubectl(body, "apply", "-f", "-")
-	e.waitRolledOut("demo-grpc", 3*time.Minute)
+	e.applyTestdata("grpc.yaml", "demo-grpc", 3*time.Minute)
 	svc := e.serviceAddr("demo-grpc")
 	pods := e.watchPods("demo")
 	l := startGRPCLoad(t, svc, loadRate/2)
 	time.Sleep(2 * time.Second)
-	for i := range rounds {
-		start := time.Now()
-		e.restart("demo-grpc")
-		e.waitRolledOut("demo-grpc", 4*time.Minute)
-		t.Logf("round %d: rolled out, old pods gone, in %.1fs", i+1, time.Since(start).Seconds())
-	}
+	e.restartRounds("demo-grpc", rounds)
 	time.Sleep(2 * time.Second)
 	r := l.finish()
 	t.Logf("gRPC: %s", r)
@@ -79,21 +66,76 @@ func (e *env) serviceAddr(name string) string {
 	return addr
 }
 
-// grpcLoad makes open-loop unary calls (Slow with a 10ms duration), rate a
-// second, spread over 8 client connections as 8 client processes would
-// hold them: kube-proxy pins each connection to one pod, and a draining
-// pod's GOAWAY sends its connection elsewhere.
-type grpcLoad struct {
+// callLoad makes open-loop unary calls, rate a second, each through the
+// next of its callers in turn (one per client connection, as that many
+// client processes would hold them: kube-proxy pins each connection to one
+// pod), each within 10s, and counts the calls and the failures by code.
+type callLoad struct {
 	stop     context.CancelFunc
 	wg       sync.WaitGroup
-	conns    []*grpc.ClientConn
 	total    atomic.Int64
-	refused  atomic.Int64 // transparent retries of calls the server refused
-	repicked atomic.Int64 // transparent retries of calls that never left the client
 	mu       sync.Mutex
 	failed   int
 	kinds    map[string]int
 	examples []string
+}
+
+// caller makes one call within ctx and returns "" when it succeeded, else
+// the failure's code and how it read.
+type caller func(ctx context.Context) (code, desc string)
+
+func startCallLoad(rate int, callers []caller) *callLoad {
+	l := &callLoad{kinds: map[string]int{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	l.stop = cancel
+	l.wg.Go(func() {
+		tick := time.NewTicker(time.Second / time.Duration(rate))
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			call := callers[i%len(callers)]
+			l.wg.Go(func() {
+				cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				code, desc := call(cctx)
+				l.total.Add(1)
+				if code == "" {
+					return
+				}
+				l.mu.Lock()
+				defer l.mu.Unlock()
+				l.failed++
+				l.kinds[code]++
+				if len(l.examples) < 5 {
+					l.examples = append(l.examples, time.Now().Format("15:04:05.000")+" "+desc)
+				}
+			})
+		}
+	})
+	return l
+}
+
+// finish stops the load, waits for the calls in flight and counts them all.
+func (l *callLoad) finish() loadResult {
+	l.stop()
+	l.wg.Wait()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return loadResult{Total: int(l.total.Load()), Failed: l.failed, Kinds: l.kinds, Examples: slices.Clone(l.examples)}
+}
+
+// grpcLoad is a callLoad of grpc-go clients calling Slow with a 10ms
+// duration over 8 connections, with the transparent retries counted (see
+// retryCounter): a draining pod's GOAWAY sends its connection elsewhere.
+type grpcLoad struct {
+	*callLoad
+	conns    []*grpc.ClientConn
+	refused  atomic.Int64 // transparent retries of calls the server refused
+	repicked atomic.Int64 // transparent retries of calls that never left the client
 }
 
 // retryCounter sorts the attempts grpc-go makes on its own (transparent
@@ -145,7 +187,8 @@ func (retryCounter) HandleConn(context.Context, stats.ConnStats)                
 
 func startGRPCLoad(t *testing.T, addr string, rate int) *grpcLoad {
 	t.Helper()
-	l := &grpcLoad{kinds: map[string]int{}}
+	l := &grpcLoad{}
+	var callers []caller
 	for range 8 {
 		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithStatsHandler(retryCounter{&l.refused, &l.repicked}))
@@ -153,52 +196,24 @@ func startGRPCLoad(t *testing.T, addr string, rate int) *grpcLoad {
 			t.Fatal(err)
 		}
 		l.conns = append(l.conns, conn)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	l.stop = cancel
-	l.wg.Add(1)
-	go func() {
-		defer l.wg.Done()
-		tick := time.NewTicker(time.Second / time.Duration(rate))
-		defer tick.Stop()
-		for i := 0; ; i++ {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
+		callers = append(callers, func(ctx context.Context) (string, string) {
+			err := conn.Invoke(context.WithValue(ctx, callKey{}, new(callState)), "/lameduck.demo.Demo/Slow", durationpb.New(10*time.Millisecond), new(emptypb.Empty))
+			if err == nil {
+				return "", ""
 			}
-			conn := l.conns[i%len(l.conns)]
-			l.wg.Add(1)
-			go func() {
-				defer l.wg.Done()
-				cctx, cancel := context.WithTimeout(context.WithValue(context.Background(), callKey{}, new(callState)), 10*time.Second)
-				defer cancel()
-				err := conn.Invoke(cctx, "/lameduck.demo.Demo/Slow", durationpb.New(10*time.Millisecond), new(emptypb.Empty))
-				l.total.Add(1)
-				if err != nil {
-					l.mu.Lock()
-					l.failed++
-					st := status.Convert(err)
-					l.kinds[st.Code().String()]++
-					if len(l.examples) < 5 {
-						l.examples = append(l.examples, time.Now().Format("15:04:05.000")+" "+st.Code().String()+": "+st.Message())
-					}
-					l.mu.Unlock()
-				}
-			}()
-		}
-	}()
+			st := status.Convert(err)
+			return st.Code().String(), st.Code().String() + ": " + st.Message()
+		})
+	}
+	l.callLoad = startCallLoad(rate, callers)
 	return l
 }
 
 func (l *grpcLoad) finish() loadResult {
-	l.stop()
-	l.wg.Wait()
+	r := l.callLoad.finish()
 	for _, c := range l.conns {
 		c.Close()
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return loadResult{Total: int(l.total.Load()), Failed: l.failed, Resent: int(l.refused.Load()), Repicked: int(l.repicked.Load()), Kinds: l.kinds,
-		Examples: slices.Clone(l.examples)}
+	r.Resent, r.Repicked = int(l.refused.Load()), int(l.repicked.Load())
+	return r
 }

@@ -185,6 +185,30 @@ func (e *env) restart(name string) {
 	}
 }
 
+// restartRounds restarts the Deployment rounds times, each round waiting
+// until the old pods have drained and exited, and logs each round's length.
+func (e *env) restartRounds(name string, rounds int) {
+	e.t.Helper()
+	for i := range rounds {
+		start := time.Now()
+		e.restart(name)
+		e.waitRolledOut(name, 4*time.Minute)
+		e.t.Logf("round %d: rolled out, old pods gone, in %.1fs", i+1, time.Since(start).Seconds())
+	}
+}
+
+// applyTestdata applies testdata/file in the namespace and waits until
+// deployment, which the file holds, has rolled out, for at most limit.
+func (e *env) applyTestdata(file, deployment string, limit time.Duration) {
+	e.t.Helper()
+	body, err := os.ReadFile(filepath.Join("testdata", file))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.kubectl(body, "apply", "-f", "-")
+	e.waitRolledOut(deployment, limit)
+}
+
 // serviceURL is http://<ClusterIP>:<port> of a Service, once kube-proxy
 // routes it: right after the pods are Ready kube-proxy still REJECTs the
 // Service as endpoint-less until its next sync (about a second).

@@ -54,12 +54,7 @@ func TestRollingRestartsUnderNFTables(t *testing.T) {
 	}
 	time.Sleep(2 * time.Second) // load before the first restart
 	const rounds = 2
-	for i := range rounds {
-		from := time.Now()
-		e.restart("lameduck-demo")
-		e.waitRolledOut("lameduck-demo", 4*time.Minute)
-		t.Logf("rolling restart %d done in %.1fs", i+1, time.Since(from).Seconds())
-	}
+	e.restartRounds("lameduck-demo", rounds)
 	time.Sleep(2 * time.Second) // load after the last old pod left
 	for i, s := range shapes {
 		r := loads[i].finish()

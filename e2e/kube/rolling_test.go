@@ -23,12 +23,7 @@ func (e *env) rollUnderLoad(name, url string, rounds int) loadResult {
 	e.t.Helper()
 	l := startLoad(url, loadRate)
 	time.Sleep(2 * time.Second) // load before the first restart
-	for i := range rounds {
-		start := time.Now()
-		e.restart(name)
-		e.waitRolledOut(name, 4*time.Minute)
-		e.t.Logf("round %d: rolled out, old pods gone, in %.1fs", i+1, time.Since(start).Seconds())
-	}
+	e.restartRounds(name, rounds)
 	time.Sleep(2 * time.Second) // load after the last old pod left
 	return l.finish()
 }

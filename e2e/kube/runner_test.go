@@ -9,7 +9,6 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -87,17 +86,7 @@ func testRunnerRollingRestarts(t *testing.T, bin, queue, mode string) {
 	}
 	e := newEnv(t, "runner-"+queue+"-"+mode)
 	if queue == "nats" {
-		body, err := os.ReadFile(filepath.Join("testdata", "nats.yaml"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		e.kubectl(body, "apply", "-f", "-")
-		e.waitRolledOut("nats", 2*time.Minute)
-		svc, err := e.cs.CoreV1().Services(e.ns).Get(t.Context(), "nats", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		natsURL := fmt.Sprintf("nats://%s:4222", svc.Spec.ClusterIP)
+		natsURL := e.startNATS()
 		worker["nats"] = natsURL
 		where = []string{"--nats", natsURL}
 	}
@@ -602,4 +591,17 @@ func (pl *podLogs) span() (first, last time.Time) {
 		}
 	}
 	return first, last
+}
+
+// startNATS runs a NATS server with JetStream in the namespace
+// (testdata/nats.yaml: nats-server built from its module, the suite's
+// natsImage) and returns its URL at the Service's ClusterIP.
+func (e *env) startNATS() string {
+	e.t.Helper()
+	e.applyTestdata("nats.yaml", "nats", 2*time.Minute)
+	svc, err := e.cs.CoreV1().Services(e.ns).Get(e.t.Context(), "nats", metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return fmt.Sprintf("nats://%s:4222", svc.Spec.ClusterIP)
 }

@@ -2,8 +2,6 @@ package kube_test
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -21,17 +19,7 @@ func TestScaleInKeepsTheBusyRunner(t *testing.T) {
 	needCluster(t)
 	bin := lameduckBin(t)
 	e := newEnv(t, "scalein")
-	body, err := os.ReadFile(filepath.Join("testdata", "nats.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.kubectl(body, "apply", "-f", "-")
-	e.waitRolledOut("nats", 2*time.Minute)
-	svc, err := e.cs.CoreV1().Services(e.ns).Get(t.Context(), "nats", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	natsURL := fmt.Sprintf("nats://%s:4222", svc.Spec.ClusterIP)
+	natsURL := e.startNATS()
 	name := fmt.Sprintf("scalein_%d", time.Now().UnixNano()%1e9)
 	e.helmInstall("lameduck-demo", map[string]any{"replicaCount": 1, "worker": map[string]any{
 		"enabled": true, "replicaCount": 3, "queue": "nats", "nats": natsURL, "name": name, "deletionCost": true,
