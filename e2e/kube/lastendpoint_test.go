@@ -170,17 +170,9 @@ func (w window) String() string {
 // windows reads each pod's lame-duck window from its log; a window whose
 // teardown line never came is left out.
 func (pl *podLogs) windows() []window {
-	pl.mu.Lock()
-	defer pl.mu.Unlock()
 	from := map[string]time.Time{}
 	var out []window
-	for _, r := range pl.lines {
-		pod, _ := r["pod"].(string)
-		m, _ := r["msg"].(string)
-		ts, err := time.Parse(time.RFC3339Nano, fmt.Sprint(r["time"]))
-		if err != nil {
-			continue
-		}
+	pl.timed(func(pod, m string, ts time.Time, _ map[string]any) {
 		switch {
 		case strings.HasPrefix(m, "lameduck: draining"):
 			from[pod] = ts
@@ -190,7 +182,7 @@ func (pl *podLogs) windows() []window {
 				delete(from, pod)
 			}
 		}
-	}
+	})
 	return out
 }
 

@@ -539,22 +539,14 @@ func (pl *podLogs) drains() []drain {
 	if pl == nil {
 		return nil
 	}
-	pl.mu.Lock()
-	defer pl.mu.Unlock()
 	var out []drain
 	began := map[string]time.Time{}
 	at := map[string]int{}
-	for _, r := range pl.lines {
-		pod, _ := r["pod"].(string)
-		m, _ := r["msg"].(string)
-		ts, err := time.Parse(time.RFC3339Nano, fmt.Sprint(r["time"]))
-		if err != nil {
-			continue
-		}
+	pl.timed(func(pod, m string, ts time.Time, r map[string]any) {
 		switch {
 		case strings.HasPrefix(m, "lameduck: draining") || m == "naive: draining":
 			if _, ok := at[pod]; ok {
-				continue // the first line: the preStop hook's, when one came before SIGTERM
+				return // the first line: the preStop hook's, when one came before SIGTERM
 			}
 			n, _ := r["in_flight"].(float64)
 			began[pod] = ts
@@ -565,13 +557,13 @@ func (pl *podLogs) drains() []drain {
 				out[i].took = ts.Sub(began[pod])
 			}
 		}
-	}
+	})
 	return out
 }
 
-// span is the time of the first "job started" and of the last "job done"
-// line, each by its pod's clock (the pods share the node's).
-func (pl *podLogs) span() (first, last time.Time) {
+// timed calls f with each line that has a time, in the order the lines
+// came, with its pod, msg and time parsed; the lines are locked meanwhile.
+func (pl *podLogs) timed(f func(pod, msg string, ts time.Time, r map[string]any)) {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
 	for _, r := range pl.lines {
@@ -579,7 +571,17 @@ func (pl *podLogs) span() (first, last time.Time) {
 		if err != nil {
 			continue
 		}
-		switch r["msg"] {
+		pod, _ := r["pod"].(string)
+		m, _ := r["msg"].(string)
+		f(pod, m, ts, r)
+	}
+}
+
+// span is the time of the first "job started" and of the last "job done"
+// line, each by its pod's clock (the pods share the node's).
+func (pl *podLogs) span() (first, last time.Time) {
+	pl.timed(func(_, m string, ts time.Time, _ map[string]any) {
+		switch m {
 		case "demo-worker: job started":
 			if first.IsZero() || ts.Before(first) {
 				first = ts
@@ -589,7 +591,7 @@ func (pl *podLogs) span() (first, last time.Time) {
 				last = ts
 			}
 		}
-	}
+	})
 	return first, last
 }
 
