@@ -41,7 +41,8 @@ var (
 	naiveImage = cluster.Image{Name: "localhost/naive:e2e", Package: "./e2e/kube/images/naive", Binary: "naive"}
 	natsImage  = cluster.Image{Name: "localhost/nats:e2e", Package: "./e2e/kube/images/nats", Binary: "nats"}
 	// traefikImage is the ingress controller, which `kubecluster build`
-	// makes from Traefik's module outside go.work (cluster.Build).
+	// makes from Traefik's module outside go.work (cluster.Build), imported
+	// by the first test that runs it (loadTraefikImage).
 	traefikImage = cluster.Image{Name: "localhost/traefik:e2e", Binary: "traefik", Built: cfg.TraefikBin()}
 )
 
@@ -56,7 +57,7 @@ func TestMain(m *testing.M) {
 	default:
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		start := time.Now()
-		if err := cluster.LoadImages(ctx, cfg, repo, demoImage, naiveImage, natsImage, traefikImage); err != nil {
+		if err := cluster.LoadImages(ctx, cfg, repo, demoImage, naiveImage, natsImage); err != nil {
 			fmt.Fprintln(os.Stderr, "building the images:", err)
 			cancel()
 			os.Exit(1)

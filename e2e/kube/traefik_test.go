@@ -1,6 +1,11 @@
 package kube_test
 
 import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -9,6 +14,8 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/lameduck/lameduck/e2e/kube/cluster"
 )
 
 // traefikArgs are Traefik's flags in the suite: its Kubernetes Ingress
@@ -30,6 +37,7 @@ func traefikArgs(ns string) []string {
 }
 
 // startTraefik runs Traefik (built from its module by `kubecluster build`,
+// imported by loadTraefikImage,
 // image localhost/traefik:e2e) as the namespace's ingress controller, with
 // an Ingress that sends every path to the Service named service, and
 // returns Traefik's URL (its own Service's ClusterIP) once a request
@@ -39,6 +47,7 @@ func traefikArgs(ns string) []string {
 // when every server is fenced), one that stops serving leaves the route.
 func (e *env) startTraefik(service string) string {
 	e.t.Helper()
+	loadTraefikImage(e.t)
 	ctx := e.t.Context()
 	svc, err := e.cs.CoreV1().Services(e.ns).Get(ctx, service, metav1.GetOptions{})
 	if err != nil {
@@ -112,4 +121,63 @@ func (e *env) startTraefik(service string) string {
 	url := e.serviceURL(name) // answered 200 by the service's pods through Traefik's route
 	e.t.Logf("traefik routing to %s's endpoints after %.1fs", service, time.Since(start).Seconds())
 	return url
+}
+
+// traefikLoad is the one import of Traefik's image into the cluster, made
+// by the first test that needs it.
+var traefikLoad struct {
+	sync.Mutex
+	done bool
+	err  error
+}
+
+// loadTraefikImage imports Traefik's image (traefikImage) once. CI builds
+// Traefik in the background beside the first tests (`kubecluster up
+// --skip-traefik`) and sets LDTEST_KUBE_TRAEFIK_WAIT (a Go duration, such
+// as 20m): then a missing binary is waited for, until it appears or its
+// build leaves its error (cfg.TraefikFailed). Without it, a missing binary
+// fails the test at once, naming the command that builds it.
+func loadTraefikImage(t testing.TB) {
+	t.Helper()
+	traefikLoad.Lock()
+	defer traefikLoad.Unlock()
+	if !traefikLoad.done {
+		traefikLoad.done = true
+		traefikLoad.err = waitForTraefik(t)
+		if traefikLoad.err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			traefikLoad.err = cluster.LoadImages(ctx, cfg, repo, traefikImage)
+		}
+	}
+	if traefikLoad.err != nil {
+		t.Fatalf("Traefik's image: %v", traefikLoad.err)
+	}
+}
+
+func waitForTraefik(t testing.TB) error {
+	v := os.Getenv("LDTEST_KUBE_TRAEFIK_WAIT")
+	if v == "" {
+		return nil // LoadImages names the missing binary and the command that builds it
+	}
+	limit, err := time.ParseDuration(v)
+	if err != nil || limit <= 0 {
+		return fmt.Errorf("LDTEST_KUBE_TRAEFIK_WAIT=%q: want a positive Go duration, such as 20m", v)
+	}
+	start := time.Now()
+	for {
+		if _, err := os.Stat(cfg.TraefikBin()); err == nil {
+			if waited := time.Since(start); waited > time.Second {
+				t.Logf("waited %.0fs for Traefik's background build", waited.Seconds())
+			}
+			return nil
+		}
+		if msg, err := os.ReadFile(cfg.TraefikFailed()); err == nil {
+			return fmt.Errorf("its background build failed: %s", msg)
+		}
+		if time.Since(start) > limit {
+			return fmt.Errorf("%s not built after %s (LDTEST_KUBE_TRAEFIK_WAIT=%s)", cfg.TraefikBin(), limit, v)
+		}
+		time.Sleep(2 * time.Second)
+	}
 }

@@ -44,6 +44,10 @@ type Config struct {
 	// Build makes for the suite's ingress. Default v3.6.12 (v3.7 adds a
 	// nested module the module proxy does not serve).
 	TraefikVersion string
+	// SkipTraefik keeps Up from building Traefik when it is missing: CI
+	// builds it in the background beside the first tests, and the suite
+	// waits for it ($LDTEST_KUBE_TRAEFIK_WAIT). The cluster runs without it.
+	SkipTraefik bool
 	// NodeName is the Node's name. Default "lameduck-e2e".
 	NodeName string
 	// Logf receives progress lines. Default: stderr, each line prefixed
@@ -83,6 +87,10 @@ func (c Config) Bin() string { return c.target().Bin() }
 // TraefikBin is the Traefik binary Build makes of TraefikVersion: static
 // (CGO_ENABLED=0), for the cluster's image of it.
 func (c Config) TraefikBin() string { return c.target().TraefikBin() }
+
+// TraefikFailed is the file a failed Traefik build leaves its error in
+// (kubebuild.Target.TraefikFailed).
+func (c Config) TraefikFailed() string { return c.target().TraefikFailed() }
 
 // Build makes the binaries of Version into Bin, and Traefik into
 // TraefikBin, unless every one of them is already there (kubebuild.Build

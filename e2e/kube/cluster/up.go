@@ -58,7 +58,12 @@ func Up(ctx context.Context, cfg Config, root string) error {
 		f    func() error
 	}{
 		{"Debian packages", func() error { return ensurePackages(ctx, cfg) }},
-		{"Kubernetes binaries", func() error { return Build(ctx, cfg) }},
+		{"Kubernetes binaries", func() error {
+			if cfg.SkipTraefik {
+				return kubebuild.Kubernetes(ctx, cfg.target())
+			}
+			return Build(ctx, cfg)
+		}},
 		{"node network (kube-node bridge)", func() error { return cfg.setUpNodeNetwork(ctx) }},
 		{"certificates and kubeconfigs", func() error { return writePKI(cfg) }},
 		{"etcd", func() error { return cfg.startEtcd(ctx) }},

@@ -42,14 +42,15 @@ var Components = []string{"etcd", "kube-apiserver", "kube-controller-manager", "
 // build does (hack/lib/version.sh).
 func Build(ctx context.Context, t Target) error {
 	traefik := make(chan error, 1)
-	go func() { traefik <- buildTraefik(ctx, t) }()
-	kerr := buildKubernetes(ctx, t)
+	go func() { traefik <- Traefik(ctx, t) }()
+	kerr := Kubernetes(ctx, t)
 	terr := <-traefik
 	return errors.Join(kerr, terr)
 }
 
-// buildKubernetes builds the Components missing from Target.Bin.
-func buildKubernetes(ctx context.Context, t Target) error {
+// Kubernetes builds the Components missing from Target.Bin (Build's first
+// half; see there).
+func Kubernetes(ctx context.Context, t Target) error {
 	t = t.withDefaults()
 	missing := slices.DeleteFunc(slices.Clone(Components), func(b string) bool {
 		_, err := os.Stat(t.bin(b))

@@ -22,21 +22,39 @@ func (t Target) TraefikBin() string {
 	return filepath.Join(t.Work, "bin-traefik-"+t.TraefikVersion, "traefik")
 }
 
-// buildTraefik builds Traefik's command at Target.TraefikVersion into
+// TraefikFailed is the file in which a failed Traefik build leaves its
+// error (one line); no such file while a build runs or after one worked.
+func (t Target) TraefikFailed() string { return t.TraefikBin() + ".failed" }
+
+// Traefik builds Traefik's command at Target.TraefikVersion into
 // TraefikBin, unless it is there already. Traefik is not built with `go
 // install …@version`: its go.mod replaces three modules with forks
 // (containous/mux and others), and replace directives apply only in the
-// main module. buildTraefik writes a module of its own under Target.Work
+// main module. Traefik writes a module of its own under Target.Work
 // that requires Traefik, copies its replace lines, and names its command
 // with a tool directive (so `go mod tidy` keeps what it needs), then builds
 // it with the version stamped as Traefik's release does. Cold, on 2 cores:
-// about 4 minutes (measured 2026-12-07) and 200 MB of modules.
-func buildTraefik(ctx context.Context, t Target) error {
+// about 4 minutes alone (measured 2026-12-07) and 200 MB of modules; its
+// resolve is slow (5 to 10 minutes of go.mod fetches one after another).
+//
+// A build that fails writes its error to TraefikFailed, which a build that
+// starts removes: a process waiting for TraefikBin (the cluster suite, while
+// CI builds Traefik beside its first tests) stops waiting on either file.
+func Traefik(ctx context.Context, t Target) (err error) {
 	t = t.withDefaults()
 	out := t.TraefikBin()
 	if _, err := os.Stat(out); err == nil {
 		return nil
 	}
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return err
+	}
+	os.Remove(t.TraefikFailed())
+	defer func() {
+		if err != nil {
+			os.WriteFile(t.TraefikFailed(), []byte(err.Error()+"\n"), 0o644)
+		}
+	}()
 	src := filepath.Join(t.Work, "src-traefik-"+t.TraefikVersion)
 	if err := os.MkdirAll(src, 0o755); err != nil {
 		return err
@@ -47,9 +65,6 @@ func buildTraefik(ctx context.Context, t Target) error {
 	t.Logf("building traefik %s (about 4 min on 2 cores with a cold Go build cache)", t.TraefikVersion)
 	start := time.Now()
 	tmp := out + ".tmp"
-	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-		return err
-	}
 	ld := "-s -w -X " + traefikModule + "/pkg/version.Version=" + t.TraefikVersion
 	if err := goCmd(ctx, src, []string{"CGO_ENABLED=0"}, "build", "-trimpath", "-ldflags", ld, "-o", tmp, traefikModule+"/cmd/traefik"); err != nil {
 		return fmt.Errorf("kube: building traefik %s: %w", t.TraefikVersion, err)

@@ -3,6 +3,7 @@ package kubebuild
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"golang.org/x/mod/modfile"
@@ -43,5 +44,21 @@ func TestTraefikModule(t *testing.T) {
 	}
 	if len(replaced) < 3 {
 		t.Errorf("%d replace lines, want Traefik's three: %v", len(replaced), replaced)
+	}
+}
+
+// A Traefik build that fails leaves its error in TraefikFailed, where the
+// cluster suite, waiting for the binary while CI builds it, reads it. A
+// version the module proxy does not have fails at once, in its first go
+// command.
+func TestTraefikFailureIsLeftForTheWaiter(t *testing.T) {
+	tg := Target{Work: t.TempDir(), TraefikVersion: "v3.0.0-no-such-version", Logf: t.Logf}.withDefaults()
+	err := Traefik(t.Context(), tg)
+	if err == nil {
+		t.Fatal("Traefik built a version that does not exist")
+	}
+	msg, rerr := os.ReadFile(tg.TraefikFailed())
+	if rerr != nil || !strings.Contains(string(msg), "v3.0.0-no-such-version") {
+		t.Fatalf("TraefikFailed holds %q (%v), want the build's error: %v", msg, rerr, err)
 	}
 }

@@ -37,7 +37,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(&cobra.Command{
+	up := &cobra.Command{
 		Use:   "up",
 		Short: "Build what is missing (12 to 14 min cold on 2 cores), then start the cluster (about 10s)",
 		Args:  cobra.NoArgs,
@@ -52,7 +52,9 @@ func main() {
 			fmt.Printf("export KUBECONFIG=%s\n", cfg.Kubeconfig())
 			return nil
 		},
-	})
+	}
+	up.Flags().BoolVar(&cfg.SkipTraefik, "skip-traefik", false, "do not build Traefik, the suite's ingress (CI builds it in the background; the suite waits for it, $LDTEST_KUBE_TRAEFIK_WAIT)")
+	root.AddCommand(up)
 	root.AddCommand(&cobra.Command{
 		Use:   "build",
 		Short: "Build the Kubernetes binaries only",
