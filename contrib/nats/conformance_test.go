@@ -235,7 +235,28 @@ func (h *natsHarness) resetOnce(ctx context.Context, maxDeliver int) error {
 	}
 	_, err = st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: suiteConsumer, AckPolicy: jetstream.AckExplicitPolicy,
 		AckWait: suiteAckWait, MaxDeliver: maxDeliver, MaxAckPending: -1, Replicas: h.replicas})
-	return err
+	if err != nil {
+		return err
+	}
+	return waitForLeader(ctx, st)
+}
+
+// waitForLeader waits until the stream has a leader that answers, every
+// 100ms until ctx ends. A replicated stream just created elects one first:
+// a publish before that gets "no response from stream" (seen once on a
+// 3-server cluster in a cold CI run, as the first scenario's publish).
+func waitForLeader(ctx context.Context, st jetstream.Stream) error {
+	for {
+		info, err := st.Info(ctx)
+		if err == nil && (info.Cluster == nil || info.Cluster.Leader != "") {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the stream elected no leader before the reset's deadline: %v (last answer: %v)", ctx.Err(), err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // publish publishes one message per id, each with its id in a header and
