@@ -42,6 +42,9 @@ func (t Target) TraefikFailed() string { return t.TraefikBin() + ".failed" }
 // CI builds Traefik beside its first tests) stops waiting on either file.
 func Traefik(ctx context.Context, t Target) (err error) {
 	t = t.withDefaults()
+	if _, err := niceness(); err != nil {
+		return err
+	}
 	out := t.TraefikBin()
 	if _, err := os.Stat(out); err == nil {
 		return nil
