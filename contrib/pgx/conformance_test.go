@@ -87,6 +87,15 @@ func harness(t *testing.T, dsn string, restart func(context.Context) error) sour
 		Name:    "postgres",
 		Addr:    u.Host,
 		Restart: restart,
+		// pgconn starts a connection's background reader when a write takes
+		// over 15ms, and it stays blocked reading until the server's next
+		// message. A connection of this harness's pool, made during a
+		// scenario (after a restart, or under a loaded CI) and then idle,
+		// keeps one past the leak check: seen once in a cold CI run of the
+		// restart scenario. It is not a Source's: those reach the server
+		// through the relay, whose open connections the check counts
+		// anyway, so a Source that leaves a connection behind still fails.
+		IgnoreGoroutines: []string{"jackc/pgx/v5/internal/bgreader."},
 		Reset: func(ctx context.Context, maxDeliver int) error {
 			if _, err := pool.Exec(ctx, "DROP TABLE IF EXISTS "+quoted); err != nil {
 				return err
