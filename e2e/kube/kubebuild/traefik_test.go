@@ -62,3 +62,61 @@ func TestTraefikFailureIsLeftForTheWaiter(t *testing.T) {
 		t.Fatalf("TraefikFailed holds %q (%v), want the build's error: %v", msg, rerr, err)
 	}
 }
+
+// The suite's Traefik builds with a copy of lego whose DNS provider
+// registry is legoStub: the copy keeps every other file, and a lego whose
+// providers/dns package is shaped otherwise is neither copied nor trimmed.
+func TestTrimLegoReplacesOnlyTheRegistry(t *testing.T) {
+	write := func(root string, files map[string]string) {
+		for name, body := range files {
+			p := filepath.Join(root, filepath.FromSlash(name))
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p, []byte(body), 0o444); err != nil { // read-only, as in the module cache
+				t.Fatal(err)
+			}
+		}
+	}
+	lego := t.TempDir()
+	write(lego, map[string]string{
+		"go.mod":                               "module github.com/go-acme/lego/v4\n",
+		"challenge/provider.go":                "package challenge\n",
+		"providers/dns/" + legoRegistry:        "package dns\n// imports every provider\n",
+		"providers/dns/dns_providers_test.go":  "package dns\n",
+		"providers/dns/route53/route53.go":     "package route53\n",
+		"providers/dns/internal/errutils/e.go": "package errutils\n",
+	})
+	dst := filepath.Join(t.TempDir(), "lego-v4.33.0")
+	for range 2 { // a second trim replaces the first copy
+		ok, why, err := trimLego(lego, dst)
+		if err != nil || !ok {
+			t.Fatalf("trimLego = %v, %q, %v; want a trimmed copy", ok, why, err)
+		}
+	}
+	for name, want := range map[string]string{
+		"go.mod":                           "module github.com/go-acme/lego/v4\n",
+		"challenge/provider.go":            "package challenge\n",
+		"providers/dns/" + legoRegistry:    legoStub,
+		"providers/dns/route53/route53.go": "package route53\n",
+	} {
+		got, err := os.ReadFile(filepath.Join(dst, filepath.FromSlash(name)))
+		if err != nil || string(got) != want {
+			t.Errorf("the copy's %s = %q, %v; want %q", name, got, err, want)
+		}
+	}
+	if got, _ := os.ReadFile(filepath.Join(lego, "providers", "dns", legoRegistry)); string(got) == legoStub {
+		t.Error("trimLego changed the module it copied")
+	}
+
+	other := t.TempDir()
+	write(other, map[string]string{"providers/dns/" + legoRegistry: "package dns\n", "providers/dns/extra.go": "package dns\n"})
+	odst := filepath.Join(t.TempDir(), "lego")
+	ok, why, err := trimLego(other, odst)
+	if err != nil || ok || !strings.Contains(why, "extra.go") {
+		t.Errorf("trimLego of a registry in two files = %v, %q, %v; want false and a reason naming the files", ok, why, err)
+	}
+	if _, err := os.Stat(odst); !os.IsNotExist(err) {
+		t.Errorf("trimLego copied a module it did not trim: %v", err)
+	}
+}
