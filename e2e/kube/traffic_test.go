@@ -218,7 +218,11 @@ func outcomeTable(outs []outcome, ways []string) string {
 // than zero — the test can see a bad drain — and their counts are
 // reported, never judged one by one: they vary from run to run.
 func TestTrafficBesideControls(t *testing.T) {
+	t.Parallel() // beside the others: see kube_test.go
 	needCluster(t)
+	// Waited for here, in this test's one slot, not in its contenders',
+	// which take both: while CI still builds Traefik, other tests run.
+	loadTraefikImage(t)
 	var mu sync.Mutex
 	var outcomes []outcome
 	cs := contenders()
@@ -264,18 +268,24 @@ func runContender(t testing.TB, c contender, rate int, leave func(e *env, name s
 	pods := e.watchPods(c.container)
 	logs := e.followLogs(c.container)
 	routes := e.watchRoutes(name)
-	loads := make([]*load, len(clientShapes))
+	// Every proxy is up, and routing, before any load starts: Traefik's
+	// start (its image imported, its pod started) beside a running load
+	// once stalled the node for seconds, and both contenders' loads with it.
+	targets := make([]string, len(clientShapes))
 	var proxy *nginxProxy
 	for i, s := range clientShapes {
-		target := url
+		targets[i] = url
 		switch s {
 		case nginxUpstream:
 			proxy = startNginx(t, url)
-			target = proxy.URL
+			targets[i] = proxy.URL
 		case traefikEndpoints:
-			target = e.startTraefik(name)
+			targets[i] = e.startTraefik(name)
 		}
-		loads[i] = startShapedLoad(target, rate, s)
+	}
+	loads := make([]*load, len(clientShapes))
+	for i, s := range clientShapes {
+		loads[i] = startShapedLoad(targets[i], rate, s)
 	}
 	time.Sleep(2 * time.Second) // load before the first leaving
 	ls, stopped := leave(e, name)
