@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,6 +35,9 @@ type env struct {
 	ns string
 }
 
+// namespaces counts the namespaces newEnv has made.
+var namespaces atomic.Int64
+
 func newEnv(t testing.TB, name string) *env {
 	t.Helper()
 	needCluster(t)
@@ -42,7 +46,9 @@ func newEnv(t testing.TB, name string) *env {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
-	ns := fmt.Sprintf("%s-%d", name, time.Now().UnixNano()%1e6)
+	// Unique in this run however many tests call at once, and across runs
+	// on one cluster (a namespace of an earlier run may still terminate).
+	ns := fmt.Sprintf("%s-%d-%d", name, time.Now().UnixNano()%1e6, namespaces.Add(1))
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
