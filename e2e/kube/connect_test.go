@@ -26,7 +26,6 @@ import (
 // it is read, and the client re-sends it (docs/connect.md, "What lameduck
 // cannot do").
 func TestConnectRollingRestartsThroughKubeProxy(t *testing.T) {
-	t.Parallel() // beside the others: see kube_test.go
 	e := newEnv(t, "connect")
 	e.applyTestdata("connect.yaml", "demo-connect", 3*time.Minute)
 	svc := e.serviceAddr("demo-connect")

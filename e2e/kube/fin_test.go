@@ -11,7 +11,6 @@ import (
 // late; one after the server closed the connection is. It needs no
 // cluster.
 func TestFinConnTellsALateWrite(t *testing.T) {
-	t.Parallel() // beside the others: see kube_test.go
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -22,7 +22,6 @@ import (
 // open-loop unary calls over the Service's ClusterIP: no call fails and
 // the server refuses none it received (see retryCounter).
 func TestGRPCRollingRestartsThroughKubeProxy(t *testing.T) {
-	t.Parallel() // beside the others: see kube_test.go
 	e := newEnv(t, "grpc")
 	e.applyTestdata("grpc.yaml", "demo-grpc", 3*time.Minute)
 	svc := e.serviceAddr("demo-grpc")

@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,9 +34,6 @@ type env struct {
 	ns string
 }
 
-// namespaces counts the namespaces newEnv has made.
-var namespaces atomic.Int64
-
 func newEnv(t testing.TB, name string) *env {
 	t.Helper()
 	needCluster(t)
@@ -46,9 +42,7 @@ func newEnv(t testing.TB, name string) *env {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
-	// Unique in this run however many tests call at once, and across runs
-	// on one cluster (a namespace of an earlier run may still terminate).
-	ns := fmt.Sprintf("%s-%d-%d", name, time.Now().UnixNano()%1e6, namespaces.Add(1))
+	ns := fmt.Sprintf("%s-%d", name, time.Now().UnixNano()%1e6)
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

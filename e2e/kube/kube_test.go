@@ -9,14 +9,6 @@
 //
 // Without a running cluster every test skips, naming that command; with CI
 // set, they fail instead. docs/kubernetes.md has the measured numbers.
-//
-// Each test works in namespaces of its own (newEnv) and calls t.Parallel,
-// so `go test` runs them -parallel (GOMAXPROCS) at a time once the
-// sequential ones have ended: most of a test's time is spent waiting on
-// the cluster (grace periods, rollouts, probes), and one after another
-// they took 24 minutes of a cold CI run. The one exception changes the
-// whole cluster: TestRollingRestartsUnderNFTables restarts kube-proxy in
-// another mode, so it stays sequential and runs alone, before the others.
 package kube_test
 
 import (

@@ -99,7 +99,6 @@ func lastEndpointVariants(topo lastEndpointTopology) []lastEndpointVariant {
 //     old pods' lame-duck windows, read from their own logs) are
 //     reported, not judged.
 func TestLastEndpointLosesNoMoreThanPreStopSleep(t *testing.T) {
-	t.Parallel() // beside the others: see kube_test.go
 	for _, topo := range lastEndpointTopologies() {
 		t.Run(topo.name, func(t *testing.T) {
 			control := func(name string, sleep int64, mustFail bool) loadResult {

@@ -21,7 +21,6 @@ import (
 // answers 200 throughout and the container never restarts
 // (docs/probes-and-shutdown.md, "The maintenance switch").
 func TestMaintenanceSwitchOnTheCluster(t *testing.T) {
-	t.Parallel() // beside the others: see kube_test.go
 	e := newEnv(t, "maint")
 	const token = "e2e-maintenance-token-0123456789"
 	e.helmInstall("maint", map[string]any{

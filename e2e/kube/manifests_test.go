@@ -19,7 +19,6 @@ import (
 // variables into each pod, which lameduck must tell from a misspelt
 // setting. Before that rule, every pod crash-looped here.
 func TestPlainManifestsRunAsShipped(t *testing.T) {
-	t.Parallel() // beside the others: see kube_test.go
 	e := newEnv(t, "manifests")
 	e.kubectl(nil, "apply", "-f", filepath.Join(repo, "deploy", "k8s"))
 	e.waitRolledOut("lameduck-demo", 3*time.Minute)
@@ -49,7 +48,6 @@ func TestPlainManifestsRunAsShipped(t *testing.T) {
 // manifest; the chart, which derives the grace from the same window,
 // gives a pod that exits by itself, status 0, before its grace.
 func TestGraceArithmeticOnTheKubelet(t *testing.T) {
-	t.Parallel() // beside the others: see kube_test.go
 	needCluster(t)
 	manifest := filepath.Join("testdata", "short-grace.yaml")
 	t.Run("lameduck vet flags it", func(t *testing.T) {

@@ -21,8 +21,6 @@ import (
 // TestTrafficBesideControls), each pod exiting 0 by itself. kube-proxy
 // goes back to iptables mode when the test ends.
 func TestRollingRestartsUnderNFTables(t *testing.T) {
-	// Not t.Parallel: switching kube-proxy's mode restarts it under every
-	// Service of the cluster, so this test runs alone, before the others.
 	needCluster(t)
 	if err := cfg.SetProxyMode(t.Context(), cluster.ProxyNFTables); err != nil {
 		t.Fatalf("kube-proxy in nftables mode (Debian's nftables package brings nft; the kernel needs nf_tables): %v", err)

@@ -25,7 +25,6 @@ import (
 // drain would wait for ever (docs/deploying.md, "Node drains and not-Ready
 // pods").
 func TestPDBEvictsNotReadyPods(t *testing.T) {
-	t.Parallel() // beside the others: see kube_test.go
 	e := newEnv(t, "pdb")
 	const release = "pdb"
 	ac := new(action.Configuration)

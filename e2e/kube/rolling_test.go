@@ -37,7 +37,6 @@ func (e *env) rollUnderLoad(name, url string, rounds int) loadResult {
 // the test can see what it claims to rule out. Counts are asserted, never
 // exact numbers of the control, which vary from run to run.
 func TestRollingRestartsThroughKubeProxy(t *testing.T) {
-	t.Parallel() // beside the others: see kube_test.go
 	t.Cleanup(func() {
 		if n, mean, p95, err := kubeProxyProgramming(t); err == nil {
 			t.Logf("kube-proxy programmed %d endpoint changes, %.2fs after each on average, 95%% within %.1fs", n, mean, p95)

@@ -63,7 +63,6 @@ type rolloutReport struct {
 // requests and no pod killed for the chart's demo, exit 1 with failures
 // for the naive server, each pod's deletion and exit in the report.
 func TestRolloutCommandOnTheCluster(t *testing.T) {
-	t.Parallel() // beside the others: see kube_test.go
 	needCluster(t)
 	bin := lameduckBin(t)
 	run := func(t *testing.T, e *env, deployment, url string) (int, rolloutReport, string) {

@@ -49,7 +49,6 @@ const (
 // rather than a t.Parallel one, which `go test` would run only -parallel
 // (GOMAXPROCS, 2 here) at a time: three waves instead of one.
 func TestRunnerRollingRestartsLoseNoJob(t *testing.T) {
-	t.Parallel() // beside the others: see kube_test.go
 	needCluster(t)
 	bin := lameduckBin(t)
 	var wg sync.WaitGroup

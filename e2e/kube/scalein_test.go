@@ -16,7 +16,6 @@ import (
 // replica deletes the two idle runners, never the busy one
 // (docs/runners.md, "Scale-in removes idle runners first").
 func TestScaleInKeepsTheBusyRunner(t *testing.T) {
-	t.Parallel() // beside the others: see kube_test.go
 	needCluster(t)
 	bin := lameduckBin(t)
 	e := newEnv(t, "scalein")

@@ -175,7 +175,6 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 // cut some: the test can see a server that ends streams by exiting. Its
 // counts are reported, never judged.
 func TestStreamsThroughRestarts(t *testing.T) {
-	t.Parallel() // beside the others: see kube_test.go
 	needCluster(t)
 	contenders := []struct {
 		name, slug string

@@ -47,7 +47,6 @@ const auditWrite = 100 * time.Millisecond
 // PostgreSQL listens on loopback only: socat forwards the node's address
 // to it.
 func TestAuditRowsBesideControls(t *testing.T) {
-	t.Parallel() // beside the others: see kube_test.go
 	needCluster(t)
 	dsn := auditDatabase(t)
 	one, zero := intstr.FromInt32(1), intstr.FromInt32(0)
