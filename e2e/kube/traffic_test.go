@@ -218,10 +218,9 @@ func outcomeTable(outs []outcome, ways []string) string {
 // than zero — the test can see a bad drain — and their counts are
 // reported, never judged one by one: they vary from run to run.
 func TestTrafficBesideControls(t *testing.T) {
-	t.Parallel() // beside the others: see kube_test.go
 	needCluster(t)
-	// Waited for here, in this test's one slot, not in its contenders',
-	// which take both: while CI still builds Traefik, other tests run.
+	// Waited for before any contender deploys (CI may still be building
+	// Traefik beside the first tests).
 	loadTraefikImage(t)
 	var mu sync.Mutex
 	var outcomes []outcome
