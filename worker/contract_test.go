@@ -198,9 +198,7 @@ func TestADrainerIsDrainedOnceAfterItsLoops(t *testing.T) {
 	h.run()
 	awaitFetch(t, src.fakeSource)
 	awaitFetch(t, src.fakeSource)
-	src.idleCycle(t)
-	src.idleCycle(t)
-	h.awaitEvent(h.w.Lifecycle().Events().StartupDone)
+	src.idleUntil(t, h.w.Lifecycle().Events().StartupDone)
 	h.shutdown()
 	_ = h.wait()
 	if n := src.drains.Load(); n != 1 {

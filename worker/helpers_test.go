@@ -108,6 +108,27 @@ func (s *fakeSource) idleCycle(t *testing.T) {
 	send(t, s.idle, struct{}{}, "an idle cycle from a fetch")
 }
 
+// idleUntil answers fetches with idle cycles until ev happens, whichever
+// loop asks: loops sharing s race for each answer, and one loop may take
+// two before another has parked on its fetch, so a fixed count of cycles
+// would not give every loop one. It takes the fetches' signals as they
+// come (the loops cycle fast, and s.fetches holds only 100), so a test
+// calls awaitFetch after it only for a fetch begun later.
+func (s *fakeSource) idleUntil(t *testing.T, ev *lameduck.Event) {
+	t.Helper()
+	timeout := time.After(guard)
+	for {
+		select {
+		case s.idle <- struct{}{}:
+		case <-s.fetches:
+		case <-ev.Done():
+			return
+		case <-timeout:
+			t.Fatalf("waited %s for event %s while answering idle cycles", guard, ev.Name())
+		}
+	}
+}
+
 // fakeJob records how it ended.
 type fakeJob struct {
 	id    string
