@@ -61,14 +61,19 @@ type rolloutReport struct {
 // TestRolloutCommandOnTheCluster: `lameduck rollout` against the real
 // cluster gives an operator's verdict from outside: exit 0 with 0 failed
 // requests and no pod killed for the chart's demo, exit 1 with failures
-// for the naive server, each pod's deletion and exit in the report.
+// for the naive server, each pod's deletion and exit in the report. The
+// naive server's load is POST /slow, a second in the handler, so requests
+// are in flight at every SIGTERM: the test sees the verdict on a failure
+// that always happens, not on a race that the naive server sometimes wins
+// (2,607 requests over keep-alive to / and /echo, 0 failed, in one CI run).
 func TestRolloutCommandOnTheCluster(t *testing.T) {
 	needCluster(t)
 	bin := lameduckBin(t)
-	run := func(t *testing.T, e *env, deployment, url string) (int, rolloutReport, string) {
+	run := func(t *testing.T, e *env, deployment, url string, load ...string) (int, rolloutReport, string) {
 		t.Helper()
-		cmd := exec.Command(bin, "rollout", "--kubeconfig", cfg.Kubeconfig(), "--namespace", e.ns, "--url", url,
-			"--rounds", "2", "--format", "json", "deployment/"+deployment)
+		args := append([]string{"rollout", "--kubeconfig", cfg.Kubeconfig(), "--namespace", e.ns, "--url", url,
+			"--rounds", "2", "--format", "json"}, load...)
+		cmd := exec.Command(bin, append(args, "deployment/"+deployment)...)
 		var stderr strings.Builder
 		cmd.Stderr = &stderr
 		out, err := cmd.Output()
@@ -105,7 +110,7 @@ func TestRolloutCommandOnTheCluster(t *testing.T) {
 		e := newEnv(t, "rollout-naive")
 		e.deployNaive("naive")
 		url := e.serviceURL("naive")
-		code, rep, stderr := run(t, e, "naive", url)
+		code, rep, stderr := run(t, e, "naive", url, "--get", "", "--post", "/slow")
 		t.Logf("naive: exit %d, %d requests, %d failed", code, rep.Requests, rep.Failed)
 		if code != 1 || rep.Failed == 0 {
 			t.Fatalf("lameduck rollout on the naive server: exit %d with %d failed, want 1 with failures; stderr:\n%s", code, rep.Failed, stderr)

@@ -19,6 +19,11 @@
 // --audit-postgres (same table, lameduck_audit, made by the test), but the
 // way a handler does without lameduck: in a goroutine that nothing joins.
 //
+// POST /slow reads the body, waits a second and echoes it: a request that
+// is in flight whenever a pod stops, so a server that exits at SIGTERM
+// fails some of them however the endpoint removal races the signal, and a
+// POST, which Go's transport never sends again, fails at the client.
+//
 // It logs JSON lines ("naive: draining" at SIGTERM, "naive: stopped" at the
 // end) so the suite times what the server itself saw.
 package main
@@ -99,6 +104,17 @@ func main() {
 	mux.HandleFunc("POST /echo", func(w http.ResponseWriter, r *http.Request) {
 		if _, err := io.Copy(w, r.Body); err == nil {
 			audit(r)
+		}
+	})
+	mux.HandleFunc("POST /slow", func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			return
+		}
+		select {
+		case <-time.After(time.Second):
+			w.Write(body)
+		case <-r.Context().Done():
 		}
 	})
 	mux.HandleFunc("GET /ws", func(w http.ResponseWriter, r *http.Request) {
