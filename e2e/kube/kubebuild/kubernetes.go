@@ -124,10 +124,7 @@ func resolve(ctx context.Context, t Target, src, module, size string, write func
 	// the module proxy, one go.mod after another, and each short turn of
 	// CPU it needs comes late at a nice level on a busy machine (a cold CI
 	// run: Traefik's resolve took 20m14s at nice 10, 6m32s idle).
-	cmd := exec.CommandContext(ctx, "go", "mod", "tidy")
-	cmd.Dir, cmd.Env = src, goEnv(nil)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
+	if err := goCmdAt(ctx, "0", src, nil, "mod", "tidy"); err != nil {
 		os.Remove(filepath.Join(src, "go.sum"))
 		return fmt.Errorf("kube: go mod tidy in %s: %w", src, err)
 	}
@@ -230,11 +227,19 @@ func niceness() (string, error) {
 	return v, nil
 }
 
+// goCmd runs go with args in dir at the nice level NiceEnv sets, its
+// output on stderr.
 func goCmd(ctx context.Context, dir string, env []string, args ...string) error {
 	nice, err := niceness()
 	if err != nil {
 		return err
 	}
+	return goCmdAt(ctx, nice, dir, env, args...)
+}
+
+// goCmdAt runs go with args in dir at nice level nice, its output on
+// stderr.
+func goCmdAt(ctx context.Context, nice, dir string, env []string, args ...string) error {
 	cmd := exec.CommandContext(ctx, "nice", append([]string{"-n", nice, "go"}, args...)...)
 	cmd.Dir, cmd.Env = dir, goEnv(env)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
